@@ -1,0 +1,1696 @@
+//! Lowers a kernel body to the typed IR, checking types and supported constructs.
+//!
+//! Every error is recorded (spanned) and lowering goes on, so all of a kernel's mistakes are
+//! reported together; an expression that failed yields `Err(())` and is not reported twice.
+
+use std::collections::HashMap;
+
+use syn::spanned::Spanned;
+
+use super::ir::*;
+use super::parse::scalar_type;
+use crate::kernel::Errors;
+
+type Res<T> = Result<T, ()>;
+
+#[derive(Clone)]
+struct Local {
+    mangled: String,
+    ty: Ty,
+    mutable: bool,
+}
+
+pub struct Checker<'a> {
+    errors: &'a mut Errors,
+    params: Vec<Param>,
+    shared: Vec<Shared>,
+    shared_names: HashMap<String, usize>,
+    consts: HashMap<String, (Ty, ExprKind)>,
+    scopes: Vec<HashMap<String, Local>>,
+    counter: usize,
+    loop_depth: usize,
+    has_barrier: bool,
+}
+
+fn err(errors: &mut Errors, node: impl quote::ToTokens, msg: impl std::fmt::Display) {
+    errors.push(syn::Error::new_spanned(node, msg));
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(errors: &'a mut Errors, params: Vec<Param>) -> Self {
+        Checker {
+            errors,
+            params,
+            shared: Vec::new(),
+            shared_names: HashMap::new(),
+            consts: HashMap::new(),
+            scopes: vec![HashMap::new()],
+            counter: 0,
+            loop_depth: 0,
+            has_barrier: false,
+        }
+    }
+
+    pub fn finish(self) -> (Vec<Param>, Vec<Shared>, bool) {
+        (self.params, self.shared, self.has_barrier)
+    }
+
+    fn error(&mut self, node: impl quote::ToTokens, msg: impl std::fmt::Display) {
+        err(self.errors, node, msg);
+    }
+
+    fn mangle(&mut self, name: &str) -> String {
+        self.counter += 1;
+        let base = name.trim_start_matches('_');
+        let base = if base.is_empty() { "v" } else { base };
+        format!("{base}_{}", self.counter)
+    }
+
+    fn lookup(&self, name: &str) -> Option<&Local> {
+        self.scopes.iter().rev().find_map(|s| s.get(name))
+    }
+
+    fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+
+    // ---------------------------------------------------------------- statements
+
+    pub fn block(&mut self, block: &syn::Block, top: bool) -> Vec<Stmt> {
+        self.scopes.push(HashMap::new());
+        let mut out = Vec::new();
+        for stmt in &block.stmts {
+            self.stmt(stmt, top, &mut out);
+        }
+        self.scopes.pop();
+        out
+    }
+
+    fn stmt(&mut self, stmt: &syn::Stmt, top: bool, out: &mut Vec<Stmt>) {
+        match stmt {
+            syn::Stmt::Local(local) => self.local(local, top, out),
+            syn::Stmt::Item(syn::Item::Const(c)) => self.const_item(c),
+            syn::Stmt::Item(item) => self.error(
+                item,
+                "items cannot be declared inside a kernel (only `const NAME: u32 = ...;`); define helpers as separate kernels",
+            ),
+            syn::Stmt::Macro(m) => self.error(
+                &m.mac,
+                "macros are not supported in kernels; for workgroup memory write `let s = shared::<f32, 256>();`",
+            ),
+            syn::Stmt::Expr(e, semi) => {
+                if semi.is_none() && !matches!(e, syn::Expr::If(_) | syn::Expr::ForLoop(_) | syn::Expr::While(_) | syn::Expr::Loop(_) | syn::Expr::Block(_)) {
+                    // A tail expression: kernels return nothing.
+                    if !matches!(e, syn::Expr::Return(_) | syn::Expr::Break(_) | syn::Expr::Continue(_)) {
+                        self.error(e, "a kernel returns nothing; end this expression with `;` or write the value into a `&mut [T]` parameter");
+                        return;
+                    }
+                }
+                self.expr_stmt(e, out);
+            }
+        }
+    }
+
+    fn const_item(&mut self, c: &syn::ItemConst) {
+        let Some(ty) = scalar_type(&c.ty) else {
+            self.error(&c.ty, "a kernel `const` is `f32`, `i32`, `u32` or `bool`");
+            return;
+        };
+        if let Ok(e) = self.expr(&c.expr, Some(ty)) {
+            match fold(&e) {
+                Some(k) if e.ty == ty => {
+                    self.consts.insert(c.ident.to_string(), (ty, k));
+                }
+                Some(_) => self.error(
+                    &c.expr,
+                    format!("expected `{}`, found `{}`", ty.rust(), e.ty.rust()),
+                ),
+                None => self.error(
+                    &c.expr,
+                    "a kernel `const` must be computed from literals and other consts",
+                ),
+            }
+        }
+    }
+
+    fn local(&mut self, local: &syn::Local, top: bool, out: &mut Vec<Stmt>) {
+        let (ident, mutable, ty_ann) = match &local.pat {
+            syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+                (&p.ident, p.mutability.is_some(), None)
+            }
+            syn::Pat::Type(pt) => {
+                match &*pt.pat {
+                    syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+                        (&p.ident, p.mutability.is_some(), Some(&*pt.ty))
+                    }
+                    other => {
+                        self.error(other, "a `let` binds one name, like `let x: f32 = ...;` (no patterns or tuples)");
+                        return;
+                    }
+                }
+            }
+            other => {
+                self.error(
+                    other,
+                    "a `let` binds one name, like `let x: f32 = ...;` (no patterns or tuples)",
+                );
+                return;
+            }
+        };
+        let name = ident.to_string();
+        if let Some(init) = &local.init {
+            if init.diverge.is_some() {
+                self.error(&local.pat, "`let ... else` is not supported in kernels");
+                return;
+            }
+            // Workgroup memory.
+            if let Some((elem, size)) = self.shared_decl(&init.expr) {
+                if !top {
+                    self.error(local, "workgroup memory is declared at the top level of the kernel body, not inside a block");
+                }
+                let mangled = self.mangle(&name);
+                self.shared_names.insert(name, self.shared.len());
+                self.shared.push(Shared {
+                    name: mangled,
+                    elem,
+                    size,
+                });
+                return;
+            }
+            // Atomics produce a value only as a `let` initializer or a statement.
+            if let Some(stmt) = self.try_atomic(&init.expr, Some(&name)) {
+                if let Ok((stmt, ty)) = stmt {
+                    let mangled = self.mangle(&name);
+                    out.push(Stmt::Let {
+                        name: mangled.clone(),
+                        ty,
+                        mutable: true,
+                        init: None,
+                    });
+                    let Stmt::Atomic {
+                        op,
+                        param,
+                        index,
+                        operands,
+                        ty,
+                        ..
+                    } = stmt
+                    else {
+                        unreachable!()
+                    };
+                    out.push(Stmt::Atomic {
+                        result: Some(mangled.clone()),
+                        op,
+                        param,
+                        index,
+                        operands,
+                        ty,
+                    });
+                    self.declare(&name, mangled, ty, mutable);
+                }
+                return;
+            }
+        }
+        let ann = match ty_ann {
+            Some(t) => match scalar_type(t) {
+                Some(ty) => Some(ty),
+                None => {
+                    self.error(t, "a kernel local is `f32`, `i32`, `u32` or `bool`");
+                    return;
+                }
+            },
+            None => None,
+        };
+        let Some(init) = &local.init else {
+            let Some(ty) = ann else {
+                self.error(
+                    &local.pat,
+                    "a `let` without a value needs a type: `let mut x: f32;`",
+                );
+                return;
+            };
+            if !mutable {
+                self.error(
+                    &local.pat,
+                    "a `let` without a value must be `let mut`, since it is assigned later",
+                );
+            }
+            let mangled = self.mangle(&name);
+            out.push(Stmt::Let {
+                name: mangled.clone(),
+                ty,
+                mutable: true,
+                init: None,
+            });
+            self.declare(&name, mangled, ty, true);
+            return;
+        };
+        // `let x = if c { ... } else { ... };` with statements in the branches.
+        if let syn::Expr::If(ei) = &*init.expr {
+            if !if_is_pure(ei) {
+                let Ok(ty) = self.if_type(ei, ann) else {
+                    return;
+                };
+                let mangled = self.mangle(&name);
+                out.push(Stmt::Let {
+                    name: mangled.clone(),
+                    ty,
+                    mutable: true,
+                    init: None,
+                });
+                self.if_assign(ei, &Place::Local(mangled.clone()), ty, out);
+                self.declare(&name, mangled, ty, mutable);
+                return;
+            }
+        }
+        let Ok(value) = self.expr(&init.expr, ann) else {
+            // Declare anyway so later uses do not report "unknown variable".
+            if let Some(ty) = ann {
+                let mangled = self.mangle(&name);
+                self.declare(&name, mangled, ty, mutable);
+            }
+            return;
+        };
+        if let Some(ty) = ann {
+            if value.ty != ty {
+                self.error(&init.expr, mismatch(ty, value.ty));
+            }
+        }
+        if value.ty == Ty::UVec3 && mutable {
+            self.error(&local.pat, "a `UVec3` from an id builtin cannot be `mut`; copy its components into `u32` locals");
+        }
+        let mangled = self.mangle(&name);
+        let ty = value.ty;
+        out.push(Stmt::Let {
+            name: mangled.clone(),
+            ty,
+            mutable,
+            init: Some(value),
+        });
+        self.declare(&name, mangled, ty, mutable);
+    }
+
+    fn declare(&mut self, name: &str, mangled: String, ty: Ty, mutable: bool) {
+        self.scopes.last_mut().unwrap().insert(
+            name.to_string(),
+            Local {
+                mangled,
+                ty,
+                mutable,
+            },
+        );
+    }
+
+    /// `shared::<f32, 256>()` → (elem, size).
+    fn shared_decl(&mut self, e: &syn::Expr) -> Option<(Ty, u32)> {
+        let syn::Expr::Call(call) = e else {
+            return None;
+        };
+        let syn::Expr::Path(p) = &*call.func else {
+            return None;
+        };
+        let seg = p.path.segments.last()?;
+        if p.path.segments.len() != 1 || seg.ident != "shared" {
+            return None;
+        }
+        let usage = "workgroup memory is declared as `let tile = shared::<f32, 256>();` with a constant size";
+        let syn::PathArguments::AngleBracketed(args) = &seg.arguments else {
+            self.error(e, usage);
+            return Some((Ty::F32, 1));
+        };
+        if args.args.len() != 2 || !call.args.is_empty() {
+            self.error(e, usage);
+            return Some((Ty::F32, 1));
+        }
+        let elem = match &args.args[0] {
+            syn::GenericArgument::Type(t) => scalar_type(t).filter(|t| *t != Ty::Bool),
+            _ => None,
+        };
+        let Some(elem) = elem else {
+            self.error(
+                &args.args[0],
+                "workgroup memory holds `f32`, `i32` or `u32`",
+            );
+            return Some((Ty::F32, 1));
+        };
+        let size_expr: Option<syn::Expr> = match &args.args[1] {
+            syn::GenericArgument::Const(c) => Some(c.clone()),
+            syn::GenericArgument::Type(syn::Type::Path(tp)) => {
+                Some(syn::Expr::Path(syn::ExprPath {
+                    attrs: vec![],
+                    qself: None,
+                    path: tp.path.clone(),
+                }))
+            }
+            _ => None,
+        };
+        let size = size_expr.and_then(|se| {
+            let se = match &se {
+                syn::Expr::Block(b) if b.block.stmts.len() == 1 => match &b.block.stmts[0] {
+                    syn::Stmt::Expr(inner, None) => inner.clone(),
+                    _ => se.clone(),
+                },
+                _ => se,
+            };
+            let folded = self.expr(&se, Some(Ty::U32)).ok().and_then(|e| fold(&e));
+            match folded {
+                Some(ExprKind::LitU32(n)) if n > 0 => Some(n),
+                _ => None,
+            }
+        });
+        match size {
+            Some(n) => Some((elem, n)),
+            None => {
+                self.error(&args.args[1], "the size of workgroup memory must be a positive constant `u32` (a literal, a kernel `const`, or arithmetic on them)");
+                Some((elem, 1))
+            }
+        }
+    }
+
+    fn expr_stmt(&mut self, e: &syn::Expr, out: &mut Vec<Stmt>) {
+        match e {
+            syn::Expr::Assign(a) => {
+                if let syn::Expr::If(ei) = &*a.right {
+                    if !if_is_pure(ei) {
+                        let Ok((place, ty)) = self.place(&a.left) else {
+                            return;
+                        };
+                        let Ok(_) = self.if_type(ei, Some(ty)) else {
+                            return;
+                        };
+                        self.if_assign(ei, &place, ty, out);
+                        return;
+                    }
+                }
+                if let Some(stmt) = self.try_atomic(&a.right, None) {
+                    if stmt.is_ok() {
+                        self.error(&a.right, "an atomic's result can only initialise a `let`: `let old = atomic_add(...);`");
+                    }
+                    return;
+                }
+                let Ok((place, ty)) = self.place(&a.left) else {
+                    return;
+                };
+                let Ok(value) = self.expr(&a.right, Some(ty)) else {
+                    return;
+                };
+                if value.ty != ty {
+                    self.error(&a.right, mismatch(ty, value.ty));
+                    return;
+                }
+                out.push(Stmt::Assign {
+                    place,
+                    op: None,
+                    value,
+                    ty,
+                });
+            }
+            syn::Expr::Binary(b) if compound_op(&b.op).is_some() => {
+                let op = compound_op(&b.op).unwrap();
+                let Ok((place, ty)) = self.place(&b.left) else {
+                    return;
+                };
+                let expect = if matches!(op, BinOp::Shl | BinOp::Shr) {
+                    Ty::U32
+                } else {
+                    ty
+                };
+                let Ok(value) = self.expr(&b.right, Some(expect)) else {
+                    return;
+                };
+                if self.check_binary(op, ty, value.ty, b).is_err() {
+                    return;
+                }
+                out.push(Stmt::Assign {
+                    place,
+                    op: Some(op),
+                    value,
+                    ty,
+                });
+            }
+            syn::Expr::If(ei) => {
+                let s = self.if_stmt(ei);
+                if let Ok(s) = s {
+                    out.push(s);
+                }
+            }
+            syn::Expr::ForLoop(f) => {
+                if let Ok(s) = self.for_loop(f) {
+                    out.push(s);
+                }
+            }
+            syn::Expr::While(w) => {
+                if let Some(l) = &w.label {
+                    self.error(l, "loop labels are not supported in kernels");
+                }
+                let cond = self.expr(&w.cond, Some(Ty::Bool));
+                if let Ok(c) = &cond {
+                    if c.ty != Ty::Bool {
+                        self.error(&w.cond, mismatch(Ty::Bool, c.ty));
+                    }
+                }
+                self.loop_depth += 1;
+                let body = self.block(&w.body, false);
+                self.loop_depth -= 1;
+                if let Ok(cond) = cond {
+                    out.push(Stmt::While { cond, body });
+                }
+            }
+            syn::Expr::Loop(l) => {
+                if let Some(l) = &l.label {
+                    self.error(l, "loop labels are not supported in kernels");
+                }
+                self.loop_depth += 1;
+                let body = self.block(&l.body, false);
+                self.loop_depth -= 1;
+                out.push(Stmt::Loop { body });
+            }
+            syn::Expr::Break(b) => {
+                if b.label.is_some() || b.expr.is_some() {
+                    self.error(b, "`break` takes no label or value in kernels");
+                } else if self.loop_depth == 0 {
+                    self.error(b, "`break` outside of a loop");
+                } else {
+                    out.push(Stmt::Break);
+                }
+            }
+            syn::Expr::Continue(c) => {
+                if c.label.is_some() {
+                    self.error(c, "`continue` takes no label in kernels");
+                } else if self.loop_depth == 0 {
+                    self.error(c, "`continue` outside of a loop");
+                } else {
+                    out.push(Stmt::Continue);
+                }
+            }
+            syn::Expr::Return(r) => {
+                if let Some(v) = &r.expr {
+                    self.error(v, "a kernel returns nothing; write results into a `&mut [T]` parameter and `return;`");
+                } else {
+                    out.push(Stmt::Return);
+                }
+            }
+            syn::Expr::Block(b) => {
+                if b.label.is_some() {
+                    self.error(b, "block labels are not supported in kernels");
+                }
+                let stmts = self.block(&b.block, false);
+                out.extend(stmts);
+            }
+            syn::Expr::Call(c) if is_path_call(c, "barrier") => {
+                if !c.args.is_empty() {
+                    self.error(c, "`barrier()` takes no arguments");
+                }
+                self.has_barrier = true;
+                out.push(Stmt::Barrier { span: c.span() });
+            }
+            syn::Expr::Paren(p) => self.expr_stmt(&p.expr, out),
+            _ => {
+                if let Some(stmt) = self.try_atomic(e, None) {
+                    if let Ok((stmt, _)) = stmt {
+                        out.push(stmt);
+                    }
+                    return;
+                }
+                // A pure expression statement has no effect; check it and drop it.
+                if self.expr(e, None).is_ok() {
+                    self.error(e, "this expression has no effect; kernels change memory only through assignments and atomics");
+                }
+            }
+        }
+    }
+
+    fn if_stmt(&mut self, ei: &syn::ExprIf) -> Res<Stmt> {
+        let cond = self.expr(&ei.cond, Some(Ty::Bool));
+        if let Ok(c) = &cond {
+            if c.ty != Ty::Bool {
+                self.error(&ei.cond, mismatch(Ty::Bool, c.ty));
+            }
+        }
+        let then = self.block(&ei.then_branch, false);
+        let els = match &ei.else_branch {
+            None => Vec::new(),
+            Some((_, e)) => match &**e {
+                syn::Expr::If(inner) => self.if_stmt(inner).map(|s| vec![s]).unwrap_or_default(),
+                syn::Expr::Block(b) => self.block(&b.block, false),
+                other => {
+                    self.error(other, "expected a block after `else`");
+                    Vec::new()
+                }
+            },
+        };
+        Ok(Stmt::If {
+            cond: cond?,
+            then,
+            els,
+        })
+    }
+
+    /// The type of an `if` used as a value (both branches must agree).
+    fn if_type(&mut self, ei: &syn::ExprIf, expect: Option<Ty>) -> Res<Ty> {
+        let Some((_, els)) = &ei.else_branch else {
+            self.error(ei, "an `if` used as a value needs an `else` branch");
+            return Err(());
+        };
+        let then_ty = self.tail_type(&ei.then_branch, expect)?;
+        let els_ty = match &**els {
+            syn::Expr::If(inner) => self.if_type(inner, Some(then_ty))?,
+            syn::Expr::Block(b) => self.tail_type(&b.block, Some(then_ty))?,
+            other => {
+                self.error(other, "expected a block after `else`");
+                return Err(());
+            }
+        };
+        if then_ty != els_ty {
+            self.error(
+                ei,
+                format!(
+                    "`if` branches have different types: `{}` and `{}`",
+                    then_ty.rust(),
+                    els_ty.rust()
+                ),
+            );
+            return Err(());
+        }
+        Ok(then_ty)
+    }
+
+    /// Type of a block's tail expression, found by lowering the block in a scratch scope.
+    fn tail_type(&mut self, block: &syn::Block, expect: Option<Ty>) -> Res<Ty> {
+        let Some(syn::Stmt::Expr(tail, None)) = block.stmts.last() else {
+            self.error(
+                block,
+                "this block is used as a value: end it with an expression (no `;`)",
+            );
+            return Err(());
+        };
+        // Lower the block once silently to learn the tail type in its scope; the real
+        // lowering (and its errors) happens in `value_block`.
+        let saved = self.errors.len();
+        self.scopes.push(HashMap::new());
+        let mut sink = Vec::new();
+        for s in &block.stmts[..block.stmts.len() - 1] {
+            self.stmt(s, false, &mut sink);
+        }
+        let ty = self.expr(tail, expect).map(|e| e.ty);
+        self.scopes.pop();
+        self.errors.truncate(saved);
+        ty.or_else(|_| expect.ok_or(()))
+    }
+
+    /// Lowers `place = if c { ...; a } else { ...; b }` into statements.
+    fn if_assign(&mut self, ei: &syn::ExprIf, place: &Place, ty: Ty, out: &mut Vec<Stmt>) {
+        let cond = self.expr(&ei.cond, Some(Ty::Bool));
+        let then = self.value_block(&ei.then_branch, place, ty);
+        let els = match ei.else_branch.as_ref().map(|(_, e)| &**e) {
+            Some(syn::Expr::If(inner)) => {
+                let mut v = Vec::new();
+                self.if_assign(inner, place, ty, &mut v);
+                v
+            }
+            Some(syn::Expr::Block(b)) => self.value_block(&b.block, place, ty),
+            _ => Vec::new(),
+        };
+        if let Ok(cond) = cond {
+            out.push(Stmt::If { cond, then, els });
+        }
+    }
+
+    fn value_block(&mut self, block: &syn::Block, place: &Place, ty: Ty) -> Vec<Stmt> {
+        self.scopes.push(HashMap::new());
+        let mut out = Vec::new();
+        let n = block.stmts.len();
+        for s in &block.stmts[..n.saturating_sub(1)] {
+            self.stmt(s, false, &mut out);
+        }
+        if let Some(syn::Stmt::Expr(tail, None)) = block.stmts.last() {
+            if let syn::Expr::If(inner) = tail {
+                if !if_is_pure(inner) {
+                    self.if_assign(inner, place, ty, &mut out);
+                    self.scopes.pop();
+                    return out;
+                }
+            }
+            if let Ok(v) = self.expr(tail, Some(ty)) {
+                if v.ty != ty {
+                    self.error(tail, mismatch(ty, v.ty));
+                } else {
+                    out.push(Stmt::Assign {
+                        place: place.clone(),
+                        op: None,
+                        value: v,
+                        ty,
+                    });
+                }
+            }
+        }
+        self.scopes.pop();
+        out
+    }
+
+    fn for_loop(&mut self, f: &syn::ExprForLoop) -> Res<Stmt> {
+        if let Some(l) = &f.label {
+            self.error(l, "loop labels are not supported in kernels");
+        }
+        let name = match &*f.pat {
+            syn::Pat::Ident(p) if p.mutability.is_none() && p.by_ref.is_none() => {
+                p.ident.to_string()
+            }
+            other => {
+                self.error(
+                    other,
+                    "a `for` loop binds one immutable name: `for i in 0..n`",
+                );
+                return Err(());
+            }
+        };
+        let usage = "kernels loop over ranges: `for i in a..b` or `for i in (a..b).step_by(s)`";
+        let (range, step) = match &*f.expr {
+            syn::Expr::Range(r) => (r, None),
+            syn::Expr::MethodCall(m) if m.method == "step_by" && m.args.len() == 1 => {
+                let inner = match &*m.receiver {
+                    syn::Expr::Paren(p) => &*p.expr,
+                    other => other,
+                };
+                match inner {
+                    syn::Expr::Range(r) => (r, Some(&m.args[0])),
+                    _ => {
+                        self.error(&f.expr, usage);
+                        return Err(());
+                    }
+                }
+            }
+            other => {
+                self.error(other, usage);
+                return Err(());
+            }
+        };
+        if !matches!(range.limits, syn::RangeLimits::HalfOpen(_)) {
+            self.error(
+                range,
+                "only half-open ranges `a..b` are supported in kernels; write `a..(b + 1)`",
+            );
+        }
+        let (Some(start), Some(end)) = (&range.start, &range.end) else {
+            self.error(range, "a kernel range needs both ends: `a..b`");
+            return Err(());
+        };
+        // Type the range from whichever end is not an untyped literal.
+        let (start, end) = if is_untyped_lit(start) {
+            let e = self.expr(end, None);
+            let s = self.expr(start, e.as_ref().ok().map(|e| e.ty));
+            (s, e)
+        } else {
+            let s = self.expr(start, None);
+            let e = self.expr(end, s.as_ref().ok().map(|e| e.ty));
+            (s, e)
+        };
+        let (start, end) = (start?, end?);
+        if start.ty != end.ty || !start.ty.is_int() {
+            self.error(range, format!("a range runs over `u32` or `i32` with both ends the same type; found `{}` and `{}`", start.ty.rust(), end.ty.rust()));
+            return Err(());
+        }
+        let ty = start.ty;
+        let step = match step {
+            Some(s) => {
+                let v = self.expr(s, Some(ty))?;
+                if v.ty != ty {
+                    self.error(s, mismatch(ty, v.ty));
+                    return Err(());
+                }
+                Some(v)
+            }
+            None => None,
+        };
+        let mangled = self.mangle(&name);
+        self.scopes.push(HashMap::new());
+        self.declare(&name, mangled.clone(), ty, false);
+        self.loop_depth += 1;
+        let body = self.block(&f.body, false);
+        self.loop_depth -= 1;
+        self.scopes.pop();
+        Ok(Stmt::For {
+            var: mangled,
+            ty,
+            start,
+            end,
+            step,
+            body,
+        })
+    }
+
+    /// Recognises `atomic_*(buf, index, ...)`; `None` when `e` is not an atomic call.
+    fn try_atomic(&mut self, e: &syn::Expr, _result: Option<&str>) -> Option<Res<(Stmt, Ty)>> {
+        let syn::Expr::Call(call) = e else {
+            return None;
+        };
+        let syn::Expr::Path(p) = &*call.func else {
+            return None;
+        };
+        let name = p.path.get_ident()?.to_string();
+        let op = AtomicOp::from_name(&name)?;
+        Some(self.atomic(call, op, &name))
+    }
+
+    fn atomic(&mut self, call: &syn::ExprCall, op: AtomicOp, name: &str) -> Res<(Stmt, Ty)> {
+        let want = 2 + op.operands();
+        if call.args.len() != want {
+            self.error(
+                call,
+                format!(
+                    "`{name}` takes {want} arguments: the slice, the index{}",
+                    match op {
+                        AtomicOp::Load => "",
+                        AtomicOp::CompareExchange => ", the expected value and the new value",
+                        _ => " and the value",
+                    }
+                ),
+            );
+            return Err(());
+        }
+        let buf = &call.args[0];
+        let pidx = match buf {
+            syn::Expr::Path(p) => p
+                .path
+                .get_ident()
+                .and_then(|id| self.param_index(&id.to_string())),
+            _ => None,
+        };
+        let Some(pidx) = pidx else {
+            self.error(buf, "the first argument of an atomic is a `&mut [u32]` or `&mut [i32]` parameter of the kernel");
+            return Err(());
+        };
+        let ParamKind::Slice { elem, .. } = self.params[pidx].kind else {
+            self.error(buf, "the first argument of an atomic is a `&mut [u32]` or `&mut [i32]` parameter of the kernel");
+            return Err(());
+        };
+        let index = self.index_expr(&call.args[1])?;
+        let mut operands = Vec::new();
+        for a in call.args.iter().skip(2) {
+            let v = self.expr(a, Some(elem))?;
+            if v.ty != elem {
+                self.error(a, mismatch(elem, v.ty));
+                return Err(());
+            }
+            operands.push(v);
+        }
+        Ok((
+            Stmt::Atomic {
+                result: None,
+                op,
+                param: pidx,
+                index,
+                operands,
+                ty: elem,
+            },
+            elem,
+        ))
+    }
+
+    fn index_expr(&mut self, e: &syn::Expr) -> Res<Expr> {
+        let v = self.expr(e, Some(Ty::U32))?;
+        if v.ty != Ty::U32 {
+            self.error(
+                e,
+                format!(
+                    "an index is `u32`, found `{}`; write `(...) as u32`",
+                    v.ty.rust()
+                ),
+            );
+            return Err(());
+        }
+        Ok(v)
+    }
+
+    /// An assignable place and its type.
+    fn place(&mut self, e: &syn::Expr) -> Res<(Place, Ty)> {
+        match e {
+            syn::Expr::Path(p) => {
+                let Some(id) = p.path.get_ident() else {
+                    self.error(e, "cannot assign to this");
+                    return Err(());
+                };
+                let name = id.to_string();
+                if let Some(l) = self.lookup(&name).cloned() {
+                    if !l.mutable {
+                        self.error(e, format!("cannot assign to `{name}`: it is not `mut` (declare it with `let mut`)"));
+                        return Err(());
+                    }
+                    return Ok((Place::Local(l.mangled), l.ty));
+                }
+                if self.param_index(&name).is_some() {
+                    self.error(
+                        e,
+                        format!(
+                            "cannot assign to parameter `{name}`; copy it into a `let mut` local"
+                        ),
+                    );
+                } else {
+                    self.error(e, format!("unknown variable `{name}`"));
+                }
+                Err(())
+            }
+            syn::Expr::Index(ix) => {
+                let (target, ty, writable) = self.index_target(&ix.expr)?;
+                let index = self.index_expr(&ix.index)?;
+                match target {
+                    Target::Param(p) => {
+                        if !writable {
+                            let n = &self.params[p].name;
+                            self.error(&ix.expr, format!("cannot write to `{n}`: it is a read-only `&[T]`; declare it `&mut [T]`"));
+                            return Err(());
+                        }
+                        if let ParamKind::Slice { atomic: true, .. } = self.params[p].kind {
+                            let n = &self.params[p].name;
+                            self.error(ix, format!("`{n}` is used with atomics, so every access to it is atomic: write `atomic_store({n}, i, v);`"));
+                            return Err(());
+                        }
+                        Ok((Place::Param(p, Box::new(index)), ty))
+                    }
+                    Target::Shared(s) => Ok((Place::Shared(s, Box::new(index)), ty)),
+                }
+            }
+            syn::Expr::Paren(p) => self.place(&p.expr),
+            syn::Expr::Unary(u) if matches!(u.op, syn::UnOp::Deref(_)) => {
+                self.error(
+                    e,
+                    "references other than slice parameters are not supported in kernels",
+                );
+                Err(())
+            }
+            _ => {
+                self.error(
+                    e,
+                    "cannot assign to this: assign to a `let mut` local or an element `y[i]`",
+                );
+                Err(())
+            }
+        }
+    }
+
+    fn index_target(&mut self, base: &syn::Expr) -> Res<(Target, Ty, bool)> {
+        if let syn::Expr::Path(p) = base {
+            if let Some(id) = p.path.get_ident() {
+                let name = id.to_string();
+                if self.lookup(&name).is_none() {
+                    if let Some(&s) = self.shared_names.get(&name) {
+                        return Ok((Target::Shared(s), self.shared[s].elem, true));
+                    }
+                    if let Some(pi) = self.param_index(&name) {
+                        if let ParamKind::Slice { elem, mutable, .. } = self.params[pi].kind {
+                            return Ok((Target::Param(pi), elem, mutable));
+                        }
+                    }
+                }
+            }
+        }
+        self.error(
+            base,
+            "only slice parameters and workgroup arrays can be indexed",
+        );
+        Err(())
+    }
+
+    // ---------------------------------------------------------------- expressions
+
+    pub fn expr(&mut self, e: &syn::Expr, expect: Option<Ty>) -> Res<Expr> {
+        match e {
+            syn::Expr::Lit(l) => self.lit(&l.lit, expect, false),
+            syn::Expr::Paren(p) => self.expr(&p.expr, expect),
+            syn::Expr::Group(g) => self.expr(&g.expr, expect),
+            syn::Expr::Path(p) => self.path(p),
+            syn::Expr::Unary(u) => self.unary(u, expect),
+            syn::Expr::Binary(b) => {
+                if compound_op(&b.op).is_some() {
+                    self.error(e, "compound assignment is a statement, not a value");
+                    return Err(());
+                }
+                self.binary(b, expect)
+            }
+            syn::Expr::Cast(c) => {
+                let Some(to) = scalar_type(&c.ty).filter(|t| *t != Ty::Bool) else {
+                    self.error(&c.ty, "`as` converts to `f32`, `i32` or `u32`");
+                    return Err(());
+                };
+                // An untyped literal cast keeps Rust's meaning: `1 as f32`.
+                let inner = self.expr(&c.expr, None)?;
+                if inner.ty == Ty::UVec3 {
+                    self.error(
+                        &c.expr,
+                        "a `UVec3` cannot be cast; cast one of its components (`.x`)",
+                    );
+                    return Err(());
+                }
+                if inner.ty == Ty::Bool && to == Ty::F32 {
+                    self.error(
+                        c,
+                        "`bool as f32` is not allowed (as in Rust); write `select(b, 1.0, 0.0)`",
+                    );
+                    return Err(());
+                }
+                Ok(Expr {
+                    kind: ExprKind::Cast(Box::new(inner), to),
+                    ty: to,
+                })
+            }
+            syn::Expr::Index(ix) => {
+                let (target, ty, _) = self.index_target(&ix.expr)?;
+                let index = self.index_expr(&ix.index)?;
+                let place = match target {
+                    Target::Param(p) => {
+                        if let ParamKind::Slice { atomic: true, .. } = self.params[p].kind {
+                            let n = &self.params[p].name;
+                            self.error(ix, format!("`{n}` is used with atomics, so every access to it is atomic: write `let v = atomic_load({n}, i);`"));
+                            return Err(());
+                        }
+                        Place::Param(p, Box::new(index))
+                    }
+                    Target::Shared(s) => Place::Shared(s, Box::new(index)),
+                };
+                Ok(Expr {
+                    kind: ExprKind::Load(place),
+                    ty,
+                })
+            }
+            syn::Expr::Field(f) => {
+                let base = self.expr(&f.base, None)?;
+                if base.ty != Ty::UVec3 {
+                    self.error(f, "only the id builtins (`global_id()`, …) have fields (`.x`, `.y`, `.z`); structs are not supported in kernels");
+                    return Err(());
+                }
+                let comp = match &f.member {
+                    syn::Member::Named(n) if n == "x" => 0,
+                    syn::Member::Named(n) if n == "y" => 1,
+                    syn::Member::Named(n) if n == "z" => 2,
+                    _ => {
+                        self.error(&f.member, "a `UVec3` has fields `x`, `y` and `z`");
+                        return Err(());
+                    }
+                };
+                Ok(Expr {
+                    kind: ExprKind::Field(Box::new(base), comp),
+                    ty: Ty::U32,
+                })
+            }
+            syn::Expr::Call(c) => self.call(c, expect),
+            syn::Expr::MethodCall(m) => self.method(m, expect),
+            syn::Expr::If(ei) => {
+                if !if_is_pure(ei) {
+                    self.error(ei, "an `if` whose branches contain statements can only be the whole value of a `let` or an assignment; move the statements out or write `let v = if ... ;`");
+                    return Err(());
+                }
+                let Some((_, els)) = &ei.else_branch else {
+                    self.error(ei, "an `if` used as a value needs an `else` branch");
+                    return Err(());
+                };
+                let cond = self.expr(&ei.cond, Some(Ty::Bool))?;
+                if cond.ty != Ty::Bool {
+                    self.error(&ei.cond, mismatch(Ty::Bool, cond.ty));
+                    return Err(());
+                }
+                let Some(syn::Stmt::Expr(t, None)) = ei.then_branch.stmts.first() else {
+                    unreachable!()
+                };
+                let a = self.expr(t, expect)?;
+                let b = match &**els {
+                    syn::Expr::Block(b) => match b.block.stmts.first() {
+                        Some(syn::Stmt::Expr(t, None)) => self.expr(t, Some(a.ty))?,
+                        _ => unreachable!(),
+                    },
+                    other => self.expr(other, Some(a.ty))?,
+                };
+                if a.ty != b.ty {
+                    self.error(
+                        ei,
+                        format!(
+                            "`if` branches have different types: `{}` and `{}`",
+                            a.ty.rust(),
+                            b.ty.rust()
+                        ),
+                    );
+                    return Err(());
+                }
+                let ty = a.ty;
+                Ok(Expr {
+                    kind: ExprKind::Cond(Box::new(cond), Box::new(a), Box::new(b)),
+                    ty,
+                })
+            }
+            syn::Expr::Block(b) if b.block.stmts.len() == 1 => match &b.block.stmts[0] {
+                syn::Stmt::Expr(inner, None) => self.expr(inner, expect),
+                _ => {
+                    self.error(e, "a block used as a value must be a single expression");
+                    Err(())
+                }
+            },
+            syn::Expr::Closure(_) => {
+                self.error(
+                    e,
+                    "closures are not supported in kernels; write the code inline",
+                );
+                Err(())
+            }
+            syn::Expr::Reference(_) => {
+                self.error(
+                    e,
+                    "references other than slice parameters are not supported in kernels",
+                );
+                Err(())
+            }
+            syn::Expr::Struct(_) => {
+                self.error(
+                    e,
+                    "structs are not supported in kernels; pass each field as its own parameter",
+                );
+                Err(())
+            }
+            syn::Expr::Tuple(_) | syn::Expr::Array(_) | syn::Expr::Repeat(_) => {
+                self.error(e, "tuples and arrays are not supported in kernels; for workgroup memory write `shared::<f32, 256>()`");
+                Err(())
+            }
+            syn::Expr::Macro(m) => {
+                self.error(&m.mac, "macros are not supported in kernels");
+                Err(())
+            }
+            syn::Expr::Async(_) | syn::Expr::Await(_) => {
+                self.error(e, "`async`/`.await` are not supported in kernels");
+                Err(())
+            }
+            syn::Expr::Range(_) => {
+                self.error(e, "ranges are only allowed as the iterator of a `for` loop");
+                Err(())
+            }
+            syn::Expr::Assign(_) => {
+                self.error(e, "an assignment is a statement, not a value");
+                Err(())
+            }
+            syn::Expr::Loop(_) | syn::Expr::While(_) | syn::Expr::ForLoop(_) => {
+                self.error(e, "loops are statements and have no value in kernels");
+                Err(())
+            }
+            _ => {
+                self.error(e, "this expression is not supported in kernels");
+                Err(())
+            }
+        }
+    }
+
+    fn lit(&mut self, lit: &syn::Lit, expect: Option<Ty>, negate: bool) -> Res<Expr> {
+        match lit {
+            syn::Lit::Bool(b) => Ok(Expr {
+                kind: ExprKind::LitBool(b.value),
+                ty: Ty::Bool,
+            }),
+            syn::Lit::Float(f) => {
+                let suffix = f.suffix();
+                if !suffix.is_empty() && suffix != "f32" {
+                    self.error(f, "kernels compute in `f32`; write `1.0` or `1.0f32`");
+                    return Err(());
+                }
+                if let Some(t) = expect {
+                    if t != Ty::F32 && t != Ty::Bool && suffix.is_empty() {
+                        self.error(f, format!("expected `{}`, found a float literal; no implicit conversions in kernels", t.rust()));
+                        return Err(());
+                    }
+                }
+                let v: f32 = f.base10_parse().map_err(|e| self.errors.push(e))?;
+                Ok(Expr {
+                    kind: ExprKind::LitF32(if negate { -v } else { v }),
+                    ty: Ty::F32,
+                })
+            }
+            syn::Lit::Int(i) => {
+                let ty = match i.suffix() {
+                    "" => match expect {
+                        Some(Ty::U32) => Ty::U32,
+                        Some(Ty::F32) => {
+                            self.error(i, format!("expected `f32`, found an integer literal; write `{}.0` (no implicit conversions in kernels)", i.base10_digits()));
+                            return Err(());
+                        }
+                        _ => Ty::I32,
+                    },
+                    "i32" => Ty::I32,
+                    "u32" => Ty::U32,
+                    "f32" => Ty::F32,
+                    other => {
+                        self.error(i, format!("`{other}` literals are not supported; kernels use `i32`, `u32` and `f32`"));
+                        return Err(());
+                    }
+                };
+                let v: u64 = i.base10_parse().map_err(|e| self.errors.push(e))?;
+                let kind = match ty {
+                    Ty::U32 => {
+                        if negate || v > u32::MAX as u64 {
+                            self.error(i, "literal out of range for `u32`");
+                            return Err(());
+                        }
+                        ExprKind::LitU32(v as u32)
+                    }
+                    Ty::I32 => {
+                        let s = if negate { -(v as i64) } else { v as i64 };
+                        if s < i32::MIN as i64 || s > i32::MAX as i64 {
+                            self.error(i, "literal out of range for `i32`");
+                            return Err(());
+                        }
+                        ExprKind::LitI32(s as i32)
+                    }
+                    _ => ExprKind::LitF32(if negate { -(v as f32) } else { v as f32 }),
+                };
+                Ok(Expr { kind, ty })
+            }
+            other => {
+                self.error(
+                    other,
+                    "only numeric and boolean literals are supported in kernels",
+                );
+                Err(())
+            }
+        }
+    }
+
+    fn path(&mut self, p: &syn::ExprPath) -> Res<Expr> {
+        if p.path.segments.len() == 2 && p.qself.is_none() {
+            let ty = p.path.segments[0].ident.to_string();
+            let c = p.path.segments[1].ident.to_string();
+            let kind = match (ty.as_str(), c.as_str()) {
+                ("f32", "INFINITY") => ExprKind::LitF32(f32::INFINITY),
+                ("f32", "NEG_INFINITY") => ExprKind::LitF32(f32::NEG_INFINITY),
+                ("f32", "MAX") => ExprKind::LitF32(f32::MAX),
+                ("f32", "MIN") => ExprKind::LitF32(f32::MIN),
+                ("f32", "MIN_POSITIVE") => ExprKind::LitF32(f32::MIN_POSITIVE),
+                ("f32", "EPSILON") => ExprKind::LitF32(f32::EPSILON),
+                ("i32", "MAX") => ExprKind::LitI32(i32::MAX),
+                ("i32", "MIN") => ExprKind::LitI32(i32::MIN),
+                ("u32", "MAX") => ExprKind::LitU32(u32::MAX),
+                ("u32", "MIN") => ExprKind::LitU32(0),
+                _ => {
+                    self.error(p, "unknown path; kernels know `f32::{INFINITY, NEG_INFINITY, MAX, MIN, MIN_POSITIVE, EPSILON}`, `i32::{MAX, MIN}`, `u32::{MAX, MIN}`");
+                    return Err(());
+                }
+            };
+            let ty = match kind {
+                ExprKind::LitF32(_) => Ty::F32,
+                ExprKind::LitI32(_) => Ty::I32,
+                _ => Ty::U32,
+            };
+            return Ok(Expr { kind, ty });
+        }
+        let Some(id) = p.path.get_ident() else {
+            self.error(p, "unknown path in a kernel");
+            return Err(());
+        };
+        let name = id.to_string();
+        if let Some(l) = self.lookup(&name) {
+            return Ok(Expr {
+                kind: ExprKind::Local(l.mangled.clone()),
+                ty: l.ty,
+            });
+        }
+        if let Some((ty, k)) = self.consts.get(&name) {
+            return Ok(Expr {
+                kind: k.clone(),
+                ty: *ty,
+            });
+        }
+        if let Some(pi) = self.param_index(&name) {
+            return match self.params[pi].kind {
+                ParamKind::Scalar(ty) => Ok(Expr {
+                    kind: ExprKind::Scalar(pi),
+                    ty,
+                }),
+                ParamKind::Slice { .. } => {
+                    self.error(
+                        p,
+                        format!("`{name}` is a slice; use it as `{name}[i]` or `{name}.len()`"),
+                    );
+                    Err(())
+                }
+            };
+        }
+        if self.shared_names.contains_key(&name) {
+            self.error(
+                p,
+                format!("`{name}` is workgroup memory; use it as `{name}[i]`"),
+            );
+            return Err(());
+        }
+        self.error(p, format!("unknown variable `{name}`"));
+        Err(())
+    }
+
+    fn unary(&mut self, u: &syn::ExprUnary, expect: Option<Ty>) -> Res<Expr> {
+        match u.op {
+            syn::UnOp::Neg(_) => {
+                if let syn::Expr::Lit(l) = &*u.expr {
+                    return self.lit(&l.lit, expect, true);
+                }
+                let v = self.expr(&u.expr, expect)?;
+                if !matches!(v.ty, Ty::F32 | Ty::I32) {
+                    self.error(u, format!("cannot negate `{}`", v.ty.rust()));
+                    return Err(());
+                }
+                let ty = v.ty;
+                Ok(Expr {
+                    kind: ExprKind::Unary(UnOp::Neg, Box::new(v)),
+                    ty,
+                })
+            }
+            syn::UnOp::Not(_) => {
+                let v = self.expr(&u.expr, expect)?;
+                if !matches!(v.ty, Ty::Bool | Ty::I32 | Ty::U32) {
+                    self.error(
+                        u,
+                        format!(
+                            "`!` applies to `bool` (logical) or integers (bitwise), not `{}`",
+                            v.ty.rust()
+                        ),
+                    );
+                    return Err(());
+                }
+                let ty = v.ty;
+                Ok(Expr {
+                    kind: ExprKind::Unary(UnOp::Not, Box::new(v)),
+                    ty,
+                })
+            }
+            syn::UnOp::Deref(_) => {
+                self.error(
+                    u,
+                    "references other than slice parameters are not supported in kernels",
+                );
+                Err(())
+            }
+            _ => {
+                self.error(u, "this operator is not supported in kernels");
+                Err(())
+            }
+        }
+    }
+
+    fn binary(&mut self, b: &syn::ExprBinary, expect: Option<Ty>) -> Res<Expr> {
+        let Some(op) = bin_op(&b.op) else {
+            self.error(b, "this operator is not supported in kernels");
+            return Err(());
+        };
+        let (l, r) = match op {
+            BinOp::Shl | BinOp::Shr => {
+                let l = self.expr(&b.left, expect.filter(|t| t.is_int()));
+                let r = self.expr(&b.right, Some(Ty::U32));
+                (l?, r?)
+            }
+            BinOp::And | BinOp::Or => (
+                self.expr(&b.left, Some(Ty::Bool))?,
+                self.expr(&b.right, Some(Ty::Bool))?,
+            ),
+            _ => {
+                let operand_expect = if op.is_compare() { None } else { expect };
+                if is_untyped_lit(&b.left) && !is_untyped_lit(&b.right) {
+                    let r = self.expr(&b.right, operand_expect);
+                    let l = self.expr(&b.left, r.as_ref().ok().map(|r| r.ty).or(operand_expect));
+                    (l?, r?)
+                } else {
+                    let l = self.expr(&b.left, operand_expect);
+                    let r = self.expr(&b.right, l.as_ref().ok().map(|l| l.ty).or(operand_expect));
+                    (l?, r?)
+                }
+            }
+        };
+        let ty = self.check_binary(op, l.ty, r.ty, b)?;
+        Ok(Expr {
+            kind: ExprKind::Binary(op, Box::new(l), Box::new(r)),
+            ty,
+        })
+    }
+
+    /// Checks operand types; returns the result type.
+    fn check_binary(&mut self, op: BinOp, l: Ty, r: Ty, node: impl quote::ToTokens) -> Res<Ty> {
+        let s = op.symbol();
+        match op {
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem => {
+                if !l.is_num() || l != r {
+                    self.error(node, format!("`{s}` needs two operands of the same numeric type; found `{}` and `{}` (no implicit conversions: use `as`)", l.rust(), r.rust()));
+                    return Err(());
+                }
+                Ok(l)
+            }
+            BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor => {
+                if !(l.is_int() || l == Ty::Bool) || l != r {
+                    self.error(node, format!("`{s}` needs two integers (or two bools) of the same type; found `{}` and `{}`", l.rust(), r.rust()));
+                    return Err(());
+                }
+                Ok(l)
+            }
+            BinOp::Shl | BinOp::Shr => {
+                if !l.is_int() || r != Ty::U32 {
+                    self.error(
+                        node,
+                        format!(
+                            "`{s}` shifts an integer by a `u32` amount; found `{}` {s} `{}`",
+                            l.rust(),
+                            r.rust()
+                        ),
+                    );
+                    return Err(());
+                }
+                Ok(l)
+            }
+            BinOp::And | BinOp::Or => {
+                if l != Ty::Bool || r != Ty::Bool {
+                    self.error(
+                        node,
+                        format!(
+                            "`{s}` needs two `bool` operands; found `{}` and `{}`",
+                            l.rust(),
+                            r.rust()
+                        ),
+                    );
+                    return Err(());
+                }
+                Ok(Ty::Bool)
+            }
+            _ => {
+                if l != r
+                    || l == Ty::UVec3
+                    || (l == Ty::Bool && !matches!(op, BinOp::Eq | BinOp::Ne))
+                {
+                    self.error(
+                        node,
+                        format!(
+                            "cannot compare `{}` with `{}` (no implicit conversions: use `as`)",
+                            l.rust(),
+                            r.rust()
+                        ),
+                    );
+                    return Err(());
+                }
+                Ok(Ty::Bool)
+            }
+        }
+    }
+
+    fn call(&mut self, c: &syn::ExprCall, expect: Option<Ty>) -> Res<Expr> {
+        let syn::Expr::Path(p) = &*c.func else {
+            self.error(&c.func, "only builtin functions can be called in kernels");
+            return Err(());
+        };
+        let Some(id) = p.path.get_ident() else {
+            self.error(&c.func, format!("unknown function `{}`; kernels can call only builtins (math functions, id builtins, atomics, `barrier()`)", quote::quote!(#p)));
+            return Err(());
+        };
+        let name = id.to_string();
+        let ids = match name.as_str() {
+            "global_id" => Some(IdBuiltin::GlobalId),
+            "local_id" => Some(IdBuiltin::LocalId),
+            "workgroup_id" => Some(IdBuiltin::WorkgroupId),
+            "num_workgroups" => Some(IdBuiltin::NumWorkgroups),
+            "workgroup_size" => Some(IdBuiltin::WorkgroupSize),
+            "global_size" => Some(IdBuiltin::GlobalSize),
+            _ => None,
+        };
+        if let Some(b) = ids {
+            if !c.args.is_empty() {
+                self.error(c, format!("`{name}()` takes no arguments"));
+                return Err(());
+            }
+            return Ok(Expr {
+                kind: ExprKind::Id(b),
+                ty: Ty::UVec3,
+            });
+        }
+        if let Some(f) = MathFn::from_name(&name) {
+            let args: Vec<&syn::Expr> = c.args.iter().collect();
+            return self.math(f, &name, &args, c, expect);
+        }
+        match name.as_str() {
+            "barrier" => self.error(c, "`barrier()` is a statement: write `barrier();`"),
+            "shared" => self.error(c, "workgroup memory is declared at the top of the kernel: `let tile = shared::<f32, 256>();`"),
+            n if AtomicOp::from_name(n).is_some() => self.error(c, "an atomic is a statement or a `let` initializer: `let old = atomic_add(y, i, 1u32);`"),
+            n if self.lookup(n).is_some() || self.param_index(n).is_some() => self.error(&c.func, format!("`{n}` is not a function")),
+            _ => self.error(&c.func, format!("unknown function `{name}`; kernels can call only builtins (math functions, id builtins, atomics, `barrier()`); helper functions and recursion are not supported")),
+        }
+        Err(())
+    }
+
+    fn math(
+        &mut self,
+        f: MathFn,
+        name: &str,
+        args: &[&syn::Expr],
+        node: impl quote::ToTokens,
+        expect: Option<Ty>,
+    ) -> Res<Expr> {
+        if args.len() != f.arity() {
+            self.error(node, format!("`{name}` takes {} argument(s)", f.arity()));
+            return Err(());
+        }
+        let mut out = Vec::new();
+        if f == MathFn::Select {
+            let c = self.expr(args[0], Some(Ty::Bool))?;
+            if c.ty != Ty::Bool {
+                self.error(
+                    args[0],
+                    format!(
+                        "`select(cond, if_true, if_false)`: the condition is `bool`, found `{}`",
+                        c.ty.rust()
+                    ),
+                );
+                return Err(());
+            }
+            out.push(c);
+            let a = self.value_args(&args[1..], expect)?;
+            let ty = a[0].ty;
+            out.extend(a);
+            return Ok(Expr {
+                kind: ExprKind::Math(f, out),
+                ty,
+            });
+        }
+        let a = self.value_args(args, expect)?;
+        let ty = a[0].ty;
+        if f.float_only() && ty != Ty::F32 {
+            self.error(
+                node,
+                format!("`{name}` is defined on `f32`, found `{}`", ty.rust()),
+            );
+            return Err(());
+        }
+        if !ty.is_num() {
+            self.error(
+                node,
+                format!("`{name}` needs numbers, found `{}`", ty.rust()),
+            );
+            return Err(());
+        }
+        if f == MathFn::Abs && ty == Ty::U32 {
+            self.error(node, "`abs` of a `u32` is the value itself; remove it");
+            return Err(());
+        }
+        Ok(Expr {
+            kind: ExprKind::Math(f, a),
+            ty,
+        })
+    }
+
+    /// Arguments that must all share one type (literals adapt to the first typed one).
+    fn value_args(&mut self, args: &[&syn::Expr], expect: Option<Ty>) -> Res<Vec<Expr>> {
+        let anchor = args.iter().position(|a| !is_untyped_lit(a));
+        let mut ty = expect;
+        let mut out: Vec<Option<Expr>> = vec![None; args.len()];
+        if let Some(i) = anchor {
+            let v = self.expr(args[i], expect)?;
+            ty = Some(v.ty);
+            out[i] = Some(v);
+        }
+        for (i, a) in args.iter().enumerate() {
+            if out[i].is_none() {
+                out[i] = Some(self.expr(a, ty)?);
+            }
+        }
+        let out: Vec<Expr> = out.into_iter().map(Option::unwrap).collect();
+        let t0 = out[0].ty;
+        for (a, v) in args.iter().zip(&out) {
+            if v.ty != t0 {
+                self.error(a, format!("arguments must have the same type: `{}` and `{}` (no implicit conversions: use `as`)", t0.rust(), v.ty.rust()));
+                return Err(());
+            }
+        }
+        Ok(out)
+    }
+
+    fn method(&mut self, m: &syn::ExprMethodCall, expect: Option<Ty>) -> Res<Expr> {
+        let name = m.method.to_string();
+        if m.turbofish.is_some() {
+            self.error(m, "method calls in kernels take no turbofish");
+            return Err(());
+        }
+        if name == "len" {
+            if !m.args.is_empty() {
+                self.error(m, "`len()` takes no arguments");
+                return Err(());
+            }
+            if let syn::Expr::Path(p) = &*m.receiver {
+                if let Some(pi) = p
+                    .path
+                    .get_ident()
+                    .and_then(|id| self.param_index(&id.to_string()))
+                {
+                    if matches!(self.params[pi].kind, ParamKind::Slice { .. })
+                        && self.lookup(&self.params[pi].name.clone()).is_none()
+                    {
+                        return Ok(Expr {
+                            kind: ExprKind::Len(pi),
+                            ty: Ty::U32,
+                        });
+                    }
+                }
+                if let Some(&s) = p
+                    .path
+                    .get_ident()
+                    .and_then(|id| self.shared_names.get(&id.to_string()))
+                {
+                    return Ok(Expr {
+                        kind: ExprKind::LitU32(self.shared[s].size),
+                        ty: Ty::U32,
+                    });
+                }
+            }
+            self.error(
+                &m.receiver,
+                "`len()` applies to a slice parameter or workgroup array",
+            );
+            return Err(());
+        }
+        if let Some(f) = MathFn::from_name(&name).filter(|f| *f != MathFn::Select) {
+            let mut args: Vec<&syn::Expr> = vec![&m.receiver];
+            args.extend(m.args.iter());
+            return self.math(f, &name, &args, m, expect);
+        }
+        self.error(&m.method, format!("method `{name}` is not supported in kernels; the builtins are `len()` and the math functions (`sqrt`, `min`, `max`, …)"));
+        Err(())
+    }
+}
+
+enum Target {
+    Param(usize),
+    Shared(usize),
+}
+
+fn mismatch(want: Ty, got: Ty) -> String {
+    format!(
+        "expected `{}`, found `{}` (no implicit conversions in kernels: use `as`)",
+        want.rust(),
+        got.rust()
+    )
+}
+
+fn is_path_call(c: &syn::ExprCall, name: &str) -> bool {
+    matches!(&*c.func, syn::Expr::Path(p) if p.path.is_ident(name))
+}
+
+fn is_untyped_lit(e: &syn::Expr) -> bool {
+    match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(i),
+            ..
+        }) => i.suffix().is_empty(),
+        syn::Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => is_untyped_lit(&u.expr),
+        syn::Expr::Paren(p) => is_untyped_lit(&p.expr),
+        _ => false,
+    }
+}
+
+/// An `if` expression whose branches are single expressions (so it can stay an expression).
+fn if_is_pure(ei: &syn::ExprIf) -> bool {
+    let single = |b: &syn::Block| {
+        b.stmts.len() == 1
+            && matches!(&b.stmts[0], syn::Stmt::Expr(e, None) if !matches!(e, syn::Expr::If(i) if !if_is_pure(i)))
+    };
+    single(&ei.then_branch)
+        && match ei.else_branch.as_ref().map(|(_, e)| &**e) {
+            Some(syn::Expr::Block(b)) => single(&b.block),
+            Some(syn::Expr::If(i)) => if_is_pure(i),
+            _ => false,
+        }
+}
+
+fn bin_op(op: &syn::BinOp) -> Option<BinOp> {
+    Some(match op {
+        syn::BinOp::Add(_) => BinOp::Add,
+        syn::BinOp::Sub(_) => BinOp::Sub,
+        syn::BinOp::Mul(_) => BinOp::Mul,
+        syn::BinOp::Div(_) => BinOp::Div,
+        syn::BinOp::Rem(_) => BinOp::Rem,
+        syn::BinOp::And(_) => BinOp::And,
+        syn::BinOp::Or(_) => BinOp::Or,
+        syn::BinOp::BitAnd(_) => BinOp::BitAnd,
+        syn::BinOp::BitOr(_) => BinOp::BitOr,
+        syn::BinOp::BitXor(_) => BinOp::BitXor,
+        syn::BinOp::Shl(_) => BinOp::Shl,
+        syn::BinOp::Shr(_) => BinOp::Shr,
+        syn::BinOp::Eq(_) => BinOp::Eq,
+        syn::BinOp::Ne(_) => BinOp::Ne,
+        syn::BinOp::Lt(_) => BinOp::Lt,
+        syn::BinOp::Le(_) => BinOp::Le,
+        syn::BinOp::Gt(_) => BinOp::Gt,
+        syn::BinOp::Ge(_) => BinOp::Ge,
+        _ => return None,
+    })
+}
+
+fn compound_op(op: &syn::BinOp) -> Option<BinOp> {
+    Some(match op {
+        syn::BinOp::AddAssign(_) => BinOp::Add,
+        syn::BinOp::SubAssign(_) => BinOp::Sub,
+        syn::BinOp::MulAssign(_) => BinOp::Mul,
+        syn::BinOp::DivAssign(_) => BinOp::Div,
+        syn::BinOp::RemAssign(_) => BinOp::Rem,
+        syn::BinOp::BitAndAssign(_) => BinOp::BitAnd,
+        syn::BinOp::BitOrAssign(_) => BinOp::BitOr,
+        syn::BinOp::BitXorAssign(_) => BinOp::BitXor,
+        syn::BinOp::ShlAssign(_) => BinOp::Shl,
+        syn::BinOp::ShrAssign(_) => BinOp::Shr,
+        _ => return None,
+    })
+}
+
+/// Folds an expression of literals to a literal (for consts and workgroup-memory sizes).
+pub fn fold(e: &Expr) -> Option<ExprKind> {
+    use ExprKind::*;
+    match &e.kind {
+        LitF32(_) | LitI32(_) | LitU32(_) | LitBool(_) => Some(e.kind.clone()),
+        Unary(UnOp::Neg, a) => match fold(a)? {
+            LitF32(v) => Some(LitF32(-v)),
+            LitI32(v) => Some(LitI32(v.wrapping_neg())),
+            _ => None,
+        },
+        Binary(op, a, b) => {
+            let (a, b) = (fold(a)?, fold(b)?);
+            match (a, b) {
+                (LitU32(a), LitU32(b)) => Some(LitU32(match op {
+                    BinOp::Add => a.wrapping_add(b),
+                    BinOp::Sub => a.wrapping_sub(b),
+                    BinOp::Mul => a.wrapping_mul(b),
+                    BinOp::Div if b != 0 => a / b,
+                    BinOp::Shl => a.wrapping_shl(b),
+                    _ => return None,
+                })),
+                (LitI32(a), LitI32(b)) => Some(LitI32(match op {
+                    BinOp::Add => a.wrapping_add(b),
+                    BinOp::Sub => a.wrapping_sub(b),
+                    BinOp::Mul => a.wrapping_mul(b),
+                    BinOp::Div if b != 0 => a.wrapping_div(b),
+                    _ => return None,
+                })),
+                (LitF32(a), LitF32(b)) => Some(LitF32(match op {
+                    BinOp::Add => a + b,
+                    BinOp::Sub => a - b,
+                    BinOp::Mul => a * b,
+                    BinOp::Div => a / b,
+                    _ => return None,
+                })),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,5 @@
+//! One emitter per target over the shared IR.
+
+pub mod cuda;
+pub mod host;
+pub mod wgsl;

@@ -1,0 +1,336 @@
+//! The typed intermediate representation every `#[kernel]` target is emitted from.
+
+use proc_macro2::Span;
+
+/// A scalar type of the kernel language (`UVec3` only for the id builtins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ty {
+    F32,
+    I32,
+    U32,
+    Bool,
+    UVec3,
+}
+
+impl Ty {
+    pub fn rust(self) -> &'static str {
+        match self {
+            Ty::F32 => "f32",
+            Ty::I32 => "i32",
+            Ty::U32 => "u32",
+            Ty::Bool => "bool",
+            Ty::UVec3 => "UVec3",
+        }
+    }
+    pub fn is_int(self) -> bool {
+        matches!(self, Ty::I32 | Ty::U32)
+    }
+    pub fn is_num(self) -> bool {
+        matches!(self, Ty::I32 | Ty::U32 | Ty::F32)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum ParamKind {
+    Scalar(Ty),
+    /// A global-memory slice; `atomic` when any atomic builtin touches it.
+    Slice {
+        elem: Ty,
+        mutable: bool,
+        atomic: bool,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Param {
+    pub name: String,
+    pub kind: ParamKind,
+    /// Index of the first argument word: scalars take one, slices two (offset, length).
+    pub word: usize,
+    /// Binding index for slices (0 is the argument block).
+    pub binding: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Shared {
+    pub name: String,
+    pub elem: Ty,
+    pub size: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    pub name: String,
+    pub params: Vec<Param>,
+    pub shared: Vec<Shared>,
+    pub workgroup: [u32; 3],
+    pub body: Vec<Stmt>,
+    pub has_barrier: bool,
+    pub arg_words: usize,
+}
+
+/// Where a value is read from or written to.
+#[derive(Clone, Debug)]
+pub enum Place {
+    Local(String),
+    Param(usize, Box<Expr>),
+    Shared(usize, Box<Expr>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    And,
+    Or,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl BinOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Rem => "%",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+            BinOp::BitAnd => "&",
+            BinOp::BitOr => "|",
+            BinOp::BitXor => "^",
+            BinOp::Shl => "<<",
+            BinOp::Shr => ">>",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+        }
+    }
+    pub fn is_compare(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Neg,
+    Not,
+}
+
+/// Math builtins. All take and return the same type, except `Select` (bool, T, T).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MathFn {
+    Abs,
+    Min,
+    Max,
+    Clamp,
+    Floor,
+    Ceil,
+    Round,
+    Sqrt,
+    Rsqrt,
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Pow,
+    Sin,
+    Cos,
+    Tanh,
+    Fma,
+    Select,
+}
+
+impl MathFn {
+    pub fn from_name(name: &str) -> Option<MathFn> {
+        Some(match name {
+            "abs" => MathFn::Abs,
+            "min" => MathFn::Min,
+            "max" => MathFn::Max,
+            "clamp" => MathFn::Clamp,
+            "floor" => MathFn::Floor,
+            "ceil" => MathFn::Ceil,
+            "round" => MathFn::Round,
+            "sqrt" => MathFn::Sqrt,
+            "rsqrt" => MathFn::Rsqrt,
+            "exp" => MathFn::Exp,
+            "exp2" => MathFn::Exp2,
+            "log" | "ln" => MathFn::Log,
+            "log2" => MathFn::Log2,
+            "pow" | "powf" => MathFn::Pow,
+            "sin" => MathFn::Sin,
+            "cos" => MathFn::Cos,
+            "tanh" => MathFn::Tanh,
+            "fma" | "mul_add" => MathFn::Fma,
+            "select" => MathFn::Select,
+            _ => return None,
+        })
+    }
+    pub fn arity(self) -> usize {
+        match self {
+            MathFn::Min | MathFn::Max | MathFn::Pow => 2,
+            MathFn::Clamp | MathFn::Fma | MathFn::Select => 3,
+            _ => 1,
+        }
+    }
+    /// Whether the function is defined only on `f32`.
+    pub fn float_only(self) -> bool {
+        !matches!(
+            self,
+            MathFn::Abs | MathFn::Min | MathFn::Max | MathFn::Clamp | MathFn::Select
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdBuiltin {
+    GlobalId,
+    LocalId,
+    WorkgroupId,
+    NumWorkgroups,
+    WorkgroupSize,
+    GlobalSize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    Add,
+    Sub,
+    Max,
+    Min,
+    And,
+    Or,
+    Xor,
+    Exchange,
+    CompareExchange,
+    Load,
+    Store,
+}
+
+impl AtomicOp {
+    pub fn from_name(name: &str) -> Option<AtomicOp> {
+        Some(match name {
+            "atomic_add" => AtomicOp::Add,
+            "atomic_sub" => AtomicOp::Sub,
+            "atomic_max" => AtomicOp::Max,
+            "atomic_min" => AtomicOp::Min,
+            "atomic_and" => AtomicOp::And,
+            "atomic_or" => AtomicOp::Or,
+            "atomic_xor" => AtomicOp::Xor,
+            "atomic_exchange" => AtomicOp::Exchange,
+            "atomic_compare_exchange" => AtomicOp::CompareExchange,
+            "atomic_load" => AtomicOp::Load,
+            "atomic_store" => AtomicOp::Store,
+            _ => return None,
+        })
+    }
+    /// Value operands after the buffer and index.
+    pub fn operands(self) -> usize {
+        match self {
+            AtomicOp::Load => 0,
+            AtomicOp::CompareExchange => 2,
+            _ => 1,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Ty,
+}
+
+#[derive(Clone, Debug)]
+pub enum ExprKind {
+    LitF32(f32),
+    LitI32(i32),
+    LitU32(u32),
+    LitBool(bool),
+    Local(String),
+    /// A scalar parameter.
+    Scalar(usize),
+    Load(Place),
+    Len(usize),
+    Id(IdBuiltin),
+    /// A component (0, 1, 2) of a `UVec3`.
+    Field(Box<Expr>, u8),
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    Cast(Box<Expr>, Ty),
+    Math(MathFn, Vec<Expr>),
+    /// `if c { a } else { b }` over pure expressions: only the taken branch is evaluated
+    /// on host and CUDA; WGSL's `select` evaluates both, which is harmless for pure code.
+    Cond(Box<Expr>, Box<Expr>, Box<Expr>),
+}
+
+#[derive(Clone, Debug)]
+pub enum Stmt {
+    /// `let`: `mutable` selects `var` over `let` in WGSL.
+    Let {
+        name: String,
+        ty: Ty,
+        mutable: bool,
+        init: Option<Expr>,
+    },
+    Assign {
+        place: Place,
+        op: Option<BinOp>,
+        value: Expr,
+        ty: Ty,
+    },
+    If {
+        cond: Expr,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+    },
+    /// `for var in start..end` (`end` evaluated once, as in Rust), with an optional step.
+    For {
+        var: String,
+        ty: Ty,
+        start: Expr,
+        end: Expr,
+        step: Option<Expr>,
+        body: Vec<Stmt>,
+    },
+    While {
+        cond: Expr,
+        body: Vec<Stmt>,
+    },
+    Loop {
+        body: Vec<Stmt>,
+    },
+    Break,
+    Continue,
+    Return,
+    Barrier {
+        span: Span,
+    },
+    /// An atomic read-modify-write on `param[index]`; the old value goes to `result`.
+    Atomic {
+        result: Option<String>,
+        op: AtomicOp,
+        param: usize,
+        index: Expr,
+        operands: Vec<Expr>,
+        ty: Ty,
+    },
+}

@@ -1,0 +1,244 @@
+//! `#[kernel]`: parse the signature, check the body into the typed IR, emit the three targets
+//! and a typed launcher.
+
+mod check;
+pub mod emit;
+pub mod ir;
+mod parse;
+mod uniformity;
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::visit::Visit;
+
+use ir::{Kernel, Param, ParamKind, Ty};
+
+pub type Errors = Vec<syn::Error>;
+
+pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    let func: syn::ItemFn = match syn::parse2(item) {
+        Ok(f) => f,
+        Err(e) => {
+            return syn::Error::new(e.span(), "`#[kernel]` applies to a function: `#[kernel(workgroup = 256)] pub fn name(...) { ... }`")
+                .to_compile_error()
+        }
+    };
+    match lower(args, &func) {
+        Ok(kernel) => generate(&func, &kernel),
+        Err((errors, params)) => {
+            let mut combined = errors.into_iter();
+            let mut first = combined.next().expect("errors are non-empty");
+            for e in combined {
+                first.combine(e);
+            }
+            let err = first.to_compile_error();
+            // Emit the launcher's signature anyway, so calls elsewhere do not add errors.
+            let stub = stub(&func, &params);
+            quote! { #err #stub }
+        }
+    }
+}
+
+/// Parses and checks a kernel; on failure returns every error and the parameters understood.
+pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, Vec<Param>)> {
+    let mut errors = Errors::new();
+    let kargs = parse::args(args, &mut errors);
+    parse::signature(&func.sig, &mut errors);
+    let atomic = atomic_params(&func.block);
+    let params = parse::params(&func.sig, &atomic, &mut errors);
+    let arg_words = params
+        .iter()
+        .map(|p| {
+            if matches!(p.kind, ParamKind::Scalar(_)) {
+                1
+            } else {
+                2
+            }
+        })
+        .sum();
+    let mut checker = check::Checker::new(&mut errors, params);
+    let body = checker.block(&func.block, true);
+    let (params, shared, has_barrier) = checker.finish();
+    let kernel = Kernel {
+        name: func.sig.ident.to_string(),
+        params,
+        shared,
+        workgroup: kargs.workgroup,
+        body,
+        has_barrier,
+        arg_words,
+    };
+    uniformity::check(&kernel, &mut errors);
+    if errors.is_empty() {
+        Ok(kernel)
+    } else {
+        Err((errors, kernel.params))
+    }
+}
+
+/// Names of parameters passed as the first argument of an `atomic_*` call.
+fn atomic_params(block: &syn::Block) -> Vec<String> {
+    struct Finder(Vec<String>);
+    impl<'ast> Visit<'ast> for Finder {
+        fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {
+            if let syn::Expr::Path(p) = &*c.func {
+                if p.path
+                    .get_ident()
+                    .is_some_and(|id| ir::AtomicOp::from_name(&id.to_string()).is_some())
+                {
+                    if let Some(syn::Expr::Path(a)) = c.args.first() {
+                        if let Some(id) = a.path.get_ident() {
+                            self.0.push(id.to_string());
+                        }
+                    }
+                }
+            }
+            syn::visit::visit_expr_call(self, c);
+        }
+    }
+    let mut f = Finder(Vec::new());
+    f.visit_block(block);
+    f.0
+}
+
+fn dtype(t: Ty) -> TokenStream {
+    match t {
+        Ty::F32 => quote!(::graphed::DType::F32),
+        Ty::I32 => quote!(::graphed::DType::I32),
+        Ty::U32 => quote!(::graphed::DType::U32),
+        _ => quote!(::graphed::DType::Bool),
+    }
+}
+
+fn rust_ty(t: Ty) -> TokenStream {
+    match t {
+        Ty::F32 => quote!(f32),
+        Ty::I32 => quote!(i32),
+        Ty::U32 => quote!(u32),
+        _ => quote!(bool),
+    }
+}
+
+/// The launcher's parameters and the `KernelArg`s it builds.
+fn launcher_parts(params: &[Param]) -> (Vec<TokenStream>, Vec<TokenStream>) {
+    let mut sig = Vec::new();
+    let mut args = Vec::new();
+    for p in params {
+        let id = format_ident!("{}", p.name);
+        match p.kind {
+            ParamKind::Scalar(t) => {
+                let rt = rust_ty(t);
+                sig.push(quote!(#id: impl ::core::convert::Into<::graphed::ScalarArg<#rt>>));
+                args.push(quote!(::graphed::KernelArg::Scalar(::core::convert::Into::<::graphed::ScalarArg<#rt>>::into(#id).erase())));
+            }
+            ParamKind::Slice { elem, mutable, .. } => {
+                let rt = rust_ty(elem);
+                if mutable {
+                    sig.push(quote!(#id: &mut ::graphed::Buffer<#rt>));
+                    args.push(quote!(::graphed::KernelArg::Write(#id.raw_view())));
+                } else {
+                    sig.push(quote!(#id: &::graphed::Buffer<#rt>));
+                    args.push(quote!(::graphed::KernelArg::Read(#id.raw_view())));
+                }
+            }
+        }
+    }
+    (sig, args)
+}
+
+fn launch_doc(func: &syn::ItemFn) -> String {
+    format!(
+        "Launches `{}` on `grid` through a device (eager) or a step context (recorded).",
+        func.sig.ident
+    )
+}
+
+fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
+    let vis = &func.vis;
+    let name = &func.sig.ident;
+    let name_str = name.to_string();
+    let docs: Vec<&syn::Attribute> = func
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("doc"))
+        .collect();
+    let wgsl = emit::wgsl::emit(k);
+    let cuda = emit::cuda::emit(k);
+    let host_src = emit::host::emit(k);
+    let host: TokenStream = match syn::parse_str(&host_src) {
+        Ok(t) => t,
+        Err(e) => {
+            let msg = format!(
+                "internal error in graphed's host emitter ({e}); please report it with this kernel"
+            );
+            return quote!(compile_error!(#msg););
+        }
+    };
+    let [wx, wy, wz] = k.workgroup;
+    let params_info: Vec<TokenStream> = k
+        .params
+        .iter()
+        .map(|p| {
+            let pname = &p.name;
+            let kind = match p.kind {
+                ParamKind::Scalar(t) => {
+                    let d = dtype(t);
+                    quote!(::graphed::ParamType::Scalar(#d))
+                }
+                ParamKind::Slice { elem, mutable, atomic } => {
+                    let d = dtype(elem);
+                    quote!(::graphed::ParamType::Slice { elem: #d, write: #mutable, atomic: #atomic })
+                }
+            };
+            quote!(::graphed::ParamInfo { name: #pname, kind: #kind })
+        })
+        .collect();
+    let (sig, args) = launcher_parts(&k.params);
+    let arg_words = k.arg_words as u32;
+    let ldoc = launch_doc(func);
+    quote! {
+        #(#docs)*
+        #[allow(non_snake_case, unused, clippy::all, clippy::pedantic)]
+        #vis mod #name {
+            /// The kernel's name (its CUDA entry point).
+            pub const NAME: &str = #name_str;
+            /// The WGSL source this kernel was compiled to.
+            pub const WGSL: &str = #wgsl;
+            /// The CUDA C source this kernel was compiled to.
+            pub const CUDA: &str = #cuda;
+            /// The workgroup shape.
+            pub const WORKGROUP: [u32; 3] = [#wx, #wy, #wz];
+            /// Everything a backend needs to run this kernel.
+            pub static DEF: ::graphed::KernelDef = ::graphed::KernelDef {
+                name: NAME,
+                wgsl: WGSL,
+                cuda: CUDA,
+                workgroup: WORKGROUP,
+                params: &[#(#params_info),*],
+                arg_words: #arg_words,
+                host,
+            };
+            #host
+            #[doc = #ldoc]
+            pub fn launch<C: ::graphed::Launch + ?Sized>(cx: &C, grid: impl ::core::convert::Into<::graphed::Grid>, #(#sig),*) -> ::graphed::Result<()> {
+                cx.launch(&DEF, ::core::convert::Into::into(grid), &[#(#args),*])
+            }
+        }
+    }
+}
+
+fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
+    let vis = &func.vis;
+    let name = &func.sig.ident;
+    let (sig, _) = launcher_parts(params);
+    quote! {
+        #[allow(non_snake_case, unused, clippy::all)]
+        #vis mod #name {
+            pub const WGSL: &str = "";
+            pub const CUDA: &str = "";
+            pub fn launch<C: ::graphed::Launch + ?Sized>(cx: &C, grid: impl ::core::convert::Into<::graphed::Grid>, #(#sig),*) -> ::graphed::Result<()> {
+                ::core::unimplemented!()
+            }
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Procedural macros of graphed: `#[kernel]` (a Rust-subset GPU kernel → WGSL, CUDA C and host
+//! Rust) and `#[graphed]` (a step function → a recorded, replayable plan holder).
+//!
+//! This file only parses and dispatches; each macro lives in its own module, as phases
+//! (parse → check → emit) working on `proc_macro2` types so they can be unit-tested.
+
+use proc_macro::TokenStream;
+
+mod graphed;
+mod kernel;
+
+/// Defines a GPU kernel in graphed's kernel language. See the crate `graphed` for the language.
+#[proc_macro_attribute]
+pub fn kernel(args: TokenStream, item: TokenStream) -> TokenStream {
+    kernel::expand(args.into(), item.into()).into()
+}
+
+/// Turns a step function into a holder type that records it once per key and replays it.
+/// See the crate `graphed` for the parameter roles and the generated API.
+#[proc_macro_attribute]
+pub fn graphed(args: TokenStream, item: TokenStream) -> TokenStream {
+    graphed::expand(args.into(), item.into()).into()
+}

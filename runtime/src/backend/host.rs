@@ -1,0 +1,115 @@
+//! The host backend: runs each kernel's host Rust form. Always available; the numerical oracle.
+
+use std::cell::Cell;
+use std::sync::MutexGuard;
+
+use super::{Backend, BackendKind, Memory, Recording};
+use crate::buffer::RawView;
+use crate::error::{Error, Result};
+use crate::host_exec::HostLaunch;
+use crate::kernel::KernelDef;
+use crate::plan::{Op, Plan};
+
+pub(crate) struct HostBackend;
+
+fn mem(view: &RawView) -> &std::sync::Mutex<Vec<u32>> {
+    match &view.buf.mem {
+        Memory::Host(m) => m,
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("a host launch bound a buffer of another backend (checked by the device)"),
+    }
+}
+
+fn lock(view: &RawView) -> Result<MutexGuard<'_, Vec<u32>>> {
+    mem(view).lock().map_err(|_| Error::Device { backend: "host", reason: "a buffer's lock was poisoned by a panic".into() })
+}
+
+/// Runs one launch over `bindings`, locking each distinct allocation once (views may alias).
+pub(crate) fn run(kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bindings: &[RawView]) -> Result<()> {
+    let mut ids: Vec<u64> = Vec::new();
+    let mut guards: Vec<MutexGuard<'_, Vec<u32>>> = Vec::new();
+    for v in bindings {
+        if !ids.contains(&v.buf.id) {
+            ids.push(v.buf.id);
+            guards.push(lock(v)?);
+        }
+    }
+    let cells: Vec<&[Cell<u32>]> = guards.iter_mut().map(|g| Cell::from_mut(&mut g[..]).as_slice_of_cells()).collect();
+    let bufs: Vec<&[Cell<u32>]> = bindings.iter().map(|v| cells[ids.iter().position(|id| *id == v.buf.id).unwrap()]).collect();
+    let launch = HostLaunch { args, bufs: &bufs, workgroups: grid };
+    (kernel.host)(&launch)?;
+    Ok(())
+}
+
+impl Backend for HostBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Host
+    }
+    fn adapter(&self) -> String {
+        "host (kernels' Rust form)".into()
+    }
+    fn arg_align_words(&self) -> usize {
+        1
+    }
+    fn alloc(&self, words: usize) -> Result<Memory> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(words).map_err(|_| Error::OutOfMemory { backend: "host", bytes: words as u64 * 4 })?;
+        v.resize(words, 0);
+        Ok(Memory::Host(std::sync::Mutex::new(v)))
+    }
+    fn write(&self, view: &RawView, data: &[u32]) -> Result<()> {
+        lock(view)?[view.offset..view.offset + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn read(&self, view: &RawView) -> Result<Vec<u32>> {
+        Ok(lock(view)?[view.offset..view.offset + view.len].to_vec())
+    }
+    fn copy(&self, src: &RawView, dst: &RawView) -> Result<()> {
+        if src.buf.id == dst.buf.id {
+            let mut g = lock(src)?;
+            g.copy_within(src.offset..src.offset + src.len, dst.offset);
+        } else {
+            let data = self.read(src)?;
+            self.write(dst, &data)?;
+        }
+        Ok(())
+    }
+    fn prepare(&self, _kernel: &'static KernelDef) -> Result<()> {
+        Ok(())
+    }
+    fn launch(&self, kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bindings: &[RawView]) -> Result<()> {
+        run(kernel, grid, args, bindings)
+    }
+    fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
+        Ok(Box::new(HostReplay { plan: plan.clone() }))
+    }
+    fn drain(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The host lowering: the plan's op list, executed directly.
+struct HostReplay {
+    plan: Plan,
+}
+
+impl Recording for HostReplay {
+    fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
+        for &(launch, word, bits) in scalars {
+            self.plan.launch_args[launch][word] = bits;
+        }
+        for op in &self.plan.ops {
+            match op {
+                Op::Launch { kernel, grid, args, bindings } => {
+                    let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
+                    run(kernel, *grid, &self.plan.launch_args[*args], &views)?;
+                }
+                Op::Copy { src, dst } => HostBackend.copy(src, dst)?,
+            }
+        }
+        Ok(())
+    }
+    fn launches(&self) -> usize {
+        self.plan.launch_count()
+    }
+}

@@ -1,0 +1,78 @@
+//! The backend trait and its implementations. A backend supplies the work each lifecycle
+//! transition brackets (allocate, upload, download, copy, launch, lower, replay, drain); the
+//! lifecycle itself lives once, in [`crate::holder`].
+
+pub(crate) mod host;
+pub(crate) mod wgpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+
+use crate::buffer::RawView;
+use crate::error::Result;
+use crate::kernel::KernelDef;
+use crate::plan::Plan;
+
+/// The kinds of backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// Kernels' host Rust form on the CPU: the numerical oracle, always available.
+    Host,
+    /// WGSL through wgpu (Vulkan, Metal, DX12, GL; lavapipe on a CPU).
+    Wgpu,
+    /// CUDA C through NVRTC and the CUDA driver, replayed as CUDA graphs.
+    Cuda,
+}
+
+impl BackendKind {
+    /// Lower-case name, as in `GRAPHED_BACKEND`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Backend storage of one allocation.
+pub(crate) enum Memory {
+    Host(std::sync::Mutex<Vec<u32>>),
+    Wgpu(::wgpu::Buffer),
+    #[cfg(feature = "cuda")]
+    Cuda(cuda::CudaMem),
+}
+
+/// One backend instance (one device).
+pub(crate) trait Backend: Send + Sync {
+    fn kind(&self) -> BackendKind;
+    fn adapter(&self) -> String;
+    /// Alignment (in 32-bit words) of each launch's argument block inside a recording's arena.
+    fn arg_align_words(&self) -> usize;
+    /// A zeroed allocation of `words` 32-bit words.
+    fn alloc(&self, words: usize) -> Result<Memory>;
+    fn write(&self, view: &RawView, data: &[u32]) -> Result<()>;
+    /// Waits for pending work, then reads.
+    fn read(&self, view: &RawView) -> Result<Vec<u32>>;
+    fn copy(&self, src: &RawView, dst: &RawView) -> Result<()>;
+    /// Compiles and caches a kernel (never inside a recording's lowering).
+    fn prepare(&self, kernel: &'static KernelDef) -> Result<()>;
+    fn launch(&self, kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bindings: &[RawView]) -> Result<()>;
+    /// Builds the backend recording of a plan. Executes nothing.
+    fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>>;
+    /// Waits for all work this backend queued.
+    fn drain(&self) -> Result<()>;
+}
+
+/// A plan lowered for one backend, replayable any number of times.
+pub(crate) trait Recording: Send {
+    /// Replays once. `scalars` are (launch, word, bits) of every per-step scalar use.
+    fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()>;
+    /// Nodes (dispatches) per replay.
+    fn launches(&self) -> usize;
+}

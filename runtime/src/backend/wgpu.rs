@@ -1,0 +1,386 @@
+//! The wgpu backend: WGSL pipelines, eager dispatches, and replay of a plan as one command
+//! buffer per step with pipelines and bind groups built once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use wgpu::util::DeviceExt;
+
+use super::{Backend, BackendKind, Memory, Recording};
+use crate::buffer::RawView;
+use crate::error::{Error, Result};
+use crate::kernel::{KernelDef, ParamType};
+use crate::plan::{Op, Plan};
+
+const NAME: &str = "wgpu";
+
+struct Pipeline {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+}
+
+pub(crate) struct WgpuBackend {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    pipelines: Mutex<HashMap<usize, Arc<Pipeline>>>,
+    /// The first error the device reported outside an error scope (validation, lost device).
+    error: Arc<Mutex<Option<String>>>,
+}
+
+fn device_err(reason: impl std::fmt::Display) -> Error {
+    Error::Device { backend: NAME, reason: reason.to_string() }
+}
+
+fn buffer(view: &RawView) -> &wgpu::Buffer {
+    match &view.buf.mem {
+        Memory::Wgpu(b) => b,
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("a wgpu launch bound a buffer of another backend (checked by the device)"),
+    }
+}
+
+impl WgpuBackend {
+    pub(crate) fn open() -> Result<WgpuBackend> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends: wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY),
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            apply_limit_buckets: false,
+        }))
+        .map_err(|e| Error::Unavailable {
+            backend: NAME,
+            reason: format!(
+                "no GPU adapter found ({e}); install a Vulkan driver (on Debian/Ubuntu without a GPU: `apt-get install mesa-vulkan-drivers libvulkan1` for lavapipe)"
+            ),
+        })?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("graphed"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::Unavailable { backend: NAME, reason: format!("the adapter {} refused a device: {e}", info.name) })?;
+        let error = Arc::new(Mutex::new(None));
+        let slot = error.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+            s.get_or_insert_with(|| e.to_string());
+        }));
+        let lost = error.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            let mut s = lost.lock().unwrap_or_else(|p| p.into_inner());
+            s.get_or_insert_with(|| format!("device lost ({reason:?}): {msg}"));
+        });
+        Ok(WgpuBackend { device, queue, info, limits, pipelines: Mutex::new(HashMap::new()), error })
+    }
+
+    /// Returns (and keeps) the device's first uncaptured error.
+    fn check(&self) -> Result<()> {
+        match &*self.error.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(device_err(e)),
+            None => Ok(()),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn inject_error(&self, msg: &str) {
+        *self.error.lock().unwrap() = Some(msg.into());
+    }
+
+    fn pipeline(&self, kernel: &'static KernelDef) -> Result<Arc<Pipeline>> {
+        let key = kernel as *const KernelDef as usize;
+        if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(p.clone());
+        }
+        let wg = kernel.workgroup;
+        let l = &self.limits;
+        if wg[0] > l.max_compute_workgroup_size_x || wg[1] > l.max_compute_workgroup_size_y || wg[2] > l.max_compute_workgroup_size_z || wg.iter().product::<u32>() > l.max_compute_invocations_per_workgroup {
+            return Err(Error::Compile {
+                kernel: kernel.name,
+                backend: NAME,
+                log: format!("workgroup {wg:?} exceeds this adapter's limits ({} invocations, {}×{}×{})", l.max_compute_invocations_per_workgroup, l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z),
+            });
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(kernel.name),
+            source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
+        });
+        let storage = |read_only: bool, binding: u32| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Storage { read_only }, has_dynamic_offset: false, min_binding_size: None },
+            count: None,
+        };
+        let mut entries = vec![storage(true, 0)];
+        for p in kernel.params {
+            if let ParamType::Slice { write, .. } = p.kind {
+                entries.push(storage(!write, entries.len() as u32));
+            }
+        }
+        let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(kernel.name), entries: &entries });
+        let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(kernel.name),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(kernel.name),
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Compile { kernel: kernel.name, backend: NAME, log: e.to_string() });
+        }
+        let p = Arc::new(Pipeline { pipeline, layout });
+        self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).insert(key, p.clone());
+        Ok(p)
+    }
+
+    fn check_grid(&self, kernel: &'static KernelDef, grid: [u32; 3]) -> Result<()> {
+        let max = self.limits.max_compute_workgroups_per_dimension;
+        if grid.iter().any(|&g| g > max) {
+            return Err(Error::Launch { kernel: kernel.name, reason: format!("grid {grid:?} exceeds this adapter's {max} workgroups per dimension") });
+        }
+        Ok(())
+    }
+
+    fn bind_group(&self, p: &Pipeline, args: (&wgpu::Buffer, u64, u64), bindings: &[RawView]) -> wgpu::BindGroup {
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: args.0, offset: args.1, size: wgpu::BufferSize::new(args.2) }),
+        }];
+        for (i, v) in bindings.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: buffer(v).as_entire_binding() });
+        }
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &p.layout, entries: &entries })
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Wgpu
+    }
+    fn adapter(&self) -> String {
+        format!("{} ({:?}, {})", self.info.name, self.info.backend, self.info.driver)
+    }
+    fn arg_align_words(&self) -> usize {
+        (self.limits.min_storage_buffer_offset_alignment as usize / 4).max(1)
+    }
+    fn alloc(&self, words: usize) -> Result<Memory> {
+        let bytes = (words.max(1) * 4) as u64;
+        if bytes > self.limits.max_buffer_size || bytes > self.limits.max_storage_buffer_binding_size as u64 {
+            return Err(Error::OutOfMemory { backend: NAME, bytes });
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        if pollster::block_on(scope.pop()).is_some() {
+            return Err(Error::OutOfMemory { backend: NAME, bytes });
+        }
+        Ok(Memory::Wgpu(buf))
+    }
+    fn write(&self, view: &RawView, data: &[u32]) -> Result<()> {
+        if !data.is_empty() {
+            self.queue.write_buffer(buffer(view), view.offset as u64 * 4, bytemuck::cast_slice(data));
+        }
+        self.check()
+    }
+    fn read(&self, view: &RawView) -> Result<Vec<u32>> {
+        if view.len == 0 {
+            return Ok(Vec::new());
+        }
+        let bytes = view.len as u64 * 4;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("graphed readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buffer(view), view.offset as u64 * 4, &staging, 0, bytes);
+        self.queue.submit([enc.finish()]);
+        let done = Arc::new(Mutex::new(None));
+        let flag = done.clone();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(r));
+        self.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(device_err)?;
+        self.check()?;
+        match done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(device_err(format!("readback failed: {e}"))),
+            None => return Err(device_err("readback did not complete")),
+        }
+        let out = {
+            let mapped = staging.slice(..).get_mapped_range().map_err(|e| device_err(format!("readback failed: {e}")))?;
+            bytemuck::cast_slice::<u8, u32>(&mapped).to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+    fn copy(&self, src: &RawView, dst: &RawView) -> Result<()> {
+        if src.len > 0 {
+            let mut enc = self.device.create_command_encoder(&Default::default());
+            enc.copy_buffer_to_buffer(buffer(src), src.offset as u64 * 4, buffer(dst), dst.offset as u64 * 4, src.len as u64 * 4);
+            self.queue.submit([enc.finish()]);
+        }
+        self.check()
+    }
+    fn prepare(&self, kernel: &'static KernelDef) -> Result<()> {
+        self.pipeline(kernel).map(|_| ())
+    }
+    fn launch(&self, kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bindings: &[RawView]) -> Result<()> {
+        self.check_grid(kernel, grid)?;
+        let p = self.pipeline(kernel)?;
+        let words: &[u32] = if args.is_empty() { &[0] } else { args };
+        let arg_buf = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("graphed args"),
+            contents: bytemuck::cast_slice(words),
+            usage: wgpu::BufferUsages::STORAGE,
+        });
+        let bg = self.bind_group(&p, (&arg_buf, 0, words.len() as u64 * 4), bindings);
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        if grid.iter().all(|&g| g > 0) {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&p.pipeline);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+        }
+        self.queue.submit([enc.finish()]);
+        self.check()
+    }
+    fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
+        let align = self.arg_align_words();
+        // One argument arena: each launch's block at an aligned offset.
+        let mut offsets = Vec::with_capacity(plan.launch_args.len());
+        let mut arena: Vec<u32> = Vec::new();
+        for a in &plan.launch_args {
+            let start = arena.len().div_ceil(align) * align;
+            arena.resize(start, 0);
+            offsets.push(start);
+            if a.is_empty() {
+                arena.push(0);
+            } else {
+                arena.extend_from_slice(a);
+            }
+        }
+        let arena_buf = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("graphed arg arena"),
+            contents: bytemuck::cast_slice(&arena),
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+        });
+        let mut ops = Vec::with_capacity(plan.ops.len());
+        for op in &plan.ops {
+            match op {
+                Op::Launch { kernel, grid, args, bindings } => {
+                    self.check_grid(kernel, *grid)?;
+                    let p = self.pipeline(kernel)?;
+                    let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
+                    let words = plan.launch_args[*args].len().max(1) as u64;
+                    let bg = self.bind_group(&p, (&arena_buf, offsets[*args] as u64 * 4, words * 4), &views);
+                    ops.push(ReplayOp::Dispatch { pipeline: p, bind_group: bg, grid: *grid });
+                }
+                Op::Copy { src, dst } => ops.push(ReplayOp::Copy {
+                    src: buffer(src).clone(),
+                    src_off: src.offset as u64 * 4,
+                    dst: buffer(dst).clone(),
+                    dst_off: dst.offset as u64 * 4,
+                    bytes: src.len as u64 * 4,
+                }),
+            }
+        }
+        self.check()?;
+        Ok(Box::new(WgpuReplay {
+            device: self.device.clone(),
+            queue: self.queue.clone(),
+            error: self.error.clone(),
+            arena,
+            offsets,
+            arena_buf,
+            ops,
+            launches: plan.launch_count(),
+        }))
+    }
+    fn drain(&self) -> Result<()> {
+        self.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Drain { backend: NAME, reason: e.to_string() })?;
+        self.check()
+    }
+}
+
+enum ReplayOp {
+    Dispatch { pipeline: Arc<Pipeline>, bind_group: wgpu::BindGroup, grid: [u32; 3] },
+    Copy { src: wgpu::Buffer, src_off: u64, dst: wgpu::Buffer, dst_off: u64, bytes: u64 },
+}
+
+/// A plan lowered for wgpu: per replay, the changed argument words are written, then every
+/// op is encoded into one command buffer (compute passes split only at copies) and submitted
+/// once. Nothing is created per replay but the encoder.
+struct WgpuReplay {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    error: Arc<Mutex<Option<String>>>,
+    arena: Vec<u32>,
+    offsets: Vec<usize>,
+    arena_buf: wgpu::Buffer,
+    ops: Vec<ReplayOp>,
+    launches: usize,
+}
+
+impl Recording for WgpuReplay {
+    fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for &(launch, word, bits) in scalars {
+            let at = self.offsets[launch] + word;
+            if self.arena[at] != bits {
+                self.arena[at] = bits;
+                lo = lo.min(at);
+                hi = hi.max(at + 1);
+            }
+        }
+        if lo < hi {
+            self.queue.write_buffer(&self.arena_buf, lo as u64 * 4, bytemuck::cast_slice(&self.arena[lo..hi]));
+        }
+        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("graphed replay") });
+        let mut i = 0;
+        while i < self.ops.len() {
+            if let ReplayOp::Copy { src, src_off, dst, dst_off, bytes } = &self.ops[i] {
+                if *bytes > 0 {
+                    enc.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *bytes);
+                }
+                i += 1;
+                continue;
+            }
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+            while let Some(ReplayOp::Dispatch { pipeline, bind_group, grid }) = self.ops.get(i) {
+                if grid.iter().all(|&g| g > 0) {
+                    pass.set_pipeline(&pipeline.pipeline);
+                    pass.set_bind_group(0, bind_group, &[]);
+                    pass.dispatch_workgroups(grid[0], grid[1], grid[2]);
+                }
+                i += 1;
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        match &*self.error.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(device_err(e)),
+            None => Ok(()),
+        }
+    }
+    fn launches(&self) -> usize {
+        self.launches
+    }
+}

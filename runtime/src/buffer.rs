@@ -1,0 +1,171 @@
+//! Typed device buffers and the untyped views that launches and plans bind.
+
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::backend::Memory;
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One device allocation. Freed when the last handle (buffer, view, recording) drops.
+pub struct RawBuffer {
+    pub(crate) id: u64,
+    pub(crate) words: usize,
+    pub(crate) mem: Memory,
+    pub(crate) device: Device,
+}
+
+impl RawBuffer {
+    pub(crate) fn new(device: Device, words: usize, mem: Memory) -> Self {
+        device.inner.allocated.fetch_add(words as u64 * 4, Ordering::Relaxed);
+        RawBuffer { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), words, mem, device }
+    }
+    /// Size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.words as u64 * 4
+    }
+}
+
+impl Drop for RawBuffer {
+    fn drop(&mut self) {
+        self.device.inner.allocated.fetch_sub(self.words as u64 * 4, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for RawBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RawBuffer#{}({} bytes)", self.id, self.bytes())
+    }
+}
+
+/// An untyped view (element offset and length) of an allocation.
+#[derive(Clone, Debug)]
+pub struct RawView {
+    pub(crate) buf: Arc<RawBuffer>,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    pub(crate) dtype: DType,
+}
+
+impl RawView {
+    /// The allocation's identity (stable for its lifetime).
+    pub fn buffer_id(&self) -> u64 {
+        self.buf.id
+    }
+    /// Element offset into the allocation.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub(crate) fn overlaps(&self, other: &RawView) -> bool {
+        self.buf.id == other.buf.id && self.offset < other.offset + other.len && other.offset < self.offset + self.len
+    }
+}
+
+/// A typed view of device memory: `len` elements of `T`.
+///
+/// A `Buffer` is a handle: `clone()` and [`Buffer::slice`] make more views of the same
+/// allocation, which lives until the last handle (or a recording that uses it) is dropped.
+pub struct Buffer<T: Element> {
+    view: RawView,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> Clone for Buffer<T> {
+    fn clone(&self) -> Self {
+        Buffer { view: self.view.clone(), _t: PhantomData }
+    }
+}
+
+impl<T: Element> std::fmt::Debug for Buffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buffer<{}>(#{}[{}..{}])", T::DTYPE.name(), self.view.buf.id, self.view.offset, self.view.offset + self.view.len)
+    }
+}
+
+impl<T: Element> Buffer<T> {
+    pub(crate) fn from_raw(buf: Arc<RawBuffer>, offset: usize, len: usize) -> Self {
+        Buffer { view: RawView { buf, offset, len, dtype: T::DTYPE }, _t: PhantomData }
+    }
+
+    /// Rebuilds a typed buffer from an untyped view; fails on a dtype mismatch.
+    pub fn try_from_view(view: RawView) -> Result<Self> {
+        if view.dtype != T::DTYPE {
+            return Err(Error::Shape(format!("expected a buffer of {}, found {}", T::DTYPE.name(), view.dtype.name())));
+        }
+        Ok(Buffer { view, _t: PhantomData })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.view.len
+    }
+
+    /// Whether the buffer has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.view.len == 0
+    }
+
+    /// The device this buffer lives on.
+    pub fn device(&self) -> &Device {
+        &self.view.buf.device
+    }
+
+    /// The untyped view launches bind.
+    pub fn raw_view(&self) -> RawView {
+        self.view.clone()
+    }
+
+    /// The allocation's identity: a state buffer replaced by another allocation is another key.
+    pub fn buffer_id(&self) -> u64 {
+        self.view.buf.id
+    }
+
+    /// A view of `range` (in elements) sharing this allocation.
+    pub fn slice(&self, range: Range<usize>) -> Result<Buffer<T>> {
+        if range.start > range.end || range.end > self.view.len {
+            return Err(Error::Shape(format!("slice {}..{} of a buffer of length {}", range.start, range.end, self.view.len)));
+        }
+        Ok(Buffer::from_raw(self.view.buf.clone(), self.view.offset + range.start, range.end - range.start))
+    }
+
+    /// Copies the contents to the host (waits for pending work on the device).
+    pub fn to_host(&self) -> Result<Vec<T>> {
+        let words = self.device().read_words(&self.view)?;
+        Ok(words.into_iter().map(T::from_bits).collect())
+    }
+
+    /// Overwrites the contents with `data` (same length).
+    pub fn write(&self, data: &[T]) -> Result<()> {
+        if data.len() != self.len() {
+            return Err(Error::Shape(format!("write of {} elements into a buffer of {}", data.len(), self.len())));
+        }
+        self.device().write_words(&self.view, bytemuck::cast_slice(data))
+    }
+
+    /// Sets every element to `value`.
+    pub fn fill(&self, value: T) -> Result<()> {
+        self.device().fill_words(&self.view, value.to_bits())
+    }
+
+    /// Copies `src` into this buffer (same length, same device).
+    pub fn copy_from(&self, src: &Buffer<T>) -> Result<()> {
+        self.device().copy_words(&src.view, &self.view)
+    }
+}

@@ -1,0 +1,333 @@
+//! Devices: backend selection (`GRAPHED_BACKEND`, `GRAPHED_REQUIRE`), allocation, transfers,
+//! and eager launches.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::backend::{Backend, BackendKind};
+use crate::buffer::{Buffer, RawBuffer, RawView};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::kernel::{ErasedScalar, Grid, KernelArg, KernelDef, Launch, ParamType};
+
+static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The device whose step this thread is recording (0: none).
+    static RECORDING: Cell<u64> = const { Cell::new(0) };
+}
+
+pub(crate) struct DeviceInner {
+    pub(crate) id: u64,
+    pub(crate) backend: Box<dyn Backend>,
+    pub(crate) allocated: AtomicU64,
+}
+
+/// A handle to one device on one backend. Cheap to clone; buffers keep their device alive.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) inner: Arc<DeviceInner>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Device({}: {})", self.kind(), self.adapter())
+    }
+}
+
+/// Which backends `GRAPHED_REQUIRE` makes mandatory (a missing one is an error, not a skip).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Required {
+    /// `wgpu`.
+    pub wgpu: bool,
+    /// `cuda`.
+    pub cuda: bool,
+    /// `nvrtc` (CUDA C compilation, no GPU needed).
+    pub nvrtc: bool,
+}
+
+impl Required {
+    /// Reads `GRAPHED_REQUIRE` (comma-separated subset of `wgpu,cuda,nvrtc`).
+    pub fn from_env() -> Result<Required> {
+        let mut r = Required::default();
+        let Ok(v) = std::env::var("GRAPHED_REQUIRE") else { return Ok(r) };
+        for part in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match part {
+                "wgpu" => r.wgpu = true,
+                "cuda" => r.cuda = true,
+                "nvrtc" => r.nvrtc = true,
+                "host" => {}
+                _ => return Err(Error::BadEnv { var: "GRAPHED_REQUIRE", value: v.clone(), hint: "a comma-separated subset of wgpu,cuda,nvrtc" }),
+            }
+        }
+        Ok(r)
+    }
+    /// Whether `kind` is required.
+    pub fn requires(&self, kind: BackendKind) -> bool {
+        match kind {
+            BackendKind::Host => false,
+            BackendKind::Wgpu => self.wgpu,
+            BackendKind::Cuda => self.cuda,
+        }
+    }
+}
+
+fn shared(slot: &'static OnceLock<std::result::Result<Device, String>>, kind: BackendKind, open: impl FnOnce() -> Result<Box<dyn Backend>>) -> Result<Device> {
+    slot.get_or_init(|| open().map(Device::from_backend).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|reason| Error::Unavailable { backend: kind.name(), reason })
+}
+
+impl Device {
+    fn from_backend(backend: Box<dyn Backend>) -> Device {
+        Device { inner: Arc::new(DeviceInner { id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed), backend, allocated: AtomicU64::new(0) }) }
+    }
+
+    /// The host backend (always available). One shared device per process.
+    pub fn host() -> Device {
+        static HOST: OnceLock<Device> = OnceLock::new();
+        HOST.get_or_init(|| Device::from_backend(Box::new(crate::backend::host::HostBackend))).clone()
+    }
+
+    /// The wgpu backend on the best adapter. One shared device per process.
+    pub fn wgpu() -> Result<Device> {
+        static WGPU: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
+        shared(&WGPU, BackendKind::Wgpu, || Ok(Box::new(crate::backend::wgpu::WgpuBackend::open()?)))
+    }
+
+    /// A fresh wgpu device of its own (its own queue), e.g. one per thread.
+    pub fn wgpu_new() -> Result<Device> {
+        Ok(Device::from_backend(Box::new(crate::backend::wgpu::WgpuBackend::open()?)))
+    }
+
+    /// The CUDA backend on GPU 0 (needs `--features cuda` and an NVIDIA driver).
+    pub fn cuda() -> Result<Device> {
+        #[cfg(feature = "cuda")]
+        {
+            static CUDA: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
+            shared(&CUDA, BackendKind::Cuda, || Ok(Box::new(crate::backend::cuda::CudaBackend::open(0)?)))
+        }
+        #[cfg(not(feature = "cuda"))]
+        Err(Error::Unavailable { backend: "cuda", reason: "graphed was built without `--features cuda`".into() })
+    }
+
+    /// Opens `kind`.
+    pub fn open(kind: BackendKind) -> Result<Device> {
+        match kind {
+            BackendKind::Host => Ok(Device::host()),
+            BackendKind::Wgpu => Device::wgpu(),
+            BackendKind::Cuda => Device::cuda(),
+        }
+    }
+
+    /// The best available device: `GRAPHED_BACKEND` if set, else CUDA (with the feature and a
+    /// driver), then wgpu, then host. A backend listed in `GRAPHED_REQUIRE` that fails to open
+    /// is an error instead of a fallback.
+    pub fn best() -> Result<Device> {
+        let required = Required::from_env()?;
+        if let Ok(v) = std::env::var("GRAPHED_BACKEND") {
+            return Device::open(parse_backend(&v)?);
+        }
+        let order: &[BackendKind] = if cfg!(feature = "cuda") { &[BackendKind::Cuda, BackendKind::Wgpu] } else { &[BackendKind::Wgpu] };
+        for &kind in order {
+            match Device::open(kind) {
+                Ok(d) => return Ok(d),
+                Err(e) if required.requires(kind) => return Err(e),
+                Err(e) => tracing::info!("graphed: {e}; trying the next backend"),
+            }
+        }
+        Ok(Device::host())
+    }
+
+    /// The backend kind.
+    pub fn kind(&self) -> BackendKind {
+        self.inner.backend.kind()
+    }
+
+    /// A description of the adapter or GPU.
+    pub fn adapter(&self) -> String {
+        self.inner.backend.adapter()
+    }
+
+    /// Identity of this device handle's device.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Bytes currently allocated on this device by graphed.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.inner.allocated.load(Ordering::Relaxed)
+    }
+
+    /// Waits for all work queued on this device.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.backend.drain()
+    }
+
+    fn recording_here(&self) -> bool {
+        RECORDING.with(|r| r.get() == self.inner.id)
+    }
+
+    pub(crate) fn set_recording(&self, on: bool) {
+        RECORDING.with(|r| r.set(if on { self.inner.id } else { 0 }));
+    }
+
+    pub(crate) fn alloc_raw(&self, words: usize) -> Result<Arc<RawBuffer>> {
+        let mem = self.inner.backend.alloc(words)?;
+        Ok(Arc::new(RawBuffer::new(self.clone(), words, mem)))
+    }
+
+    /// A zeroed buffer of `len` elements.
+    pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
+        if self.recording_here() {
+            return Err(Error::AllocationInRecording);
+        }
+        Ok(Buffer::from_raw(self.alloc_raw(len)?, 0, len))
+    }
+
+    /// A buffer holding `data`.
+    pub fn upload<T: Element>(&self, data: &[T]) -> Result<Buffer<T>> {
+        let b = self.alloc::<T>(data.len())?;
+        b.write(data)?;
+        Ok(b)
+    }
+
+    pub(crate) fn read_words(&self, view: &RawView) -> Result<Vec<u32>> {
+        if self.recording_here() {
+            return Err(Error::ReadbackInRecording("Buffer::to_host"));
+        }
+        self.inner.backend.read(view)
+    }
+
+    pub(crate) fn write_words(&self, view: &RawView, data: &[u32]) -> Result<()> {
+        if self.recording_here() {
+            return Err(Error::ReadbackInRecording("Buffer::write (a host transfer)"));
+        }
+        self.inner.backend.write(view, data)
+    }
+
+    pub(crate) fn fill_words(&self, view: &RawView, bits: u32) -> Result<()> {
+        self.launch(&crate::builtin::fill_u32::DEF, Grid::threads(view.len), &fill_args(view, bits))
+    }
+
+    pub(crate) fn copy_words(&self, src: &RawView, dst: &RawView) -> Result<()> {
+        if self.recording_here() {
+            return Err(Error::LaunchOutsideRecording("copy"));
+        }
+        check_copy(src, dst)?;
+        self.inner.backend.copy(src, dst)
+    }
+
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        &*self.inner.backend
+    }
+}
+
+pub(crate) fn fill_args(view: &RawView, bits: u32) -> [KernelArg; 2] {
+    let mut v = view.clone();
+    v.dtype = DType::U32;
+    [KernelArg::Scalar(ErasedScalar::Const(DType::U32, bits)), KernelArg::Write(v)]
+}
+
+pub(crate) fn check_copy(src: &RawView, dst: &RawView) -> Result<()> {
+    if src.len != dst.len || src.dtype != dst.dtype {
+        return Err(Error::Shape(format!("copy of {} {} into {} {}", src.len, src.dtype.name(), dst.len, dst.dtype.name())));
+    }
+    if src.buf.device.id() != dst.buf.device.id() {
+        return Err(Error::Shape("copy between buffers of different devices".into()));
+    }
+    if src.overlaps(dst) {
+        return Err(Error::Shape("copy between overlapping views".into()));
+    }
+    Ok(())
+}
+
+pub(crate) fn parse_backend(v: &str) -> Result<BackendKind> {
+    match v.trim() {
+        "host" => Ok(BackendKind::Host),
+        "wgpu" => Ok(BackendKind::Wgpu),
+        "cuda" => Ok(BackendKind::Cuda),
+        _ => Err(Error::BadEnv { var: "GRAPHED_BACKEND", value: v.into(), hint: "one of host, wgpu, cuda" }),
+    }
+}
+
+/// A launch checked against its kernel: argument words and bound views.
+pub(crate) struct BoundLaunch {
+    pub grid: [u32; 3],
+    pub args: Vec<u32>,
+    pub views: Vec<RawView>,
+    pub writes: Vec<bool>,
+    /// (word, slot, dtype) of each per-step scalar.
+    pub slots: Vec<(usize, usize)>,
+}
+
+/// Checks a launch (arity, types, device, grid, aliasing) and builds its argument block.
+pub(crate) fn bind(device: &Device, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<BoundLaunch> {
+    let fail = |reason: String| Error::Launch { kernel: kernel.name, reason };
+    if args.len() != kernel.params.len() {
+        return Err(fail(format!("{} arguments for {} parameters", args.len(), kernel.params.len())));
+    }
+    let mut out = BoundLaunch { grid: grid.resolve(kernel.workgroup), args: Vec::with_capacity(kernel.arg_words as usize), views: Vec::new(), writes: Vec::new(), slots: Vec::new() };
+    for (p, a) in kernel.params.iter().zip(args) {
+        match (p.kind, a) {
+            (ParamType::Scalar(d), KernelArg::Scalar(s)) => {
+                if s.dtype() != d {
+                    return Err(fail(format!("`{}` is {}, got {}", p.name, d.name(), s.dtype().name())));
+                }
+                if let ErasedScalar::Slot(_, slot, _) = s {
+                    out.slots.push((out.args.len(), *slot));
+                }
+                out.args.push(s.bits());
+            }
+            (ParamType::Slice { elem, write, .. }, KernelArg::Read(v) | KernelArg::Write(v)) => {
+                let is_write = matches!(a, KernelArg::Write(_));
+                if is_write != write {
+                    return Err(fail(format!("`{}` is {}", p.name, if write { "written" } else { "read-only" })));
+                }
+                if v.dtype != elem {
+                    return Err(fail(format!("`{}` is a slice of {}, got a buffer of {}", p.name, elem.name(), v.dtype.name())));
+                }
+                if v.buf.device.id() != device.id() {
+                    return Err(fail(format!("`{}` lives on another device ({})", p.name, v.buf.device.kind())));
+                }
+                if v.len > u32::MAX as usize || v.offset > u32::MAX as usize {
+                    return Err(fail(format!("`{}` has more than 2^32 elements", p.name)));
+                }
+                out.args.push(v.offset as u32);
+                out.args.push(v.len as u32);
+                out.views.push(v.clone());
+                out.writes.push(write);
+            }
+            _ => return Err(fail(format!("argument for `{}` has the wrong kind", p.name))),
+        }
+    }
+    // A written view may share its allocation with no other binding of the launch: CUDA's
+    // `__restrict__` and wgpu's usage rules both depend on it.
+    for (i, v) in out.views.iter().enumerate() {
+        for (j, w) in out.views.iter().enumerate().skip(i + 1) {
+            if v.buf.id == w.buf.id && (out.writes[i] || out.writes[j]) && (v.overlaps(w) || out.writes[i] != out.writes[j]) {
+                return Err(fail(format!(
+                    "`{}` and `{}` are bound to the same buffer and one of them is written; pass separate buffers",
+                    slice_name(kernel, i),
+                    slice_name(kernel, j)
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn slice_name(kernel: &KernelDef, n: usize) -> &'static str {
+    kernel.params.iter().filter(|p| matches!(p.kind, ParamType::Slice { .. })).nth(n).map(|p| p.name).unwrap_or("?")
+}
+
+impl Launch for Device {
+    fn launch(&self, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<()> {
+        if self.recording_here() {
+            return Err(Error::LaunchOutsideRecording(kernel.name));
+        }
+        let b = bind(self, kernel, grid, args)?;
+        self.inner.backend.launch(kernel, b.grid, &b.args, &b.views)
+    }
+}

@@ -1,0 +1,150 @@
+//! The runtime's error type: every failure is a value, never a panic.
+
+use std::fmt;
+
+/// Result with the runtime's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A fault raised by a kernel on the host backend (the GPU targets do not check bounds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelFault {
+    /// The kernel's name.
+    pub kernel: &'static str,
+    /// The slice parameter or workgroup array accessed.
+    pub target: &'static str,
+    /// What went wrong.
+    pub kind: FaultKind,
+}
+
+/// The kinds of [`KernelFault`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultKind {
+    /// An element index at or past the slice's length.
+    OutOfBounds {
+        /// The index accessed.
+        index: u32,
+        /// The slice's length.
+        len: u32,
+    },
+    /// A view that does not fit its allocation.
+    BadView,
+    /// Some invocations of a workgroup finished while others waited at `barrier()`.
+    DivergentBarrier,
+}
+
+impl fmt::Display for KernelFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            FaultKind::OutOfBounds { index, len } => write!(
+                f,
+                "kernel `{}`: index {index} is out of bounds for `{}` of length {len}",
+                self.kernel, self.target
+            ),
+            FaultKind::BadView => write!(f, "kernel `{}`: the view bound to `{}` does not fit its buffer", self.kernel, self.target),
+            FaultKind::DivergentBarrier => write!(
+                f,
+                "kernel `{}`: some invocations of a workgroup returned while others waited at `barrier()`",
+                self.kernel
+            ),
+        }
+    }
+}
+
+impl std::error::Error for KernelFault {}
+
+/// Everything that can go wrong in graphed's runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A required backend is missing, or no backend could be opened.
+    #[error("backend `{backend}` is unavailable: {reason}")]
+    Unavailable {
+        /// The backend asked for.
+        backend: &'static str,
+        /// Why, and what to install.
+        reason: String,
+    },
+    /// A bad value of `GRAPHED_BACKEND` or `GRAPHED_REQUIRE`.
+    #[error("environment variable {var}={value:?} is not understood: {hint}")]
+    BadEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is accepted.
+        hint: &'static str,
+    },
+    /// A kernel's source was rejected by the backend's compiler.
+    #[error("kernel `{kernel}` failed to compile for {backend}: {log}")]
+    Compile {
+        /// The kernel.
+        kernel: &'static str,
+        /// The backend.
+        backend: &'static str,
+        /// The compiler's log.
+        log: String,
+    },
+    /// A kernel faulted on the host backend.
+    #[error(transparent)]
+    Fault(#[from] KernelFault),
+    /// A launch was malformed (argument count, types, grid, aliasing).
+    #[error("launch of `{kernel}`: {reason}")]
+    Launch {
+        /// The kernel.
+        kernel: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Buffer sizes or devices do not match.
+    #[error("{0}")]
+    Shape(String),
+    /// A call's input does not match its static slot (length, dtype or device).
+    #[error("input `{input}` does not match: {reason}")]
+    InputMismatch {
+        /// The parameter name.
+        input: String,
+        /// What differs.
+        reason: String,
+    },
+    /// Reading device memory back inside a recording (the step would depend on a value that
+    /// does not exist yet); the key falls back to eager.
+    #[error("readback inside a recording: {0} (a recorded step cannot read device memory on the host; read outputs after `call()`)")]
+    ReadbackInRecording(&'static str),
+    /// Allocating device memory inside a recording; use `cx.output()` / `cx.workspace()`.
+    #[error("allocation inside a recording: allocate step buffers with `cx.output(..)` or `cx.workspace(..)`, and state before the first call")]
+    AllocationInRecording,
+    /// A kernel launched on the device directly while the step was being recorded.
+    #[error("kernel `{0}` was launched on the device while recording a step; launch it through the step context `cx`")]
+    LaunchOutsideRecording(&'static str),
+    /// Lowering a plan to a backend recording failed; the key runs eagerly.
+    #[error("lowering to {backend} failed: {reason}")]
+    Lower {
+        /// The backend.
+        backend: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Waiting for the device failed; memory a recording pins is not released.
+    #[error("drain failed on {backend}: {reason}")]
+    Drain {
+        /// The backend.
+        backend: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The device reported an error (validation, out of memory, lost device).
+    #[error("{backend} device error: {reason}")]
+    Device {
+        /// The backend.
+        backend: &'static str,
+        /// The device's message.
+        reason: String,
+    },
+    /// Out of device memory.
+    #[error("out of device memory allocating {bytes} bytes on {backend}")]
+    OutOfMemory {
+        /// The backend.
+        backend: &'static str,
+        /// Bytes asked for.
+        bytes: u64,
+    },
+}

@@ -1,0 +1,535 @@
+//! The lifecycle every backend shares: capture keys, record → lower → replay, recapture,
+//! bounded LRU eviction, eager fallback with reasons, warm-up, and drain before release.
+
+use std::collections::HashSet;
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use crate::backend::Recording;
+use crate::buffer::{Buffer, RawBuffer, RawView};
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::kernel::ErasedScalar;
+use crate::plan::Plan;
+use crate::step::Step;
+use std::sync::Arc;
+
+/// Bounds and options of a holder's cache.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Most recordings kept (least recently used evicted first).
+    pub max_recordings: usize,
+    /// Most static bytes kept across recordings.
+    pub max_bytes: u64,
+    /// Eager runs of a new key before it is recorded (they are real steps). Default 0.
+    pub warmup: u32,
+    /// When false, an input whose length differs from the recorded one is an error instead
+    /// of a new key.
+    pub recapture_on_shape_change: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { max_recordings: 16, max_bytes: 4 << 30, warmup: 0, recapture_on_shape_change: true }
+    }
+}
+
+/// What identifies a recording: input shapes and dtypes, state identities (allocation,
+/// offset, length), structural arguments and an optional user key. Backend and device are
+/// fixed per holder.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CaptureKey {
+    /// (dtype, length) of each input.
+    pub inputs: Vec<(DType, usize)>,
+    /// (allocation id, offset, length) of each state buffer.
+    pub states: Vec<(u64, usize, usize)>,
+    /// Structural (`#[key]`) arguments, as bits.
+    pub structural: Vec<u64>,
+    /// The user's extra key ([`Graphed::set_extra_key`]).
+    pub extra: u64,
+}
+
+/// Counters of a holder.
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    /// Plans recorded and lowered.
+    pub recordings: u64,
+    /// Replays.
+    pub replays: u64,
+    /// Eager runs (fallbacks, warm-up and `eager()` calls).
+    pub eager_calls: u64,
+    /// Why keys fell back to eager, one entry per key.
+    pub eager_reasons: Vec<String>,
+    /// Recordings evicted by the cache bounds.
+    pub evictions: u64,
+    /// Time to run the body in record mode, last recording.
+    pub last_record: Option<Duration>,
+    /// Time to lower the plan to the backend, last recording.
+    pub last_lower: Option<Duration>,
+    /// Static bytes held by cached recordings.
+    pub static_bytes: u64,
+    /// Recordings currently cached.
+    pub cached: usize,
+    /// Kernel launches per replay of the last recording.
+    pub launches_per_replay: usize,
+}
+
+/// An input argument of a call.
+pub enum InputArg<'a> {
+    /// Host data, uploaded into the static slot.
+    Host(DType, &'a [u32]),
+    /// A device buffer, copied into the static slot.
+    Device(RawView),
+}
+
+impl InputArg<'_> {
+    fn shape(&self) -> (DType, usize) {
+        match self {
+            InputArg::Host(d, w) => (*d, w.len()),
+            InputArg::Device(v) => (v.dtype, v.len),
+        }
+    }
+}
+
+/// Host data or a device buffer passed as a step input.
+pub trait AsInput<T: Element> {
+    /// The argument.
+    fn as_input(&self) -> InputArg<'_>;
+}
+
+impl<T: Element> AsInput<T> for [T] {
+    fn as_input(&self) -> InputArg<'_> {
+        InputArg::Host(T::DTYPE, bytemuck::cast_slice(self))
+    }
+}
+impl<T: Element> AsInput<T> for Vec<T> {
+    fn as_input(&self) -> InputArg<'_> {
+        InputArg::Host(T::DTYPE, bytemuck::cast_slice(self))
+    }
+}
+impl<T: Element, const N: usize> AsInput<T> for [T; N] {
+    fn as_input(&self) -> InputArg<'_> {
+        InputArg::Host(T::DTYPE, bytemuck::cast_slice(self))
+    }
+}
+impl<T: Element> AsInput<T> for Buffer<T> {
+    fn as_input(&self) -> InputArg<'_> {
+        InputArg::Device(self.raw_view())
+    }
+}
+
+/// The arguments of one call, erased by the generated code.
+pub struct CallArgs<'a> {
+    /// Input parameter names (for errors).
+    pub input_names: &'static [&'static str],
+    /// Inputs in order.
+    pub inputs: Vec<InputArg<'a>>,
+    /// State buffers in order.
+    pub states: Vec<RawView>,
+    /// Per-step scalars in order.
+    pub scalars: Vec<ErasedScalar>,
+    /// Structural arguments in order.
+    pub structural: Vec<u64>,
+}
+
+/// A step body as the holder runs it: inputs' views in, outputs' views out.
+pub type Body<'b> = dyn FnMut(&Step, &[RawView]) -> Result<Vec<RawView>> + 'b;
+
+struct Recorded {
+    plan: Plan,
+    recording: Box<dyn Recording>,
+    inputs: Vec<RawView>,
+    outputs: Vec<RawView>,
+    scalar_uses: Vec<(usize, usize, usize)>,
+    scratch: Vec<(usize, usize, u32)>,
+    bytes: u64,
+}
+
+enum State {
+    Recorded(Box<Recorded>),
+    Eager,
+    Warming(u32),
+}
+
+struct Entry {
+    key: CaptureKey,
+    state: State,
+    last_used: u64,
+}
+
+/// The per-step-function holder that `#[graphed]` generates a wrapper around: one cache of
+/// recordings per device, keyed by [`CaptureKey`].
+pub struct Graphed {
+    device: Device,
+    name: &'static str,
+    config: Config,
+    entries: Vec<Entry>,
+    stats: Stats,
+    clock: u64,
+    extra_key: u64,
+    eager_outputs: Vec<RawView>,
+    warned: HashSet<CaptureKey>,
+    fail_next_drain: bool,
+}
+
+impl Graphed {
+    /// A holder for step `name` on `device`.
+    pub fn new(device: &Device, name: &'static str) -> Graphed {
+        Graphed::with_config(device, name, Config::default())
+    }
+
+    /// A holder with explicit bounds and options.
+    pub fn with_config(device: &Device, name: &'static str, config: Config) -> Graphed {
+        Graphed {
+            device: device.clone(),
+            name,
+            config,
+            entries: Vec::new(),
+            stats: Stats::default(),
+            clock: 0,
+            extra_key: 0,
+            eager_outputs: Vec::new(),
+            warned: HashSet::new(),
+            fail_next_drain: false,
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The options.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Changes the options (bounds apply from the next recording).
+    pub fn set_config(&mut self, config: Config) {
+        self.config = config;
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        let mut s = self.stats.clone();
+        s.cached = self.entries.iter().filter(|e| matches!(e.state, State::Recorded(_))).count();
+        s.static_bytes = self.static_bytes();
+        s
+    }
+
+    fn static_bytes(&self) -> u64 {
+        self.entries.iter().map(|e| if let State::Recorded(r) = &e.state { r.bytes } else { 0 }).sum()
+    }
+
+    /// Part of every key from now on (e.g. a model version after a weight swap).
+    pub fn set_extra_key(&mut self, key: u64) {
+        self.extra_key = key;
+    }
+
+    /// The plan of the most recently used recording.
+    pub fn last_plan(&self) -> Option<&Plan> {
+        self.entries.iter().filter_map(|e| if let State::Recorded(r) = &e.state { Some((e.last_used, &r.plan)) } else { None }).max_by_key(|(t, _)| *t).map(|(_, p)| p)
+    }
+
+    /// The keys currently cached.
+    pub fn keys(&self) -> Vec<CaptureKey> {
+        self.entries.iter().map(|e| e.key.clone()).collect()
+    }
+
+    fn key(&self, args: &CallArgs<'_>) -> CaptureKey {
+        CaptureKey {
+            inputs: args.inputs.iter().map(InputArg::shape).collect(),
+            states: args.states.iter().map(|v| (v.buf.id, v.offset, v.len)).collect(),
+            structural: args.structural.clone(),
+            extra: self.extra_key,
+        }
+    }
+
+    fn check_inputs(&self, args: &CallArgs<'_>) -> Result<()> {
+        for (i, input) in args.inputs.iter().enumerate() {
+            if let InputArg::Device(v) = input {
+                if v.buf.device.id() != self.device.id() {
+                    return Err(Error::InputMismatch {
+                        input: args.input_names.get(i).unwrap_or(&"?").to_string(),
+                        reason: format!("it lives on another device ({}), the step runs on {}", v.buf.device.kind(), self.device.kind()),
+                    });
+                }
+            }
+        }
+        if !self.config.recapture_on_shape_change {
+            if let Some(e) = self.entries.iter().find(|e| matches!(e.state, State::Recorded(_))) {
+                for (i, (input, want)) in args.inputs.iter().zip(&e.key.inputs).enumerate() {
+                    let got = input.shape();
+                    if got != *want {
+                        return Err(Error::InputMismatch {
+                            input: args.input_names.get(i).unwrap_or(&"?").to_string(),
+                            reason: format!("the recording's slot holds {} {}, got {} {}", want.1, want.0.name(), got.1, got.0.name()),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one step: replays the recording for this call's key, recording it first when the
+    /// key is new, or runs eagerly where the key cannot be recorded. Returns the outputs.
+    pub fn call(&mut self, args: CallArgs<'_>, body: &mut Body<'_>) -> Result<&[RawView]> {
+        self.check_inputs(&args)?;
+        let key = self.key(&args);
+        self.clock += 1;
+        let clock = self.clock;
+        let idx = match self.entries.iter().position(|e| e.key == key) {
+            Some(i) => i,
+            None => {
+                let state = if self.config.warmup > 0 { State::Warming(0) } else { self.record(&key, &args, body)? };
+                self.entries.push(Entry { key: key.clone(), state, last_used: clock });
+                self.entries.len() - 1
+            }
+        };
+        self.entries[idx].last_used = clock;
+        if let State::Warming(n) = &mut self.entries[idx].state {
+            if *n < self.config.warmup {
+                *n += 1;
+                return self.run_eager(&args, body);
+            }
+            let state = self.record(&key, &args, body)?;
+            self.entries[idx].state = state;
+        }
+        if !matches!(self.entries[idx].state, State::Recorded(_)) {
+            return self.run_eager(&args, body);
+        }
+        match &mut self.entries[idx].state {
+            State::Recorded(rec) => {
+                upload_inputs(&self.device, &rec.inputs, &args.inputs)?;
+                rec.scratch.clear();
+                for &(launch, word, slot) in &rec.scalar_uses {
+                    rec.scratch.push((launch, word, args.scalars[slot].bits()));
+                }
+                rec.recording.replay(&rec.scratch)?;
+                self.stats.replays += 1;
+                Ok(&rec.outputs)
+            }
+            _ => unreachable!("checked above"),
+        }
+    }
+
+    /// Runs the body eagerly (no recording), e.g. to compare with replay.
+    pub fn eager(&mut self, args: CallArgs<'_>, body: &mut Body<'_>) -> Result<&[RawView]> {
+        self.check_inputs(&args)?;
+        self.run_eager(&args, body)
+    }
+
+    fn run_eager(&mut self, args: &CallArgs<'_>, body: &mut Body<'_>) -> Result<&[RawView]> {
+        let mut inputs = Vec::with_capacity(args.inputs.len());
+        for input in &args.inputs {
+            inputs.push(match input {
+                InputArg::Device(v) => v.clone(),
+                InputArg::Host(d, words) => {
+                    let raw = self.device.alloc_raw(words.len())?;
+                    let v = RawView { buf: raw, offset: 0, len: words.len(), dtype: *d };
+                    self.device.backend().write(&v, words)?;
+                    v
+                }
+            });
+        }
+        let step = Step::eager(&self.device, args.scalars.clone());
+        let outputs = body(&step, &inputs)?;
+        self.stats.eager_calls += 1;
+        self.eager_outputs = outputs;
+        Ok(&self.eager_outputs)
+    }
+
+    /// Records and lowers a plan for `key`; a body that cannot be recorded yields `Eager`.
+    fn record(&mut self, key: &CaptureKey, args: &CallArgs<'_>, body: &mut Body<'_>) -> Result<State> {
+        let t0 = Instant::now();
+        let mut inputs = Vec::with_capacity(args.inputs.len());
+        for (i, input) in args.inputs.iter().enumerate() {
+            let (dtype, len) = input.shape();
+            let raw: Arc<RawBuffer> = self.device.alloc_raw(len)?;
+            let v = RawView { buf: raw, offset: 0, len, dtype };
+            inputs.push(v);
+            let _ = i;
+        }
+        let step = Step::record(&self.device, args.scalars.clone());
+        for (i, v) in inputs.iter().enumerate() {
+            step.register(v, crate::plan::BufferRole::Input, args.input_names.get(i).copied());
+        }
+        self.device.set_recording(true);
+        let result = body(&step, &inputs);
+        self.device.set_recording(false);
+        let outputs = match result {
+            Ok(o) => o,
+            Err(e @ (Error::ReadbackInRecording(_) | Error::AllocationInRecording | Error::LaunchOutsideRecording(_))) => {
+                return Ok(self.fall_back(key, format!("not capturable: {e}")));
+            }
+            Err(e) => return Err(e),
+        };
+        let rec = step.into_recorder().expect("a recording step has a recorder");
+        let record_time = t0.elapsed();
+        let t1 = Instant::now();
+        let recording = match self.device.backend().lower(&rec.plan) {
+            Ok(r) => r,
+            Err(e @ Error::Lower { .. }) => return Ok(self.fall_back(key, e.to_string())),
+            Err(e) => return Err(e),
+        };
+        let lower_time = t1.elapsed();
+        let bytes = rec.plan.static_bytes();
+        self.make_room(bytes)?;
+        self.stats.recordings += 1;
+        self.stats.last_record = Some(record_time);
+        self.stats.last_lower = Some(lower_time);
+        self.stats.launches_per_replay = recording.launches();
+        tracing::debug!(step = self.name, launches = recording.launches(), ?record_time, ?lower_time, "graphed: recorded");
+        Ok(State::Recorded(Box::new(Recorded {
+            plan: rec.plan,
+            recording,
+            inputs,
+            outputs,
+            scalar_uses: rec.scalar_uses,
+            scratch: Vec::new(),
+            bytes,
+        })))
+    }
+
+    fn fall_back(&mut self, key: &CaptureKey, reason: String) -> State {
+        if self.warned.insert(key.clone()) {
+            tracing::warn!(step = self.name, "graphed: `{}` runs eagerly for this key: {reason}", self.name);
+        }
+        self.stats.eager_reasons.push(reason);
+        State::Eager
+    }
+
+    /// Evicts least-recently-used recordings until one of `bytes` more fits the bounds.
+    fn make_room(&mut self, bytes: u64) -> Result<()> {
+        loop {
+            let recorded: Vec<usize> = (0..self.entries.len()).filter(|&i| matches!(self.entries[i].state, State::Recorded(_))).collect();
+            let over_count = recorded.len() >= self.config.max_recordings.max(1);
+            let over_bytes = !recorded.is_empty() && self.static_bytes() + bytes > self.config.max_bytes;
+            if !(over_count || over_bytes) {
+                return Ok(());
+            }
+            let victim = *recorded.iter().min_by_key(|&&i| self.entries[i].last_used).expect("non-empty");
+            self.drain()?;
+            self.entries.remove(victim);
+            self.stats.evictions += 1;
+        }
+    }
+
+    /// Drops the recordings whose key matches `pred` (after draining); returns how many.
+    pub fn evict_where(&mut self, pred: impl Fn(&CaptureKey) -> bool) -> Result<usize> {
+        self.drain()?;
+        let before = self.entries.len();
+        self.entries.retain(|e| !pred(&e.key));
+        Ok(before - self.entries.len())
+    }
+
+    /// Drops every recording (e.g. after swapping weights); the next call records again.
+    pub fn invalidate(&mut self) -> Result<()> {
+        self.clear()
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.fail_next_drain) {
+            return Err(Error::Drain { backend: self.device.kind().name(), reason: "injected failure (test hook)".into() });
+        }
+        self.device.synchronize().map_err(|e| match e {
+            e @ Error::Drain { .. } => e,
+            e => Error::Drain { backend: self.device.kind().name(), reason: e.to_string() },
+        })
+    }
+
+    /// Waits for the device, then releases every recording and its static buffers. If the
+    /// wait fails the error is returned and the memory is leaked, never freed while the
+    /// device may still use it; the holder is empty either way.
+    pub fn clear(&mut self) -> Result<()> {
+        let result = self.drain();
+        let entries = std::mem::take(&mut self.entries);
+        let eager = std::mem::take(&mut self.eager_outputs);
+        if result.is_err() {
+            std::mem::forget(entries);
+            std::mem::forget(eager);
+        }
+        result
+    }
+
+    #[doc(hidden)]
+    /// Test hook: the next drain fails.
+    pub fn __fail_next_drain(&mut self) {
+        self.fail_next_drain = true;
+    }
+}
+
+impl Drop for Graphed {
+    fn drop(&mut self) {
+        if self.entries.is_empty() && self.eager_outputs.is_empty() {
+            return;
+        }
+        if let Err(e) = self.drain() {
+            // Freeing now could hand memory the device still uses to a new allocation.
+            eprintln!("graphed: fatal: `{}` could not drain before releasing its recordings: {e}; aborting instead of freeing memory the device may still use", self.name);
+            std::process::abort();
+        }
+    }
+}
+
+fn upload_inputs(device: &Device, slots: &[RawView], inputs: &[InputArg<'_>]) -> Result<()> {
+    for (slot, input) in slots.iter().zip(inputs) {
+        match input {
+            InputArg::Host(_, words) => device.backend().write(slot, words)?,
+            InputArg::Device(v) => device.backend().copy(v, slot)?,
+        }
+    }
+    Ok(())
+}
+
+/// A step output borrowed from its holder: it cannot outlive the next `call` (the borrow
+/// checker rejects that), so a replay can never overwrite data you still hold.
+pub struct Out<'a, T: Element> {
+    view: &'a RawView,
+    _t: PhantomData<T>,
+}
+
+impl<'a, T: Element> Out<'a, T> {
+    #[doc(hidden)]
+    pub fn __new(view: &'a RawView) -> Result<Self> {
+        if view.dtype != T::DTYPE {
+            return Err(Error::Shape(format!("output is {}, expected {}", view.dtype.name(), T::DTYPE.name())));
+        }
+        Ok(Out { view, _t: PhantomData })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.view.len
+    }
+
+    /// Whether the output is empty.
+    pub fn is_empty(&self) -> bool {
+        self.view.len == 0
+    }
+
+    /// Copies the output to the host.
+    pub fn to_host(&self) -> Result<Vec<T>> {
+        Ok(self.view.buf.device.backend().read(self.view)?.into_iter().map(T::from_bits).collect())
+    }
+
+    /// Copies the output into a buffer you own (same length and device).
+    pub fn copy_into(&self, dst: &Buffer<T>) -> Result<()> {
+        dst.device().copy_words(self.view, &dst.raw_view())
+    }
+
+    /// Copies the output into a new buffer you own.
+    pub fn to_buffer(&self) -> Result<Buffer<T>> {
+        let b = self.view.buf.device.alloc::<T>(self.view.len)?;
+        self.copy_into(&b)?;
+        Ok(b)
+    }
+}
+
+impl<T: Element> std::fmt::Debug for Out<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Out<{}>({} elements)", T::DTYPE.name(), self.view.len)
+    }
+}

@@ -1,0 +1,270 @@
+//! What the host form of a kernel runs on: bounds-checked slices, workgroup memory, and
+//! barriers as futures polled in rounds. Used by code that `#[kernel]` generates.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use crate::dtype::Element;
+use crate::error::{FaultKind, KernelFault};
+
+/// One launch on the host: argument words, bound allocations, workgroup counts.
+pub struct HostLaunch<'a> {
+    /// The argument block.
+    pub args: &'a [u32],
+    /// Slice bindings in parameter order (whole allocations, as words).
+    pub bufs: &'a [&'a [Cell<u32>]],
+    /// Workgroup counts.
+    pub workgroups: [u32; 3],
+}
+
+/// A 3-component id, as returned by `global_id()` and friends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UVec3 {
+    /// x.
+    pub x: u32,
+    /// y.
+    pub y: u32,
+    /// z.
+    pub z: u32,
+}
+
+impl From<[u32; 3]> for UVec3 {
+    fn from(v: [u32; 3]) -> Self {
+        UVec3 { x: v[0], y: v[1], z: v[2] }
+    }
+}
+
+/// A view of a bound slice; every access is checked against the view's length.
+pub struct HostSlice<'a, T> {
+    cells: &'a [Cell<u32>],
+    len: u32,
+    kernel: &'static str,
+    name: &'static str,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T> Clone for HostSlice<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for HostSlice<'_, T> {}
+
+/// Atomic read-modify-write operations.
+#[derive(Clone, Copy, Debug)]
+pub enum AtomicRmw {
+    /// Wrapping add.
+    Add,
+    /// Wrapping subtract.
+    Sub,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+    /// Bitwise and.
+    And,
+    /// Bitwise or.
+    Or,
+    /// Bitwise xor.
+    Xor,
+    /// Exchange.
+    Exchange,
+}
+
+/// Integer element types that support atomics.
+pub trait AtomicElem: Element + Ord {
+    /// Applies `op`.
+    fn rmw(op: AtomicRmw, old: Self, v: Self) -> Self;
+}
+
+macro_rules! atomic_elem {
+    ($t:ty) => {
+        impl AtomicElem for $t {
+            fn rmw(op: AtomicRmw, old: Self, v: Self) -> Self {
+                match op {
+                    AtomicRmw::Add => old.wrapping_add(v),
+                    AtomicRmw::Sub => old.wrapping_sub(v),
+                    AtomicRmw::Max => old.max(v),
+                    AtomicRmw::Min => old.min(v),
+                    AtomicRmw::And => old & v,
+                    AtomicRmw::Or => old | v,
+                    AtomicRmw::Xor => old ^ v,
+                    AtomicRmw::Exchange => v,
+                }
+            }
+        }
+    };
+}
+atomic_elem!(u32);
+atomic_elem!(i32);
+
+impl<'a, T: Element> HostSlice<'a, T> {
+    /// The view of binding `binding` whose offset and length are argument words `word`, `word+1`.
+    pub fn new(l: &HostLaunch<'a>, binding: usize, word: usize, kernel: &'static str, name: &'static str) -> Result<Self, KernelFault> {
+        let off = l.args[word] as usize;
+        let len = l.args[word + 1];
+        let buf = l.bufs[binding];
+        let cells = buf.get(off..off + len as usize).ok_or(KernelFault { kernel, target: name, kind: FaultKind::BadView })?;
+        Ok(HostSlice { cells, len, kernel, name, _t: std::marker::PhantomData })
+    }
+
+    /// The view's length.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn cell(&self, i: u32) -> Result<&'a Cell<u32>, KernelFault> {
+        self.cells.get(i as usize).ok_or(KernelFault {
+            kernel: self.kernel,
+            target: self.name,
+            kind: FaultKind::OutOfBounds { index: i, len: self.len },
+        })
+    }
+
+    /// Reads element `i`.
+    #[inline]
+    pub fn get(&self, i: u32) -> Result<T, KernelFault> {
+        Ok(T::from_bits(self.cell(i)?.get()))
+    }
+
+    /// Writes element `i`.
+    #[inline]
+    pub fn set(&self, i: u32, v: T) -> Result<(), KernelFault> {
+        self.cell(i)?.set(v.to_bits());
+        Ok(())
+    }
+}
+
+impl<T: AtomicElem> HostSlice<'_, T> {
+    /// An atomic read-modify-write; returns the old value.
+    pub fn atomic(&self, op: AtomicRmw, i: u32, v: T) -> Result<T, KernelFault> {
+        let c = self.cell(i)?;
+        let old = T::from_bits(c.get());
+        c.set(T::rmw(op, old, v).to_bits());
+        Ok(old)
+    }
+
+    /// Strong compare-exchange; returns the old value.
+    pub fn compare_exchange(&self, i: u32, expected: T, v: T) -> Result<T, KernelFault> {
+        let c = self.cell(i)?;
+        let old = T::from_bits(c.get());
+        if old == expected {
+            c.set(v.to_bits());
+        }
+        Ok(old)
+    }
+}
+
+/// Workgroup memory of one workgroup (zeroed; kernels must not rely on that on GPUs).
+pub struct HostShared<T> {
+    cells: Vec<Cell<u32>>,
+    kernel: &'static str,
+    name: &'static str,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Element> HostShared<T> {
+    /// `size` zeroed elements.
+    pub fn new(size: u32, kernel: &'static str, name: &'static str) -> Self {
+        HostShared { cells: (0..size).map(|_| Cell::new(0)).collect(), kernel, name, _t: std::marker::PhantomData }
+    }
+
+    fn cell(&self, i: u32) -> Result<&Cell<u32>, KernelFault> {
+        self.cells.get(i as usize).ok_or(KernelFault {
+            kernel: self.kernel,
+            target: self.name,
+            kind: FaultKind::OutOfBounds { index: i, len: self.cells.len() as u32 },
+        })
+    }
+
+    /// Reads element `i`.
+    #[inline]
+    pub fn get(&self, i: u32) -> Result<T, KernelFault> {
+        Ok(T::from_bits(self.cell(i)?.get()))
+    }
+
+    /// Writes element `i`.
+    #[inline]
+    pub fn set(&self, i: u32, v: T) -> Result<(), KernelFault> {
+        self.cell(i)?.set(v.to_bits());
+        Ok(())
+    }
+}
+
+/// One invocation of a kernel that uses `barrier()`.
+pub type Task<'a> = Pin<Box<dyn Future<Output = Result<(), KernelFault>> + 'a>>;
+
+/// `barrier()` on the host: yields once, so the workgroup's other invocations catch up.
+pub fn barrier() -> Barrier {
+    Barrier { yielded: false }
+}
+
+/// The future returned by [`barrier`].
+pub struct Barrier {
+    yielded: bool,
+}
+
+impl Future for Barrier {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.yielded {
+            Poll::Ready(())
+        } else {
+            self.yielded = true;
+            Poll::Pending
+        }
+    }
+}
+
+/// Runs a workgroup's invocations in rounds: each round polls every live invocation up to its
+/// next barrier. A round where some finish and others wait is a divergent barrier.
+pub fn run_workgroup(mut tasks: Vec<Task<'_>>, kernel: &'static str) -> Result<(), KernelFault> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut live: Vec<bool> = vec![true; tasks.len()];
+    loop {
+        let (mut waiting, mut finished) = (0usize, 0usize);
+        for (t, alive) in tasks.iter_mut().zip(live.iter_mut()) {
+            if !*alive {
+                continue;
+            }
+            match t.as_mut().poll(&mut cx) {
+                Poll::Ready(r) => {
+                    r?;
+                    *alive = false;
+                    finished += 1;
+                }
+                Poll::Pending => waiting += 1,
+            }
+        }
+        if waiting == 0 {
+            return Ok(());
+        }
+        if finished > 0 || live.iter().filter(|a| **a).count() != waiting {
+            return Err(KernelFault { kernel, target: "barrier", kind: FaultKind::DivergentBarrier });
+        }
+    }
+}
+
+/// Integer division as WGSL defines it: `x / 0 == x`, `MIN / -1 == MIN`.
+pub fn div_i32(a: i32, b: i32) -> i32 {
+    if b == 0 { a } else { a.wrapping_div(b) }
+}
+/// Remainder as WGSL defines it: `x % 0 == 0`, `MIN % -1 == 0`.
+pub fn rem_i32(a: i32, b: i32) -> i32 {
+    if b == 0 { 0 } else { a.wrapping_rem(b) }
+}
+/// `x / 0 == x`.
+pub fn div_u32(a: u32, b: u32) -> u32 {
+    a.checked_div(b).unwrap_or(a)
+}
+/// `x % 0 == 0`.
+pub fn rem_u32(a: u32, b: u32) -> u32 {
+    a.checked_rem(b).unwrap_or(0)
+}

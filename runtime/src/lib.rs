@@ -1,0 +1,32 @@
+//! The runtime of graphed: devices and buffers on three backends (host, wgpu, CUDA), kernel
+//! launches, plans, and the record → lower → replay lifecycle shared by every backend.
+
+extern crate self as graphed;
+
+mod backend;
+mod buffer;
+mod builtin;
+mod device;
+mod dtype;
+mod error;
+mod holder;
+mod host_exec;
+mod kernel;
+mod plan;
+mod step;
+
+pub use backend::BackendKind;
+pub use buffer::{Buffer, RawView};
+pub use device::{Device, Required};
+pub use dtype::{DType, Element, Scalar as ScalarValue};
+pub use error::{Error, FaultKind, KernelFault, Result};
+pub use holder::{AsInput, Body, CallArgs, CaptureKey, Config, Graphed, InputArg, Out, Stats};
+pub use kernel::{ErasedScalar, Grid, HostFn, KernelArg, KernelDef, Launch, ParamInfo, ParamType, ScalarArg};
+pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
+pub use step::{Input, Output, Scalar, Step};
+
+/// Used by code that `#[kernel]` and `#[graphed]` generate; not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::host_exec::*;
+}

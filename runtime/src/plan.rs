@@ -1,0 +1,166 @@
+//! Plans: the backend-neutral record of a step (ops over static buffers), inspectable and
+//! printable as Graphviz DOT.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use crate::buffer::RawView;
+use crate::kernel::KernelDef;
+
+/// What a buffer is to a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufferRole {
+    /// A static input slot, written before each replay.
+    Input,
+    /// A static output slot, read after each replay.
+    Output,
+    /// A static temporary of the step.
+    Workspace,
+    /// A user-owned persistent buffer (weights, optimizer state, gradients).
+    State,
+    /// Any other buffer the step touched.
+    External,
+}
+
+impl BufferRole {
+    fn name(self) -> &'static str {
+        match self {
+            BufferRole::Input => "input",
+            BufferRole::Output => "output",
+            BufferRole::Workspace => "workspace",
+            BufferRole::State => "state",
+            BufferRole::External => "external",
+        }
+    }
+}
+
+/// A buffer a plan touches, with its role and access.
+#[derive(Clone, Debug)]
+pub struct PlanBuffer {
+    /// Allocation identity.
+    pub id: u64,
+    /// Role in the step.
+    pub role: BufferRole,
+    /// Name (the parameter's, or `out0`, `ws0`, …).
+    pub name: String,
+    /// Bytes of the allocation.
+    pub bytes: u64,
+    /// Read by some op.
+    pub read: bool,
+    /// Written by some op.
+    pub written: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Binding {
+    pub view: RawView,
+    pub write: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Op {
+    Launch { kernel: &'static KernelDef, grid: [u32; 3], args: usize, bindings: Vec<Binding> },
+    Copy { src: RawView, dst: RawView },
+}
+
+/// The record of one step: ops in order, their argument blocks, and every buffer touched.
+/// Holding a plan pins (reference-counts) every buffer it touches.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub(crate) ops: Vec<Op>,
+    pub(crate) launch_args: Vec<Vec<u32>>,
+    pub(crate) buffers: Vec<PlanBuffer>,
+}
+
+/// One op of a plan, for inspection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanOp {
+    /// A kernel launch.
+    Launch {
+        /// Kernel name.
+        kernel: &'static str,
+        /// Workgroup counts.
+        grid: [u32; 3],
+        /// Indices into [`Plan::buffers`] read.
+        reads: Vec<usize>,
+        /// Indices into [`Plan::buffers`] written.
+        writes: Vec<usize>,
+    },
+    /// A device-to-device copy.
+    Copy {
+        /// Source buffer index.
+        src: usize,
+        /// Destination buffer index.
+        dst: usize,
+    },
+}
+
+impl Plan {
+    /// Kernel launches per replay.
+    pub fn launch_count(&self) -> usize {
+        self.ops.iter().filter(|o| matches!(o, Op::Launch { .. })).count()
+    }
+
+    /// Every buffer the plan touches.
+    pub fn buffers(&self) -> &[PlanBuffer] {
+        &self.buffers
+    }
+
+    /// Bytes of the static buffers the plan owns (inputs, outputs, workspace).
+    pub fn static_bytes(&self) -> u64 {
+        self.buffers.iter().filter(|b| matches!(b.role, BufferRole::Input | BufferRole::Output | BufferRole::Workspace)).map(|b| b.bytes).sum()
+    }
+
+    fn index(&self) -> HashMap<u64, usize> {
+        self.buffers.iter().enumerate().map(|(i, b)| (b.id, i)).collect()
+    }
+
+    /// The ops, for inspection.
+    pub fn ops(&self) -> Vec<PlanOp> {
+        let ix = self.index();
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::Launch { kernel, grid, bindings, .. } => PlanOp::Launch {
+                    kernel: kernel.name,
+                    grid: *grid,
+                    reads: bindings.iter().filter(|b| !b.write).map(|b| ix[&b.view.buf.id]).collect(),
+                    writes: bindings.iter().filter(|b| b.write).map(|b| ix[&b.view.buf.id]).collect(),
+                },
+                Op::Copy { src, dst } => PlanOp::Copy { src: ix[&src.buf.id], dst: ix[&dst.buf.id] },
+            })
+            .collect()
+    }
+
+    /// Graphviz DOT: ops as ellipses in order, buffers as boxes, edges for reads and writes.
+    pub fn to_dot(&self) -> String {
+        let mut s = String::from("digraph plan {\n  rankdir=LR;\n  node [fontname=\"monospace\"];\n");
+        for (i, b) in self.buffers.iter().enumerate() {
+            let style = match b.role {
+                BufferRole::Input => "shape=box, style=filled, fillcolor=\"#dbeafe\"",
+                BufferRole::Output => "shape=box, style=filled, fillcolor=\"#dcfce7\"",
+                BufferRole::State => "shape=box, style=filled, fillcolor=\"#fef9c3\"",
+                _ => "shape=box",
+            };
+            writeln!(s, "  b{i} [{style}, label=\"{} ({}, {} B)\"];", b.name, b.role.name(), b.bytes).unwrap();
+        }
+        for (n, op) in self.ops().iter().enumerate() {
+            match op {
+                PlanOp::Launch { kernel, grid, reads, writes } => {
+                    writeln!(s, "  op{n} [shape=ellipse, label=\"{n}: {kernel} {}x{}x{}\"];", grid[0], grid[1], grid[2]).unwrap();
+                    for r in reads {
+                        writeln!(s, "  b{r} -> op{n};").unwrap();
+                    }
+                    for w in writes {
+                        writeln!(s, "  op{n} -> b{w};").unwrap();
+                    }
+                }
+                PlanOp::Copy { src, dst } => {
+                    writeln!(s, "  op{n} [shape=diamond, label=\"{n}: copy\"];\n  b{src} -> op{n};\n  op{n} -> b{dst};").unwrap();
+                }
+            }
+        }
+        s.push_str("}\n");
+        s
+    }
+}

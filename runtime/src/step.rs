@@ -1,0 +1,234 @@
+//! The step context a `#[graphed]` body runs with: in record mode it appends ops to a plan and
+//! executes nothing; in eager mode it launches directly. It offers launches, copies and fills
+//! only: no readback.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
+
+use crate::buffer::{Buffer, RawView};
+use crate::device::{bind, check_copy, fill_args, Device};
+use crate::dtype::{Element, Scalar as ScalarValue};
+use crate::error::{Error, Result};
+use crate::kernel::{ErasedScalar, Grid, KernelArg, KernelDef, Launch, ScalarArg};
+use crate::plan::{Binding, BufferRole, Op, Plan, PlanBuffer};
+
+/// A static input slot of a step (read-only inside the body).
+#[derive(Debug)]
+pub struct Input<T: Element>(Buffer<T>);
+
+impl<T: Element> Input<T> {
+    #[doc(hidden)]
+    pub fn __from_view(view: RawView) -> Result<Self> {
+        Buffer::try_from_view(view).map(Input)
+    }
+}
+
+impl<T: Element> Deref for Input<T> {
+    type Target = Buffer<T>;
+    fn deref(&self) -> &Buffer<T> {
+        &self.0
+    }
+}
+
+/// A static output slot of a step, created with [`Step::output`].
+#[derive(Debug)]
+pub struct Output<T: Element>(Buffer<T>);
+
+impl<T: Element> Output<T> {
+    #[doc(hidden)]
+    pub fn __into_view(self) -> RawView {
+        self.0.raw_view()
+    }
+}
+
+impl<T: Element> Deref for Output<T> {
+    type Target = Buffer<T>;
+    fn deref(&self) -> &Buffer<T> {
+        &self.0
+    }
+}
+
+impl<T: Element> DerefMut for Output<T> {
+    fn deref_mut(&mut self) -> &mut Buffer<T> {
+        &mut self.0
+    }
+}
+
+/// A per-step scalar inside a step body: its value lives in device memory and is written
+/// before every replay. It has no host value on purpose: computing with it on the host
+/// would bake one step's value into the recording.
+#[derive(Debug, Clone, Copy)]
+pub struct Scalar<T: ScalarValue> {
+    arg: ScalarArg<T>,
+}
+
+impl<T: ScalarValue> From<Scalar<T>> for ScalarArg<T> {
+    fn from(s: Scalar<T>) -> ScalarArg<T> {
+        s.arg
+    }
+}
+
+pub(crate) struct Recorder {
+    pub plan: Plan,
+    /// (launch, word, slot) of every per-step scalar use.
+    pub scalar_uses: Vec<(usize, usize, usize)>,
+    roles: HashMap<u64, usize>,
+    counts: HashMap<BufferRole, usize>,
+}
+
+/// The context of a step body. Kernels launch through it (`kernel::launch(cx, ...)`).
+pub struct Step {
+    device: Device,
+    scalars: Vec<ErasedScalar>,
+    rec: Option<RefCell<Recorder>>,
+}
+
+impl Step {
+    pub(crate) fn record(device: &Device, scalars: Vec<ErasedScalar>) -> Step {
+        let rec = Recorder { plan: Plan::default(), scalar_uses: Vec::new(), roles: HashMap::new(), counts: HashMap::new() };
+        Step { device: device.clone(), scalars, rec: Some(RefCell::new(rec)) }
+    }
+
+    pub(crate) fn eager(device: &Device, scalars: Vec<ErasedScalar>) -> Step {
+        Step { device: device.clone(), scalars, rec: None }
+    }
+
+    pub(crate) fn into_recorder(self) -> Option<Recorder> {
+        self.rec.map(RefCell::into_inner)
+    }
+
+    /// The device the step runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Whether this run records (true) or executes eagerly (false).
+    pub fn is_recording(&self) -> bool {
+        self.rec.is_some()
+    }
+
+    pub(crate) fn register(&self, view: &RawView, role: BufferRole, name: Option<&str>) {
+        let Some(rec) = &self.rec else { return };
+        let mut rec = rec.borrow_mut();
+        if rec.roles.contains_key(&view.buf.id) {
+            return;
+        }
+        let n = rec.counts.entry(role).or_insert(0);
+        let name = name.map(str::to_string).unwrap_or_else(|| {
+            let prefix = match role {
+                BufferRole::Output => "out",
+                BufferRole::Workspace => "ws",
+                BufferRole::Input => "in",
+                BufferRole::State => "state",
+                BufferRole::External => "ext",
+            };
+            format!("{prefix}{n}")
+        });
+        *n += 1;
+        let idx = rec.plan.buffers.len();
+        rec.plan.buffers.push(PlanBuffer { id: view.buf.id, role, name, bytes: view.buf.bytes(), read: false, written: false });
+        rec.roles.insert(view.buf.id, idx);
+    }
+
+    fn touch(rec: &mut Recorder, view: &RawView, write: bool) {
+        let idx = match rec.roles.get(&view.buf.id) {
+            Some(&i) => i,
+            None => {
+                let i = rec.plan.buffers.len();
+                let n = rec.counts.entry(BufferRole::External).or_insert(0);
+                let name = format!("ext{n}");
+                *n += 1;
+                rec.plan.buffers.push(PlanBuffer { id: view.buf.id, role: BufferRole::External, name, bytes: view.buf.bytes(), read: false, written: false });
+                rec.roles.insert(view.buf.id, i);
+                i
+            }
+        };
+        let b = &mut rec.plan.buffers[idx];
+        if write {
+            b.written = true;
+        } else {
+            b.read = true;
+        }
+    }
+
+    fn alloc<T: Element>(&self, len: usize, role: BufferRole) -> Result<Buffer<T>> {
+        let raw = self.device.alloc_raw(len)?;
+        let b = Buffer::from_raw(raw, 0, len);
+        self.register(&b.raw_view(), role, None);
+        Ok(b)
+    }
+
+    /// A static output slot of `len` elements. In eager runs it starts zeroed; under replay
+    /// it holds the previous step's values, so a step writes every element of its outputs.
+    pub fn output<T: Element>(&self, len: usize) -> Result<Output<T>> {
+        self.alloc(len, BufferRole::Output).map(Output)
+    }
+
+    /// A static temporary of `len` elements (same contents rule as outputs).
+    pub fn workspace<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
+        self.alloc(len, BufferRole::Workspace)
+    }
+
+    /// Copies `src` into `dst` (same length) as part of the step.
+    pub fn copy<T: Element>(&self, src: &Buffer<T>, dst: &mut Buffer<T>) -> Result<()> {
+        let (s, d) = (src.raw_view(), dst.raw_view());
+        check_copy(&s, &d)?;
+        match &self.rec {
+            None => self.device.backend().copy(&s, &d),
+            Some(rec) => {
+                let mut rec = rec.borrow_mut();
+                Self::touch(&mut rec, &s, false);
+                Self::touch(&mut rec, &d, true);
+                rec.plan.ops.push(Op::Copy { src: s, dst: d });
+                Ok(())
+            }
+        }
+    }
+
+    /// Sets every element of `dst` to `value` as part of the step.
+    pub fn fill<T: Element>(&self, dst: &mut Buffer<T>, value: T) -> Result<()> {
+        let args = fill_args(&dst.raw_view(), value.to_bits());
+        self.launch(&crate::builtin::fill_u32::DEF, Grid::threads(dst.len()), &args)
+    }
+
+    #[doc(hidden)]
+    pub fn __scalar<T: ScalarValue>(&self, slot: usize) -> Scalar<T> {
+        let bits = self.scalars[slot].bits();
+        let arg = if self.rec.is_some() { ScalarArg::slot(slot, T::from_bits(bits)) } else { ScalarArg::from(T::from_bits(bits)) };
+        Scalar { arg }
+    }
+
+    #[doc(hidden)]
+    pub fn __state<T: Element>(&self, buf: &Buffer<T>, name: &str) {
+        self.register(&buf.raw_view(), BufferRole::State, Some(name));
+    }
+}
+
+impl Launch for Step {
+    fn launch(&self, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<()> {
+        let b = bind(&self.device, kernel, grid, args)?;
+        let Some(rec) = &self.rec else {
+            return self.device.backend().launch(kernel, b.grid, &b.args, &b.views);
+        };
+        // Compile now, so lowering (a CUDA capture) never compiles.
+        self.device.backend().prepare(kernel)?;
+        let mut rec = rec.borrow_mut();
+        let launch = rec.plan.launch_args.len();
+        for &(word, slot) in &b.slots {
+            if slot >= self.scalars.len() {
+                return Err(Error::Launch { kernel: kernel.name, reason: format!("per-step scalar slot {slot} does not exist") });
+            }
+            rec.scalar_uses.push((launch, word, slot));
+        }
+        let mut bindings = Vec::with_capacity(b.views.len());
+        for (v, w) in b.views.into_iter().zip(b.writes) {
+            Self::touch(&mut rec, &v, w);
+            bindings.push(Binding { view: v, write: w });
+        }
+        rec.plan.launch_args.push(b.args);
+        rec.plan.ops.push(Op::Launch { kernel, grid: b.grid, args: launch, bindings });
+        Ok(())
+    }
+}
+

@@ -1,0 +1,18 @@
+//! # graphed
+//!
+//! Record a GPU step function once, replay it cheaply and safely: as a CUDA graph on NVIDIA
+//! (`--features cuda`), as a wgpu replay (one command buffer, one submit) everywhere else, and
+//! on a host backend with no GPU at all. See the README for the kernel language and the rules
+//! that keep replay correct.
+
+pub use graphed_kernels as kernels;
+pub use graphed_macros::{graphed, kernel};
+pub use graphed_runtime::*;
+
+/// The names most programs need.
+pub mod prelude {
+    pub use graphed_macros::{graphed, kernel};
+    pub use graphed_runtime::{
+        Buffer, Device, Error, Grid, Input, Launch, Out, Output, Result, Scalar, Step,
+    };
+}

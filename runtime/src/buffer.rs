@@ -22,8 +22,16 @@ pub struct RawBuffer {
 
 impl RawBuffer {
     pub(crate) fn new(device: Device, words: usize, mem: Memory) -> Self {
-        device.inner.allocated.fetch_add(words as u64 * 4, Ordering::Relaxed);
-        RawBuffer { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), words, mem, device }
+        device
+            .inner
+            .allocated
+            .fetch_add(words as u64 * 4, Ordering::Relaxed);
+        RawBuffer {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            words,
+            mem,
+            device,
+        }
     }
     /// Size in bytes.
     pub fn bytes(&self) -> u64 {
@@ -33,7 +41,10 @@ impl RawBuffer {
 
 impl Drop for RawBuffer {
     fn drop(&mut self) {
-        self.device.inner.allocated.fetch_sub(self.words as u64 * 4, Ordering::Relaxed);
+        self.device
+            .inner
+            .allocated
+            .fetch_sub(self.words as u64 * 4, Ordering::Relaxed);
     }
 }
 
@@ -74,7 +85,9 @@ impl RawView {
         self.dtype
     }
     pub(crate) fn overlaps(&self, other: &RawView) -> bool {
-        self.buf.id == other.buf.id && self.offset < other.offset + other.len && other.offset < self.offset + self.len
+        self.buf.id == other.buf.id
+            && self.offset < other.offset + other.len
+            && other.offset < self.offset + self.len
     }
 }
 
@@ -89,27 +102,52 @@ pub struct Buffer<T: Element> {
 
 impl<T: Element> Clone for Buffer<T> {
     fn clone(&self) -> Self {
-        Buffer { view: self.view.clone(), _t: PhantomData }
+        Buffer {
+            view: self.view.clone(),
+            _t: PhantomData,
+        }
     }
 }
 
 impl<T: Element> std::fmt::Debug for Buffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Buffer<{}>(#{}[{}..{}])", T::DTYPE.name(), self.view.buf.id, self.view.offset, self.view.offset + self.view.len)
+        write!(
+            f,
+            "Buffer<{}>(#{}[{}..{}])",
+            T::DTYPE.name(),
+            self.view.buf.id,
+            self.view.offset,
+            self.view.offset + self.view.len
+        )
     }
 }
 
 impl<T: Element> Buffer<T> {
     pub(crate) fn from_raw(buf: Arc<RawBuffer>, offset: usize, len: usize) -> Self {
-        Buffer { view: RawView { buf, offset, len, dtype: T::DTYPE }, _t: PhantomData }
+        Buffer {
+            view: RawView {
+                buf,
+                offset,
+                len,
+                dtype: T::DTYPE,
+            },
+            _t: PhantomData,
+        }
     }
 
     /// Rebuilds a typed buffer from an untyped view; fails on a dtype mismatch.
     pub fn try_from_view(view: RawView) -> Result<Self> {
         if view.dtype != T::DTYPE {
-            return Err(Error::Shape(format!("expected a buffer of {}, found {}", T::DTYPE.name(), view.dtype.name())));
+            return Err(Error::Shape(format!(
+                "expected a buffer of {}, found {}",
+                T::DTYPE.name(),
+                view.dtype.name()
+            )));
         }
-        Ok(Buffer { view, _t: PhantomData })
+        Ok(Buffer {
+            view,
+            _t: PhantomData,
+        })
     }
 
     /// Number of elements.
@@ -140,9 +178,16 @@ impl<T: Element> Buffer<T> {
     /// A view of `range` (in elements) sharing this allocation.
     pub fn slice(&self, range: Range<usize>) -> Result<Buffer<T>> {
         if range.start > range.end || range.end > self.view.len {
-            return Err(Error::Shape(format!("slice {}..{} of a buffer of length {}", range.start, range.end, self.view.len)));
+            return Err(Error::Shape(format!(
+                "slice {}..{} of a buffer of length {}",
+                range.start, range.end, self.view.len
+            )));
         }
-        Ok(Buffer::from_raw(self.view.buf.clone(), self.view.offset + range.start, range.end - range.start))
+        Ok(Buffer::from_raw(
+            self.view.buf.clone(),
+            self.view.offset + range.start,
+            range.end - range.start,
+        ))
     }
 
     /// Copies the contents to the host (waits for pending work on the device).
@@ -154,9 +199,14 @@ impl<T: Element> Buffer<T> {
     /// Overwrites the contents with `data` (same length).
     pub fn write(&self, data: &[T]) -> Result<()> {
         if data.len() != self.len() {
-            return Err(Error::Shape(format!("write of {} elements into a buffer of {}", data.len(), self.len())));
+            return Err(Error::Shape(format!(
+                "write of {} elements into a buffer of {}",
+                data.len(),
+                self.len()
+            )));
         }
-        self.device().write_words(&self.view, bytemuck::cast_slice(data))
+        self.device()
+            .write_words(&self.view, bytemuck::cast_slice(data))
     }
 
     /// Sets every element to `value`.

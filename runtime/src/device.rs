@@ -51,14 +51,22 @@ impl Required {
     /// Reads `GRAPHED_REQUIRE` (comma-separated subset of `wgpu,cuda,nvrtc`).
     pub fn from_env() -> Result<Required> {
         let mut r = Required::default();
-        let Ok(v) = std::env::var("GRAPHED_REQUIRE") else { return Ok(r) };
+        let Ok(v) = std::env::var("GRAPHED_REQUIRE") else {
+            return Ok(r);
+        };
         for part in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match part {
                 "wgpu" => r.wgpu = true,
                 "cuda" => r.cuda = true,
                 "nvrtc" => r.nvrtc = true,
                 "host" => {}
-                _ => return Err(Error::BadEnv { var: "GRAPHED_REQUIRE", value: v.clone(), hint: "a comma-separated subset of wgpu,cuda,nvrtc" }),
+                _ => {
+                    return Err(Error::BadEnv {
+                        var: "GRAPHED_REQUIRE",
+                        value: v.clone(),
+                        hint: "a comma-separated subset of wgpu,cuda,nvrtc",
+                    })
+                }
             }
         }
         Ok(r)
@@ -73,32 +81,50 @@ impl Required {
     }
 }
 
-fn shared(slot: &'static OnceLock<std::result::Result<Device, String>>, kind: BackendKind, open: impl FnOnce() -> Result<Box<dyn Backend>>) -> Result<Device> {
+fn shared(
+    slot: &'static OnceLock<std::result::Result<Device, String>>,
+    kind: BackendKind,
+    open: impl FnOnce() -> Result<Box<dyn Backend>>,
+) -> Result<Device> {
     slot.get_or_init(|| open().map(Device::from_backend).map_err(|e| e.to_string()))
         .clone()
-        .map_err(|reason| Error::Unavailable { backend: kind.name(), reason })
+        .map_err(|reason| Error::Unavailable {
+            backend: kind.name(),
+            reason,
+        })
 }
 
 impl Device {
     fn from_backend(backend: Box<dyn Backend>) -> Device {
-        Device { inner: Arc::new(DeviceInner { id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed), backend, allocated: AtomicU64::new(0) }) }
+        Device {
+            inner: Arc::new(DeviceInner {
+                id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
+                backend,
+                allocated: AtomicU64::new(0),
+            }),
+        }
     }
 
     /// The host backend (always available). One shared device per process.
     pub fn host() -> Device {
         static HOST: OnceLock<Device> = OnceLock::new();
-        HOST.get_or_init(|| Device::from_backend(Box::new(crate::backend::host::HostBackend))).clone()
+        HOST.get_or_init(|| Device::from_backend(Box::new(crate::backend::host::HostBackend)))
+            .clone()
     }
 
     /// The wgpu backend on the best adapter. One shared device per process.
     pub fn wgpu() -> Result<Device> {
         static WGPU: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
-        shared(&WGPU, BackendKind::Wgpu, || Ok(Box::new(crate::backend::wgpu::WgpuBackend::open()?)))
+        shared(&WGPU, BackendKind::Wgpu, || {
+            Ok(Box::new(crate::backend::wgpu::WgpuBackend::open()?))
+        })
     }
 
     /// A fresh wgpu device of its own (its own queue), e.g. one per thread.
     pub fn wgpu_new() -> Result<Device> {
-        Ok(Device::from_backend(Box::new(crate::backend::wgpu::WgpuBackend::open()?)))
+        Ok(Device::from_backend(Box::new(
+            crate::backend::wgpu::WgpuBackend::open()?,
+        )))
     }
 
     /// The CUDA backend on GPU 0 (needs `--features cuda` and an NVIDIA driver).
@@ -106,10 +132,15 @@ impl Device {
         #[cfg(feature = "cuda")]
         {
             static CUDA: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
-            shared(&CUDA, BackendKind::Cuda, || Ok(Box::new(crate::backend::cuda::CudaBackend::open(0)?)))
+            shared(&CUDA, BackendKind::Cuda, || {
+                Ok(Box::new(crate::backend::cuda::CudaBackend::open(0)?))
+            })
         }
         #[cfg(not(feature = "cuda"))]
-        Err(Error::Unavailable { backend: "cuda", reason: "graphed was built without `--features cuda`".into() })
+        Err(Error::Unavailable {
+            backend: "cuda",
+            reason: "graphed was built without `--features cuda`".into(),
+        })
     }
 
     /// Opens `kind`.
@@ -129,7 +160,11 @@ impl Device {
         if let Ok(v) = std::env::var("GRAPHED_BACKEND") {
             return Device::open(parse_backend(&v)?);
         }
-        let order: &[BackendKind] = if cfg!(feature = "cuda") { &[BackendKind::Cuda, BackendKind::Wgpu] } else { &[BackendKind::Wgpu] };
+        let order: &[BackendKind] = if cfg!(feature = "cuda") {
+            &[BackendKind::Cuda, BackendKind::Wgpu]
+        } else {
+            &[BackendKind::Wgpu]
+        };
         for &kind in order {
             match Device::open(kind) {
                 Ok(d) => return Ok(d),
@@ -202,13 +237,19 @@ impl Device {
 
     pub(crate) fn write_words(&self, view: &RawView, data: &[u32]) -> Result<()> {
         if self.recording_here() {
-            return Err(Error::ReadbackInRecording("Buffer::write (a host transfer)"));
+            return Err(Error::ReadbackInRecording(
+                "Buffer::write (a host transfer)",
+            ));
         }
         self.inner.backend.write(view, data)
     }
 
     pub(crate) fn fill_words(&self, view: &RawView, bits: u32) -> Result<()> {
-        self.launch(&crate::builtin::fill_u32::DEF, Grid::threads(view.len), &fill_args(view, bits))
+        self.launch(
+            &crate::builtin::fill_u32::DEF,
+            Grid::threads(view.len),
+            &fill_args(view, bits),
+        )
     }
 
     pub(crate) fn copy_words(&self, src: &RawView, dst: &RawView) -> Result<()> {
@@ -227,15 +268,26 @@ impl Device {
 pub(crate) fn fill_args(view: &RawView, bits: u32) -> [KernelArg; 2] {
     let mut v = view.clone();
     v.dtype = DType::U32;
-    [KernelArg::Scalar(ErasedScalar::Const(DType::U32, bits)), KernelArg::Write(v)]
+    [
+        KernelArg::Scalar(ErasedScalar::Const(DType::U32, bits)),
+        KernelArg::Write(v),
+    ]
 }
 
 pub(crate) fn check_copy(src: &RawView, dst: &RawView) -> Result<()> {
     if src.len != dst.len || src.dtype != dst.dtype {
-        return Err(Error::Shape(format!("copy of {} {} into {} {}", src.len, src.dtype.name(), dst.len, dst.dtype.name())));
+        return Err(Error::Shape(format!(
+            "copy of {} {} into {} {}",
+            src.len,
+            src.dtype.name(),
+            dst.len,
+            dst.dtype.name()
+        )));
     }
     if src.buf.device.id() != dst.buf.device.id() {
-        return Err(Error::Shape("copy between buffers of different devices".into()));
+        return Err(Error::Shape(
+            "copy between buffers of different devices".into(),
+        ));
     }
     if src.overlaps(dst) {
         return Err(Error::Shape("copy between overlapping views".into()));
@@ -248,7 +300,11 @@ pub(crate) fn parse_backend(v: &str) -> Result<BackendKind> {
         "host" => Ok(BackendKind::Host),
         "wgpu" => Ok(BackendKind::Wgpu),
         "cuda" => Ok(BackendKind::Cuda),
-        _ => Err(Error::BadEnv { var: "GRAPHED_BACKEND", value: v.into(), hint: "one of host, wgpu, cuda" }),
+        _ => Err(Error::BadEnv {
+            var: "GRAPHED_BACKEND",
+            value: v.into(),
+            hint: "one of host, wgpu, cuda",
+        }),
     }
 }
 
@@ -263,17 +319,40 @@ pub(crate) struct BoundLaunch {
 }
 
 /// Checks a launch (arity, types, device, grid, aliasing) and builds its argument block.
-pub(crate) fn bind(device: &Device, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<BoundLaunch> {
-    let fail = |reason: String| Error::Launch { kernel: kernel.name, reason };
+pub(crate) fn bind(
+    device: &Device,
+    kernel: &'static KernelDef,
+    grid: Grid,
+    args: &[KernelArg],
+) -> Result<BoundLaunch> {
+    let fail = |reason: String| Error::Launch {
+        kernel: kernel.name,
+        reason,
+    };
     if args.len() != kernel.params.len() {
-        return Err(fail(format!("{} arguments for {} parameters", args.len(), kernel.params.len())));
+        return Err(fail(format!(
+            "{} arguments for {} parameters",
+            args.len(),
+            kernel.params.len()
+        )));
     }
-    let mut out = BoundLaunch { grid: grid.resolve(kernel.workgroup), args: Vec::with_capacity(kernel.arg_words as usize), views: Vec::new(), writes: Vec::new(), slots: Vec::new() };
+    let mut out = BoundLaunch {
+        grid: grid.resolve(kernel.workgroup),
+        args: Vec::with_capacity(kernel.arg_words as usize),
+        views: Vec::new(),
+        writes: Vec::new(),
+        slots: Vec::new(),
+    };
     for (p, a) in kernel.params.iter().zip(args) {
         match (p.kind, a) {
             (ParamType::Scalar(d), KernelArg::Scalar(s)) => {
                 if s.dtype() != d {
-                    return Err(fail(format!("`{}` is {}, got {}", p.name, d.name(), s.dtype().name())));
+                    return Err(fail(format!(
+                        "`{}` is {}, got {}",
+                        p.name,
+                        d.name(),
+                        s.dtype().name()
+                    )));
                 }
                 if let ErasedScalar::Slot(_, slot, _) = s {
                     out.slots.push((out.args.len(), *slot));
@@ -283,13 +362,26 @@ pub(crate) fn bind(device: &Device, kernel: &'static KernelDef, grid: Grid, args
             (ParamType::Slice { elem, write, .. }, KernelArg::Read(v) | KernelArg::Write(v)) => {
                 let is_write = matches!(a, KernelArg::Write(_));
                 if is_write != write {
-                    return Err(fail(format!("`{}` is {}", p.name, if write { "written" } else { "read-only" })));
+                    return Err(fail(format!(
+                        "`{}` is {}",
+                        p.name,
+                        if write { "written" } else { "read-only" }
+                    )));
                 }
                 if v.dtype != elem {
-                    return Err(fail(format!("`{}` is a slice of {}, got a buffer of {}", p.name, elem.name(), v.dtype.name())));
+                    return Err(fail(format!(
+                        "`{}` is a slice of {}, got a buffer of {}",
+                        p.name,
+                        elem.name(),
+                        v.dtype.name()
+                    )));
                 }
                 if v.buf.device.id() != device.id() {
-                    return Err(fail(format!("`{}` lives on another device ({})", p.name, v.buf.device.kind())));
+                    return Err(fail(format!(
+                        "`{}` lives on another device ({})",
+                        p.name,
+                        v.buf.device.kind()
+                    )));
                 }
                 if v.len > u32::MAX as usize || v.offset > u32::MAX as usize {
                     return Err(fail(format!("`{}` has more than 2^32 elements", p.name)));
@@ -299,14 +391,22 @@ pub(crate) fn bind(device: &Device, kernel: &'static KernelDef, grid: Grid, args
                 out.views.push(v.clone());
                 out.writes.push(write);
             }
-            _ => return Err(fail(format!("argument for `{}` has the wrong kind", p.name))),
+            _ => {
+                return Err(fail(format!(
+                    "argument for `{}` has the wrong kind",
+                    p.name
+                )))
+            }
         }
     }
     // A written view may share its allocation with no other binding of the launch: CUDA's
     // `__restrict__` and wgpu's usage rules both depend on it.
     for (i, v) in out.views.iter().enumerate() {
         for (j, w) in out.views.iter().enumerate().skip(i + 1) {
-            if v.buf.id == w.buf.id && (out.writes[i] || out.writes[j]) && (v.overlaps(w) || out.writes[i] != out.writes[j]) {
+            if v.buf.id == w.buf.id
+                && (out.writes[i] || out.writes[j])
+                && (v.overlaps(w) || out.writes[i] != out.writes[j])
+            {
                 return Err(fail(format!(
                     "`{}` and `{}` are bound to the same buffer and one of them is written; pass separate buffers",
                     slice_name(kernel, i),
@@ -319,7 +419,13 @@ pub(crate) fn bind(device: &Device, kernel: &'static KernelDef, grid: Grid, args
 }
 
 fn slice_name(kernel: &KernelDef, n: usize) -> &'static str {
-    kernel.params.iter().filter(|p| matches!(p.kind, ParamType::Slice { .. })).nth(n).map(|p| p.name).unwrap_or("?")
+    kernel
+        .params
+        .iter()
+        .filter(|p| matches!(p.kind, ParamType::Slice { .. }))
+        .nth(n)
+        .map(|p| p.name)
+        .unwrap_or("?")
 }
 
 impl Launch for Device {

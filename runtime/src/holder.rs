@@ -31,7 +31,12 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { max_recordings: 16, max_bytes: 4 << 30, warmup: 0, recapture_on_shape_change: true }
+        Config {
+            max_recordings: 16,
+            max_bytes: 4 << 30,
+            warmup: 0,
+            recapture_on_shape_change: true,
+        }
     }
 }
 
@@ -134,7 +139,7 @@ pub struct CallArgs<'a> {
 }
 
 /// A step body as the holder runs it: inputs' views in, outputs' views out.
-pub type Body<'b> = dyn FnMut(&Step, &[RawView]) -> Result<Vec<RawView>> + 'b;
+pub type Body<'b> = dyn FnMut(&mut Step, &[RawView]) -> Result<Vec<RawView>> + 'b;
 
 struct Recorded {
     plan: Plan,
@@ -213,13 +218,26 @@ impl Graphed {
     /// Counters.
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.clone();
-        s.cached = self.entries.iter().filter(|e| matches!(e.state, State::Recorded(_))).count();
+        s.cached = self
+            .entries
+            .iter()
+            .filter(|e| matches!(e.state, State::Recorded(_)))
+            .count();
         s.static_bytes = self.static_bytes();
         s
     }
 
     fn static_bytes(&self) -> u64 {
-        self.entries.iter().map(|e| if let State::Recorded(r) = &e.state { r.bytes } else { 0 }).sum()
+        self.entries
+            .iter()
+            .map(|e| {
+                if let State::Recorded(r) = &e.state {
+                    r.bytes
+                } else {
+                    0
+                }
+            })
+            .sum()
     }
 
     /// Part of every key from now on (e.g. a model version after a weight swap).
@@ -229,7 +247,17 @@ impl Graphed {
 
     /// The plan of the most recently used recording.
     pub fn last_plan(&self) -> Option<&Plan> {
-        self.entries.iter().filter_map(|e| if let State::Recorded(r) = &e.state { Some((e.last_used, &r.plan)) } else { None }).max_by_key(|(t, _)| *t).map(|(_, p)| p)
+        self.entries
+            .iter()
+            .filter_map(|e| {
+                if let State::Recorded(r) = &e.state {
+                    Some((e.last_used, &r.plan))
+                } else {
+                    None
+                }
+            })
+            .max_by_key(|(t, _)| *t)
+            .map(|(_, p)| p)
     }
 
     /// The keys currently cached.
@@ -240,7 +268,11 @@ impl Graphed {
     fn key(&self, args: &CallArgs<'_>) -> CaptureKey {
         CaptureKey {
             inputs: args.inputs.iter().map(InputArg::shape).collect(),
-            states: args.states.iter().map(|v| (v.buf.id, v.offset, v.len)).collect(),
+            states: args
+                .states
+                .iter()
+                .map(|v| (v.buf.id, v.offset, v.len))
+                .collect(),
             structural: args.structural.clone(),
             extra: self.extra_key,
         }
@@ -252,19 +284,33 @@ impl Graphed {
                 if v.buf.device.id() != self.device.id() {
                     return Err(Error::InputMismatch {
                         input: args.input_names.get(i).unwrap_or(&"?").to_string(),
-                        reason: format!("it lives on another device ({}), the step runs on {}", v.buf.device.kind(), self.device.kind()),
+                        reason: format!(
+                            "it lives on another device ({}), the step runs on {}",
+                            v.buf.device.kind(),
+                            self.device.kind()
+                        ),
                     });
                 }
             }
         }
         if !self.config.recapture_on_shape_change {
-            if let Some(e) = self.entries.iter().find(|e| matches!(e.state, State::Recorded(_))) {
+            if let Some(e) = self
+                .entries
+                .iter()
+                .find(|e| matches!(e.state, State::Recorded(_)))
+            {
                 for (i, (input, want)) in args.inputs.iter().zip(&e.key.inputs).enumerate() {
                     let got = input.shape();
                     if got != *want {
                         return Err(Error::InputMismatch {
                             input: args.input_names.get(i).unwrap_or(&"?").to_string(),
-                            reason: format!("the recording's slot holds {} {}, got {} {}", want.1, want.0.name(), got.1, got.0.name()),
+                            reason: format!(
+                                "the recording's slot holds {} {}, got {} {}",
+                                want.1,
+                                want.0.name(),
+                                got.1,
+                                got.0.name()
+                            ),
                         });
                     }
                 }
@@ -283,8 +329,16 @@ impl Graphed {
         let idx = match self.entries.iter().position(|e| e.key == key) {
             Some(i) => i,
             None => {
-                let state = if self.config.warmup > 0 { State::Warming(0) } else { self.record(&key, &args, body)? };
-                self.entries.push(Entry { key: key.clone(), state, last_used: clock });
+                let state = if self.config.warmup > 0 {
+                    State::Warming(0)
+                } else {
+                    self.record(&key, &args, body)?
+                };
+                self.entries.push(Entry {
+                    key: key.clone(),
+                    state,
+                    last_used: clock,
+                });
                 self.entries.len() - 1
             }
         };
@@ -328,45 +382,71 @@ impl Graphed {
                 InputArg::Device(v) => v.clone(),
                 InputArg::Host(d, words) => {
                     let raw = self.device.alloc_raw(words.len())?;
-                    let v = RawView { buf: raw, offset: 0, len: words.len(), dtype: *d };
+                    let v = RawView {
+                        buf: raw,
+                        offset: 0,
+                        len: words.len(),
+                        dtype: *d,
+                    };
                     self.device.backend().write(&v, words)?;
                     v
                 }
             });
         }
-        let step = Step::eager(&self.device, args.scalars.clone());
-        let outputs = body(&step, &inputs)?;
+        let mut step = Step::eager(&self.device, args.scalars.clone());
+        let outputs = body(&mut step, &inputs)?;
         self.stats.eager_calls += 1;
         self.eager_outputs = outputs;
         Ok(&self.eager_outputs)
     }
 
     /// Records and lowers a plan for `key`; a body that cannot be recorded yields `Eager`.
-    fn record(&mut self, key: &CaptureKey, args: &CallArgs<'_>, body: &mut Body<'_>) -> Result<State> {
+    fn record(
+        &mut self,
+        key: &CaptureKey,
+        args: &CallArgs<'_>,
+        body: &mut Body<'_>,
+    ) -> Result<State> {
         let t0 = Instant::now();
         let mut inputs = Vec::with_capacity(args.inputs.len());
         for (i, input) in args.inputs.iter().enumerate() {
             let (dtype, len) = input.shape();
             let raw: Arc<RawBuffer> = self.device.alloc_raw(len)?;
-            let v = RawView { buf: raw, offset: 0, len, dtype };
+            let v = RawView {
+                buf: raw,
+                offset: 0,
+                len,
+                dtype,
+            };
             inputs.push(v);
             let _ = i;
         }
         let step = Step::record(&self.device, args.scalars.clone());
         for (i, v) in inputs.iter().enumerate() {
-            step.register(v, crate::plan::BufferRole::Input, args.input_names.get(i).copied());
+            step.register(
+                v,
+                crate::plan::BufferRole::Input,
+                args.input_names.get(i).copied(),
+            );
         }
         self.device.set_recording(true);
-        let result = body(&step, &inputs);
+        let mut step = step;
+        let result = body(&mut step, &inputs);
         self.device.set_recording(false);
         let outputs = match result {
             Ok(o) => o,
-            Err(e @ (Error::ReadbackInRecording(_) | Error::AllocationInRecording | Error::LaunchOutsideRecording(_))) => {
+            Err(
+                e @ (Error::ReadbackInRecording(_)
+                | Error::AllocationInRecording
+                | Error::LaunchOutsideRecording(_)),
+            ) => {
                 return Ok(self.fall_back(key, format!("not capturable: {e}")));
             }
             Err(e) => return Err(e),
         };
-        let rec = step.into_recorder().expect("a recording step has a recorder");
+        let rec = step
+            .into_recorder()
+            .expect("a recording step has a recorder");
         let record_time = t0.elapsed();
         let t1 = Instant::now();
         let recording = match self.device.backend().lower(&rec.plan) {
@@ -381,7 +461,13 @@ impl Graphed {
         self.stats.last_record = Some(record_time);
         self.stats.last_lower = Some(lower_time);
         self.stats.launches_per_replay = recording.launches();
-        tracing::debug!(step = self.name, launches = recording.launches(), ?record_time, ?lower_time, "graphed: recorded");
+        tracing::debug!(
+            step = self.name,
+            launches = recording.launches(),
+            ?record_time,
+            ?lower_time,
+            "graphed: recorded"
+        );
         Ok(State::Recorded(Box::new(Recorded {
             plan: rec.plan,
             recording,
@@ -395,7 +481,11 @@ impl Graphed {
 
     fn fall_back(&mut self, key: &CaptureKey, reason: String) -> State {
         if self.warned.insert(key.clone()) {
-            tracing::warn!(step = self.name, "graphed: `{}` runs eagerly for this key: {reason}", self.name);
+            tracing::warn!(
+                step = self.name,
+                "graphed: `{}` runs eagerly for this key: {reason}",
+                self.name
+            );
         }
         self.stats.eager_reasons.push(reason);
         State::Eager
@@ -404,13 +494,19 @@ impl Graphed {
     /// Evicts least-recently-used recordings until one of `bytes` more fits the bounds.
     fn make_room(&mut self, bytes: u64) -> Result<()> {
         loop {
-            let recorded: Vec<usize> = (0..self.entries.len()).filter(|&i| matches!(self.entries[i].state, State::Recorded(_))).collect();
+            let recorded: Vec<usize> = (0..self.entries.len())
+                .filter(|&i| matches!(self.entries[i].state, State::Recorded(_)))
+                .collect();
             let over_count = recorded.len() >= self.config.max_recordings.max(1);
-            let over_bytes = !recorded.is_empty() && self.static_bytes() + bytes > self.config.max_bytes;
+            let over_bytes =
+                !recorded.is_empty() && self.static_bytes() + bytes > self.config.max_bytes;
             if !(over_count || over_bytes) {
                 return Ok(());
             }
-            let victim = *recorded.iter().min_by_key(|&&i| self.entries[i].last_used).expect("non-empty");
+            let victim = *recorded
+                .iter()
+                .min_by_key(|&&i| self.entries[i].last_used)
+                .expect("non-empty");
             self.drain()?;
             self.entries.remove(victim);
             self.stats.evictions += 1;
@@ -432,11 +528,17 @@ impl Graphed {
 
     fn drain(&mut self) -> Result<()> {
         if std::mem::take(&mut self.fail_next_drain) {
-            return Err(Error::Drain { backend: self.device.kind().name(), reason: "injected failure (test hook)".into() });
+            return Err(Error::Drain {
+                backend: self.device.kind().name(),
+                reason: "injected failure (test hook)".into(),
+            });
         }
         self.device.synchronize().map_err(|e| match e {
             e @ Error::Drain { .. } => e,
-            e => Error::Drain { backend: self.device.kind().name(), reason: e.to_string() },
+            e => Error::Drain {
+                backend: self.device.kind().name(),
+                reason: e.to_string(),
+            },
         })
     }
 
@@ -495,9 +597,16 @@ impl<'a, T: Element> Out<'a, T> {
     #[doc(hidden)]
     pub fn __new(view: &'a RawView) -> Result<Self> {
         if view.dtype != T::DTYPE {
-            return Err(Error::Shape(format!("output is {}, expected {}", view.dtype.name(), T::DTYPE.name())));
+            return Err(Error::Shape(format!(
+                "output is {}, expected {}",
+                view.dtype.name(),
+                T::DTYPE.name()
+            )));
         }
-        Ok(Out { view, _t: PhantomData })
+        Ok(Out {
+            view,
+            _t: PhantomData,
+        })
     }
 
     /// Number of elements.
@@ -512,7 +621,15 @@ impl<'a, T: Element> Out<'a, T> {
 
     /// Copies the output to the host.
     pub fn to_host(&self) -> Result<Vec<T>> {
-        Ok(self.view.buf.device.backend().read(self.view)?.into_iter().map(T::from_bits).collect())
+        Ok(self
+            .view
+            .buf
+            .device
+            .backend()
+            .read(self.view)?
+            .into_iter()
+            .map(T::from_bits)
+            .collect())
     }
 
     /// Copies the output into a buffer you own (same length and device).

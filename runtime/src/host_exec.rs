@@ -32,7 +32,11 @@ pub struct UVec3 {
 
 impl From<[u32; 3]> for UVec3 {
     fn from(v: [u32; 3]) -> Self {
-        UVec3 { x: v[0], y: v[1], z: v[2] }
+        UVec3 {
+            x: v[0],
+            y: v[1],
+            z: v[2],
+        }
     }
 }
 
@@ -102,12 +106,28 @@ atomic_elem!(i32);
 
 impl<'a, T: Element> HostSlice<'a, T> {
     /// The view of binding `binding` whose offset and length are argument words `word`, `word+1`.
-    pub fn new(l: &HostLaunch<'a>, binding: usize, word: usize, kernel: &'static str, name: &'static str) -> Result<Self, KernelFault> {
+    pub fn new(
+        l: &HostLaunch<'a>,
+        binding: usize,
+        word: usize,
+        kernel: &'static str,
+        name: &'static str,
+    ) -> Result<Self, KernelFault> {
         let off = l.args[word] as usize;
         let len = l.args[word + 1];
         let buf = l.bufs[binding];
-        let cells = buf.get(off..off + len as usize).ok_or(KernelFault { kernel, target: name, kind: FaultKind::BadView })?;
-        Ok(HostSlice { cells, len, kernel, name, _t: std::marker::PhantomData })
+        let cells = buf.get(off..off + len as usize).ok_or(KernelFault {
+            kernel,
+            target: name,
+            kind: FaultKind::BadView,
+        })?;
+        Ok(HostSlice {
+            cells,
+            len,
+            kernel,
+            name,
+            _t: std::marker::PhantomData,
+        })
     }
 
     /// The view's length.
@@ -124,7 +144,10 @@ impl<'a, T: Element> HostSlice<'a, T> {
         self.cells.get(i as usize).ok_or(KernelFault {
             kernel: self.kernel,
             target: self.name,
-            kind: FaultKind::OutOfBounds { index: i, len: self.len },
+            kind: FaultKind::OutOfBounds {
+                index: i,
+                len: self.len,
+            },
         })
     }
 
@@ -173,14 +196,22 @@ pub struct HostShared<T> {
 impl<T: Element> HostShared<T> {
     /// `size` zeroed elements.
     pub fn new(size: u32, kernel: &'static str, name: &'static str) -> Self {
-        HostShared { cells: (0..size).map(|_| Cell::new(0)).collect(), kernel, name, _t: std::marker::PhantomData }
+        HostShared {
+            cells: (0..size).map(|_| Cell::new(0)).collect(),
+            kernel,
+            name,
+            _t: std::marker::PhantomData,
+        }
     }
 
     fn cell(&self, i: u32) -> Result<&Cell<u32>, KernelFault> {
         self.cells.get(i as usize).ok_or(KernelFault {
             kernel: self.kernel,
             target: self.name,
-            kind: FaultKind::OutOfBounds { index: i, len: self.cells.len() as u32 },
+            kind: FaultKind::OutOfBounds {
+                index: i,
+                len: self.cells.len() as u32,
+            },
         })
     }
 
@@ -247,18 +278,30 @@ pub fn run_workgroup(mut tasks: Vec<Task<'_>>, kernel: &'static str) -> Result<(
             return Ok(());
         }
         if finished > 0 || live.iter().filter(|a| **a).count() != waiting {
-            return Err(KernelFault { kernel, target: "barrier", kind: FaultKind::DivergentBarrier });
+            return Err(KernelFault {
+                kernel,
+                target: "barrier",
+                kind: FaultKind::DivergentBarrier,
+            });
         }
     }
 }
 
 /// Integer division as WGSL defines it: `x / 0 == x`, `MIN / -1 == MIN`.
 pub fn div_i32(a: i32, b: i32) -> i32 {
-    if b == 0 { a } else { a.wrapping_div(b) }
+    if b == 0 {
+        a
+    } else {
+        a.wrapping_div(b)
+    }
 }
 /// Remainder as WGSL defines it: `x % 0 == 0`, `MIN % -1 == 0`.
 pub fn rem_i32(a: i32, b: i32) -> i32 {
-    if b == 0 { 0 } else { a.wrapping_rem(b) }
+    if b == 0 {
+        0
+    } else {
+        a.wrapping_rem(b)
+    }
 }
 /// `x / 0 == x`.
 pub fn div_u32(a: u32, b: u32) -> u32 {

@@ -32,7 +32,10 @@ pub struct KernelDef {
 impl KernelDef {
     /// Number of slice parameters (bindings after the argument block).
     pub fn slices(&self) -> usize {
-        self.params.iter().filter(|p| matches!(p.kind, ParamType::Slice { .. })).count()
+        self.params
+            .iter()
+            .filter(|p| matches!(p.kind, ParamType::Slice { .. }))
+            .count()
     }
 }
 
@@ -95,7 +98,11 @@ impl Grid {
     pub fn resolve(self, wg: [u32; 3]) -> [u32; 3] {
         match self {
             Grid::Workgroups(g) => g,
-            Grid::Threads(t) => [t[0].div_ceil(wg[0]), t[1].div_ceil(wg[1]), t[2].div_ceil(wg[2])],
+            Grid::Threads(t) => [
+                t[0].div_ceil(wg[0]),
+                t[1].div_ceil(wg[1]),
+                t[2].div_ceil(wg[2]),
+            ],
         }
     }
 }
@@ -129,13 +136,19 @@ impl<T: Scalar> ScalarArg<T> {
         self.erased
     }
     pub(crate) fn slot(index: usize, value: T) -> Self {
-        ScalarArg { erased: ErasedScalar::Slot(T::DTYPE, index, value.to_bits()), _t: PhantomData }
+        ScalarArg {
+            erased: ErasedScalar::Slot(T::DTYPE, index, value.to_bits()),
+            _t: PhantomData,
+        }
     }
 }
 
 impl<T: Scalar> From<T> for ScalarArg<T> {
     fn from(v: T) -> Self {
-        ScalarArg { erased: ErasedScalar::Const(T::DTYPE, v.to_bits()), _t: PhantomData }
+        ScalarArg {
+            erased: ErasedScalar::Const(T::DTYPE, v.to_bits()),
+            _t: PhantomData,
+        }
     }
 }
 

@@ -21,7 +21,9 @@ pub use device::{Device, Required};
 pub use dtype::{DType, Element, Scalar as ScalarValue};
 pub use error::{Error, FaultKind, KernelFault, Result};
 pub use holder::{AsInput, Body, CallArgs, CaptureKey, Config, Graphed, InputArg, Out, Stats};
-pub use kernel::{ErasedScalar, Grid, HostFn, KernelArg, KernelDef, Launch, ParamInfo, ParamType, ScalarArg};
+pub use kernel::{
+    ErasedScalar, Grid, HostFn, KernelArg, KernelDef, Launch, ParamInfo, ParamType, ScalarArg,
+};
 pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
 pub use step::{Input, Output, Scalar, Step};
 

@@ -59,8 +59,16 @@ pub(crate) struct Binding {
 
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
-    Launch { kernel: &'static KernelDef, grid: [u32; 3], args: usize, bindings: Vec<Binding> },
-    Copy { src: RawView, dst: RawView },
+    Launch {
+        kernel: &'static KernelDef,
+        grid: [u32; 3],
+        args: usize,
+        bindings: Vec<Binding>,
+    },
+    Copy {
+        src: RawView,
+        dst: RawView,
+    },
 }
 
 /// The record of one step: ops in order, their argument blocks, and every buffer touched.
@@ -98,7 +106,10 @@ pub enum PlanOp {
 impl Plan {
     /// Kernel launches per replay.
     pub fn launch_count(&self) -> usize {
-        self.ops.iter().filter(|o| matches!(o, Op::Launch { .. })).count()
+        self.ops
+            .iter()
+            .filter(|o| matches!(o, Op::Launch { .. }))
+            .count()
     }
 
     /// Every buffer the plan touches.
@@ -108,11 +119,24 @@ impl Plan {
 
     /// Bytes of the static buffers the plan owns (inputs, outputs, workspace).
     pub fn static_bytes(&self) -> u64 {
-        self.buffers.iter().filter(|b| matches!(b.role, BufferRole::Input | BufferRole::Output | BufferRole::Workspace)).map(|b| b.bytes).sum()
+        self.buffers
+            .iter()
+            .filter(|b| {
+                matches!(
+                    b.role,
+                    BufferRole::Input | BufferRole::Output | BufferRole::Workspace
+                )
+            })
+            .map(|b| b.bytes)
+            .sum()
     }
 
     fn index(&self) -> HashMap<u64, usize> {
-        self.buffers.iter().enumerate().map(|(i, b)| (b.id, i)).collect()
+        self.buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (b.id, i))
+            .collect()
     }
 
     /// The ops, for inspection.
@@ -121,20 +145,37 @@ impl Plan {
         self.ops
             .iter()
             .map(|op| match op {
-                Op::Launch { kernel, grid, bindings, .. } => PlanOp::Launch {
+                Op::Launch {
+                    kernel,
+                    grid,
+                    bindings,
+                    ..
+                } => PlanOp::Launch {
                     kernel: kernel.name,
                     grid: *grid,
-                    reads: bindings.iter().filter(|b| !b.write).map(|b| ix[&b.view.buf.id]).collect(),
-                    writes: bindings.iter().filter(|b| b.write).map(|b| ix[&b.view.buf.id]).collect(),
+                    reads: bindings
+                        .iter()
+                        .filter(|b| !b.write)
+                        .map(|b| ix[&b.view.buf.id])
+                        .collect(),
+                    writes: bindings
+                        .iter()
+                        .filter(|b| b.write)
+                        .map(|b| ix[&b.view.buf.id])
+                        .collect(),
                 },
-                Op::Copy { src, dst } => PlanOp::Copy { src: ix[&src.buf.id], dst: ix[&dst.buf.id] },
+                Op::Copy { src, dst } => PlanOp::Copy {
+                    src: ix[&src.buf.id],
+                    dst: ix[&dst.buf.id],
+                },
             })
             .collect()
     }
 
     /// Graphviz DOT: ops as ellipses in order, buffers as boxes, edges for reads and writes.
     pub fn to_dot(&self) -> String {
-        let mut s = String::from("digraph plan {\n  rankdir=LR;\n  node [fontname=\"monospace\"];\n");
+        let mut s =
+            String::from("digraph plan {\n  rankdir=LR;\n  node [fontname=\"monospace\"];\n");
         for (i, b) in self.buffers.iter().enumerate() {
             let style = match b.role {
                 BufferRole::Input => "shape=box, style=filled, fillcolor=\"#dbeafe\"",
@@ -142,12 +183,29 @@ impl Plan {
                 BufferRole::State => "shape=box, style=filled, fillcolor=\"#fef9c3\"",
                 _ => "shape=box",
             };
-            writeln!(s, "  b{i} [{style}, label=\"{} ({}, {} B)\"];", b.name, b.role.name(), b.bytes).unwrap();
+            writeln!(
+                s,
+                "  b{i} [{style}, label=\"{} ({}, {} B)\"];",
+                b.name,
+                b.role.name(),
+                b.bytes
+            )
+            .unwrap();
         }
         for (n, op) in self.ops().iter().enumerate() {
             match op {
-                PlanOp::Launch { kernel, grid, reads, writes } => {
-                    writeln!(s, "  op{n} [shape=ellipse, label=\"{n}: {kernel} {}x{}x{}\"];", grid[0], grid[1], grid[2]).unwrap();
+                PlanOp::Launch {
+                    kernel,
+                    grid,
+                    reads,
+                    writes,
+                } => {
+                    writeln!(
+                        s,
+                        "  op{n} [shape=ellipse, label=\"{n}: {kernel} {}x{}x{}\"];",
+                        grid[0], grid[1], grid[2]
+                    )
+                    .unwrap();
                     for r in reads {
                         writeln!(s, "  b{r} -> op{n};").unwrap();
                     }

@@ -86,12 +86,25 @@ pub struct Step {
 
 impl Step {
     pub(crate) fn record(device: &Device, scalars: Vec<ErasedScalar>) -> Step {
-        let rec = Recorder { plan: Plan::default(), scalar_uses: Vec::new(), roles: HashMap::new(), counts: HashMap::new() };
-        Step { device: device.clone(), scalars, rec: Some(RefCell::new(rec)) }
+        let rec = Recorder {
+            plan: Plan::default(),
+            scalar_uses: Vec::new(),
+            roles: HashMap::new(),
+            counts: HashMap::new(),
+        };
+        Step {
+            device: device.clone(),
+            scalars,
+            rec: Some(RefCell::new(rec)),
+        }
     }
 
     pub(crate) fn eager(device: &Device, scalars: Vec<ErasedScalar>) -> Step {
-        Step { device: device.clone(), scalars, rec: None }
+        Step {
+            device: device.clone(),
+            scalars,
+            rec: None,
+        }
     }
 
     pub(crate) fn into_recorder(self) -> Option<Recorder> {
@@ -127,7 +140,14 @@ impl Step {
         });
         *n += 1;
         let idx = rec.plan.buffers.len();
-        rec.plan.buffers.push(PlanBuffer { id: view.buf.id, role, name, bytes: view.buf.bytes(), read: false, written: false });
+        rec.plan.buffers.push(PlanBuffer {
+            id: view.buf.id,
+            role,
+            name,
+            bytes: view.buf.bytes(),
+            read: false,
+            written: false,
+        });
         rec.roles.insert(view.buf.id, idx);
     }
 
@@ -139,7 +159,14 @@ impl Step {
                 let n = rec.counts.entry(BufferRole::External).or_insert(0);
                 let name = format!("ext{n}");
                 *n += 1;
-                rec.plan.buffers.push(PlanBuffer { id: view.buf.id, role: BufferRole::External, name, bytes: view.buf.bytes(), read: false, written: false });
+                rec.plan.buffers.push(PlanBuffer {
+                    id: view.buf.id,
+                    role: BufferRole::External,
+                    name,
+                    bytes: view.buf.bytes(),
+                    read: false,
+                    written: false,
+                });
                 rec.roles.insert(view.buf.id, i);
                 i
             }
@@ -189,13 +216,21 @@ impl Step {
     /// Sets every element of `dst` to `value` as part of the step.
     pub fn fill<T: Element>(&self, dst: &mut Buffer<T>, value: T) -> Result<()> {
         let args = fill_args(&dst.raw_view(), value.to_bits());
-        self.launch(&crate::builtin::fill_u32::DEF, Grid::threads(dst.len()), &args)
+        self.launch(
+            &crate::builtin::fill_u32::DEF,
+            Grid::threads(dst.len()),
+            &args,
+        )
     }
 
     #[doc(hidden)]
     pub fn __scalar<T: ScalarValue>(&self, slot: usize) -> Scalar<T> {
         let bits = self.scalars[slot].bits();
-        let arg = if self.rec.is_some() { ScalarArg::slot(slot, T::from_bits(bits)) } else { ScalarArg::from(T::from_bits(bits)) };
+        let arg = if self.rec.is_some() {
+            ScalarArg::slot(slot, T::from_bits(bits))
+        } else {
+            ScalarArg::from(T::from_bits(bits))
+        };
         Scalar { arg }
     }
 
@@ -209,7 +244,10 @@ impl Launch for Step {
     fn launch(&self, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<()> {
         let b = bind(&self.device, kernel, grid, args)?;
         let Some(rec) = &self.rec else {
-            return self.device.backend().launch(kernel, b.grid, &b.args, &b.views);
+            return self
+                .device
+                .backend()
+                .launch(kernel, b.grid, &b.args, &b.views);
         };
         // Compile now, so lowering (a CUDA capture) never compiles.
         self.device.backend().prepare(kernel)?;
@@ -217,7 +255,10 @@ impl Launch for Step {
         let launch = rec.plan.launch_args.len();
         for &(word, slot) in &b.slots {
             if slot >= self.scalars.len() {
-                return Err(Error::Launch { kernel: kernel.name, reason: format!("per-step scalar slot {slot} does not exist") });
+                return Err(Error::Launch {
+                    kernel: kernel.name,
+                    reason: format!("per-step scalar slot {slot} does not exist"),
+                });
             }
             rec.scalar_uses.push((launch, word, slot));
         }
@@ -227,8 +268,12 @@ impl Launch for Step {
             bindings.push(Binding { view: v, write: w });
         }
         rec.plan.launch_args.push(b.args);
-        rec.plan.ops.push(Op::Launch { kernel, grid: b.grid, args: launch, bindings });
+        rec.plan.ops.push(Op::Launch {
+            kernel,
+            grid: b.grid,
+            args: launch,
+            bindings,
+        });
         Ok(())
     }
 }
-

@@ -16,16 +16,26 @@ fn mem(view: &RawView) -> &std::sync::Mutex<Vec<u32>> {
     match &view.buf.mem {
         Memory::Host(m) => m,
         #[allow(unreachable_patterns)]
-        _ => unreachable!("a host launch bound a buffer of another backend (checked by the device)"),
+        _ => {
+            unreachable!("a host launch bound a buffer of another backend (checked by the device)")
+        }
     }
 }
 
 fn lock(view: &RawView) -> Result<MutexGuard<'_, Vec<u32>>> {
-    mem(view).lock().map_err(|_| Error::Device { backend: "host", reason: "a buffer's lock was poisoned by a panic".into() })
+    mem(view).lock().map_err(|_| Error::Device {
+        backend: "host",
+        reason: "a buffer's lock was poisoned by a panic".into(),
+    })
 }
 
 /// Runs one launch over `bindings`, locking each distinct allocation once (views may alias).
-pub(crate) fn run(kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bindings: &[RawView]) -> Result<()> {
+pub(crate) fn run(
+    kernel: &'static KernelDef,
+    grid: [u32; 3],
+    args: &[u32],
+    bindings: &[RawView],
+) -> Result<()> {
     let mut ids: Vec<u64> = Vec::new();
     let mut guards: Vec<MutexGuard<'_, Vec<u32>>> = Vec::new();
     for v in bindings {
@@ -34,9 +44,19 @@ pub(crate) fn run(kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bind
             guards.push(lock(v)?);
         }
     }
-    let cells: Vec<&[Cell<u32>]> = guards.iter_mut().map(|g| Cell::from_mut(&mut g[..]).as_slice_of_cells()).collect();
-    let bufs: Vec<&[Cell<u32>]> = bindings.iter().map(|v| cells[ids.iter().position(|id| *id == v.buf.id).unwrap()]).collect();
-    let launch = HostLaunch { args, bufs: &bufs, workgroups: grid };
+    let cells: Vec<&[Cell<u32>]> = guards
+        .iter_mut()
+        .map(|g| Cell::from_mut(&mut g[..]).as_slice_of_cells())
+        .collect();
+    let bufs: Vec<&[Cell<u32>]> = bindings
+        .iter()
+        .map(|v| cells[ids.iter().position(|id| *id == v.buf.id).unwrap()])
+        .collect();
+    let launch = HostLaunch {
+        args,
+        bufs: &bufs,
+        workgroups: grid,
+    };
     (kernel.host)(&launch)?;
     Ok(())
 }
@@ -53,7 +73,10 @@ impl Backend for HostBackend {
     }
     fn alloc(&self, words: usize) -> Result<Memory> {
         let mut v = Vec::new();
-        v.try_reserve_exact(words).map_err(|_| Error::OutOfMemory { backend: "host", bytes: words as u64 * 4 })?;
+        v.try_reserve_exact(words).map_err(|_| Error::OutOfMemory {
+            backend: "host",
+            bytes: words as u64 * 4,
+        })?;
         v.resize(words, 0);
         Ok(Memory::Host(std::sync::Mutex::new(v)))
     }
@@ -77,7 +100,13 @@ impl Backend for HostBackend {
     fn prepare(&self, _kernel: &'static KernelDef) -> Result<()> {
         Ok(())
     }
-    fn launch(&self, kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bindings: &[RawView]) -> Result<()> {
+    fn launch(
+        &self,
+        kernel: &'static KernelDef,
+        grid: [u32; 3],
+        args: &[u32],
+        bindings: &[RawView],
+    ) -> Result<()> {
         run(kernel, grid, args, bindings)
     }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
@@ -100,7 +129,12 @@ impl Recording for HostReplay {
         }
         for op in &self.plan.ops {
             match op {
-                Op::Launch { kernel, grid, args, bindings } => {
+                Op::Launch {
+                    kernel,
+                    grid,
+                    args,
+                    bindings,
+                } => {
                     let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
                     run(kernel, *grid, &self.plan.launch_args[*args], &views)?;
                 }

@@ -2,10 +2,10 @@
 //! transition brackets (allocate, upload, download, copy, launch, lower, replay, drain); the
 //! lifecycle itself lives once, in [`crate::holder`].
 
-pub(crate) mod host;
-pub(crate) mod wgpu;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+pub(crate) mod host;
+pub(crate) mod wgpu;
 
 use crate::buffer::RawView;
 use crate::error::Result;
@@ -62,7 +62,13 @@ pub(crate) trait Backend: Send + Sync {
     fn copy(&self, src: &RawView, dst: &RawView) -> Result<()>;
     /// Compiles and caches a kernel (never inside a recording's lowering).
     fn prepare(&self, kernel: &'static KernelDef) -> Result<()>;
-    fn launch(&self, kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bindings: &[RawView]) -> Result<()>;
+    fn launch(
+        &self,
+        kernel: &'static KernelDef,
+        grid: [u32; 3],
+        args: &[u32],
+        bindings: &[RawView],
+    ) -> Result<()>;
     /// Builds the backend recording of a plan. Executes nothing.
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>>;
     /// Waits for all work this backend queued.

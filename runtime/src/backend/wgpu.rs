@@ -30,14 +30,19 @@ pub(crate) struct WgpuBackend {
 }
 
 fn device_err(reason: impl std::fmt::Display) -> Error {
-    Error::Device { backend: NAME, reason: reason.to_string() }
+    Error::Device {
+        backend: NAME,
+        reason: reason.to_string(),
+    }
 }
 
 fn buffer(view: &RawView) -> &wgpu::Buffer {
     match &view.buf.mem {
         Memory::Wgpu(b) => b,
         #[allow(unreachable_patterns)]
-        _ => unreachable!("a wgpu launch bound a buffer of another backend (checked by the device)"),
+        _ => {
+            unreachable!("a wgpu launch bound a buffer of another backend (checked by the device)")
+        }
     }
 }
 
@@ -67,7 +72,10 @@ impl WgpuBackend {
             required_limits: limits.clone(),
             ..Default::default()
         }))
-        .map_err(|e| Error::Unavailable { backend: NAME, reason: format!("the adapter {} refused a device: {e}", info.name) })?;
+        .map_err(|e| Error::Unavailable {
+            backend: NAME,
+            reason: format!("the adapter {} refused a device: {e}", info.name),
+        })?;
         let error = Arc::new(Mutex::new(None));
         let slot = error.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
@@ -79,7 +87,14 @@ impl WgpuBackend {
             let mut s = lost.lock().unwrap_or_else(|p| p.into_inner());
             s.get_or_insert_with(|| format!("device lost ({reason:?}): {msg}"));
         });
-        Ok(WgpuBackend { device, queue, info, limits, pipelines: Mutex::new(HashMap::new()), error })
+        Ok(WgpuBackend {
+            device,
+            queue,
+            info,
+            limits,
+            pipelines: Mutex::new(HashMap::new()),
+            error,
+        })
     }
 
     /// Returns (and keeps) the device's first uncaptured error.
@@ -97,27 +112,48 @@ impl WgpuBackend {
 
     fn pipeline(&self, kernel: &'static KernelDef) -> Result<Arc<Pipeline>> {
         let key = kernel as *const KernelDef as usize;
-        if let Some(p) = self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
             return Ok(p.clone());
         }
         let wg = kernel.workgroup;
         let l = &self.limits;
-        if wg[0] > l.max_compute_workgroup_size_x || wg[1] > l.max_compute_workgroup_size_y || wg[2] > l.max_compute_workgroup_size_z || wg.iter().product::<u32>() > l.max_compute_invocations_per_workgroup {
+        if wg[0] > l.max_compute_workgroup_size_x
+            || wg[1] > l.max_compute_workgroup_size_y
+            || wg[2] > l.max_compute_workgroup_size_z
+            || wg.iter().product::<u32>() > l.max_compute_invocations_per_workgroup
+        {
             return Err(Error::Compile {
                 kernel: kernel.name,
                 backend: NAME,
-                log: format!("workgroup {wg:?} exceeds this adapter's limits ({} invocations, {}×{}×{})", l.max_compute_invocations_per_workgroup, l.max_compute_workgroup_size_x, l.max_compute_workgroup_size_y, l.max_compute_workgroup_size_z),
+                log: format!(
+                    "workgroup {wg:?} exceeds this adapter's limits ({} invocations, {}×{}×{})",
+                    l.max_compute_invocations_per_workgroup,
+                    l.max_compute_workgroup_size_x,
+                    l.max_compute_workgroup_size_y,
+                    l.max_compute_workgroup_size_z
+                ),
             });
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(kernel.name),
-            source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
-        });
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(kernel.name),
+                source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
+            });
         let storage = |read_only: bool, binding: u32| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer { ty: wgpu::BufferBindingType::Storage { read_only }, has_dynamic_offset: false, min_binding_size: None },
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
             count: None,
         };
         let mut entries = vec![storage(true, 0)];
@@ -126,45 +162,82 @@ impl WgpuBackend {
                 entries.push(storage(!write, entries.len() as u32));
             }
         }
-        let layout = self.device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(kernel.name), entries: &entries });
-        let pl = self.device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some(kernel.name),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(kernel.name),
-            layout: Some(&pl),
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let layout = self
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(kernel.name),
+                entries: &entries,
+            });
+        let pl = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(kernel.name),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(kernel.name),
+                layout: Some(&pl),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
         if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(Error::Compile { kernel: kernel.name, backend: NAME, log: e.to_string() });
+            return Err(Error::Compile {
+                kernel: kernel.name,
+                backend: NAME,
+                log: e.to_string(),
+            });
         }
         let p = Arc::new(Pipeline { pipeline, layout });
-        self.pipelines.lock().unwrap_or_else(|p| p.into_inner()).insert(key, p.clone());
+        self.pipelines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, p.clone());
         Ok(p)
     }
 
     fn check_grid(&self, kernel: &'static KernelDef, grid: [u32; 3]) -> Result<()> {
         let max = self.limits.max_compute_workgroups_per_dimension;
         if grid.iter().any(|&g| g > max) {
-            return Err(Error::Launch { kernel: kernel.name, reason: format!("grid {grid:?} exceeds this adapter's {max} workgroups per dimension") });
+            return Err(Error::Launch {
+                kernel: kernel.name,
+                reason: format!(
+                    "grid {grid:?} exceeds this adapter's {max} workgroups per dimension"
+                ),
+            });
         }
         Ok(())
     }
 
-    fn bind_group(&self, p: &Pipeline, args: (&wgpu::Buffer, u64, u64), bindings: &[RawView]) -> wgpu::BindGroup {
+    fn bind_group(
+        &self,
+        p: &Pipeline,
+        args: (&wgpu::Buffer, u64, u64),
+        bindings: &[RawView],
+    ) -> wgpu::BindGroup {
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding { buffer: args.0, offset: args.1, size: wgpu::BufferSize::new(args.2) }),
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: args.0,
+                offset: args.1,
+                size: wgpu::BufferSize::new(args.2),
+            }),
         }];
         for (i, v) in bindings.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry { binding: i as u32 + 1, resource: buffer(v).as_entire_binding() });
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: buffer(v).as_entire_binding(),
+            });
         }
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &p.layout, entries: &entries })
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &p.layout,
+            entries: &entries,
+        })
     }
 }
 
@@ -173,31 +246,48 @@ impl Backend for WgpuBackend {
         BackendKind::Wgpu
     }
     fn adapter(&self) -> String {
-        format!("{} ({:?}, {})", self.info.name, self.info.backend, self.info.driver)
+        format!(
+            "{} ({:?}, {})",
+            self.info.name, self.info.backend, self.info.driver
+        )
     }
     fn arg_align_words(&self) -> usize {
         (self.limits.min_storage_buffer_offset_alignment as usize / 4).max(1)
     }
     fn alloc(&self, words: usize) -> Result<Memory> {
         let bytes = (words.max(1) * 4) as u64;
-        if bytes > self.limits.max_buffer_size || bytes > self.limits.max_storage_buffer_binding_size as u64 {
-            return Err(Error::OutOfMemory { backend: NAME, bytes });
+        if bytes > self.limits.max_buffer_size
+            || bytes > self.limits.max_storage_buffer_binding_size as u64
+        {
+            return Err(Error::OutOfMemory {
+                backend: NAME,
+                bytes,
+            });
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: None,
             size: bytes,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         if pollster::block_on(scope.pop()).is_some() {
-            return Err(Error::OutOfMemory { backend: NAME, bytes });
+            return Err(Error::OutOfMemory {
+                backend: NAME,
+                bytes,
+            });
         }
         Ok(Memory::Wgpu(buf))
     }
     fn write(&self, view: &RawView, data: &[u32]) -> Result<()> {
         if !data.is_empty() {
-            self.queue.write_buffer(buffer(view), view.offset as u64 * 4, bytemuck::cast_slice(data));
+            self.queue.write_buffer(
+                buffer(view),
+                view.offset as u64 * 4,
+                bytemuck::cast_slice(data),
+            );
         }
         self.check()
     }
@@ -217,8 +307,15 @@ impl Backend for WgpuBackend {
         self.queue.submit([enc.finish()]);
         let done = Arc::new(Mutex::new(None));
         let flag = done.clone();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(r));
-        self.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(device_err)?;
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(r)
+        });
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: None,
+            })
+            .map_err(device_err)?;
         self.check()?;
         match done.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(Ok(())) => {}
@@ -226,7 +323,10 @@ impl Backend for WgpuBackend {
             None => return Err(device_err("readback did not complete")),
         }
         let out = {
-            let mapped = staging.slice(..).get_mapped_range().map_err(|e| device_err(format!("readback failed: {e}")))?;
+            let mapped = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| device_err(format!("readback failed: {e}")))?;
             bytemuck::cast_slice::<u8, u32>(&mapped).to_vec()
         };
         staging.unmap();
@@ -235,7 +335,13 @@ impl Backend for WgpuBackend {
     fn copy(&self, src: &RawView, dst: &RawView) -> Result<()> {
         if src.len > 0 {
             let mut enc = self.device.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(buffer(src), src.offset as u64 * 4, buffer(dst), dst.offset as u64 * 4, src.len as u64 * 4);
+            enc.copy_buffer_to_buffer(
+                buffer(src),
+                src.offset as u64 * 4,
+                buffer(dst),
+                dst.offset as u64 * 4,
+                src.len as u64 * 4,
+            );
             self.queue.submit([enc.finish()]);
         }
         self.check()
@@ -243,15 +349,23 @@ impl Backend for WgpuBackend {
     fn prepare(&self, kernel: &'static KernelDef) -> Result<()> {
         self.pipeline(kernel).map(|_| ())
     }
-    fn launch(&self, kernel: &'static KernelDef, grid: [u32; 3], args: &[u32], bindings: &[RawView]) -> Result<()> {
+    fn launch(
+        &self,
+        kernel: &'static KernelDef,
+        grid: [u32; 3],
+        args: &[u32],
+        bindings: &[RawView],
+    ) -> Result<()> {
         self.check_grid(kernel, grid)?;
         let p = self.pipeline(kernel)?;
         let words: &[u32] = if args.is_empty() { &[0] } else { args };
-        let arg_buf = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("graphed args"),
-            contents: bytemuck::cast_slice(words),
-            usage: wgpu::BufferUsages::STORAGE,
-        });
+        let arg_buf = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("graphed args"),
+                contents: bytemuck::cast_slice(words),
+                usage: wgpu::BufferUsages::STORAGE,
+            });
         let bg = self.bind_group(&p, (&arg_buf, 0, words.len() as u64 * 4), bindings);
         let mut enc = self.device.create_command_encoder(&Default::default());
         if grid.iter().all(|&g| g > 0) {
@@ -278,21 +392,36 @@ impl Backend for WgpuBackend {
                 arena.extend_from_slice(a);
             }
         }
-        let arena_buf = self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("graphed arg arena"),
-            contents: bytemuck::cast_slice(&arena),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-        });
+        let arena_buf = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("graphed arg arena"),
+                contents: bytemuck::cast_slice(&arena),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            });
         let mut ops = Vec::with_capacity(plan.ops.len());
         for op in &plan.ops {
             match op {
-                Op::Launch { kernel, grid, args, bindings } => {
+                Op::Launch {
+                    kernel,
+                    grid,
+                    args,
+                    bindings,
+                } => {
                     self.check_grid(kernel, *grid)?;
                     let p = self.pipeline(kernel)?;
                     let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
                     let words = plan.launch_args[*args].len().max(1) as u64;
-                    let bg = self.bind_group(&p, (&arena_buf, offsets[*args] as u64 * 4, words * 4), &views);
-                    ops.push(ReplayOp::Dispatch { pipeline: p, bind_group: bg, grid: *grid });
+                    let bg = self.bind_group(
+                        &p,
+                        (&arena_buf, offsets[*args] as u64 * 4, words * 4),
+                        &views,
+                    );
+                    ops.push(ReplayOp::Dispatch {
+                        pipeline: p,
+                        bind_group: bg,
+                        grid: *grid,
+                    });
                 }
                 Op::Copy { src, dst } => ops.push(ReplayOp::Copy {
                     src: buffer(src).clone(),
@@ -316,14 +445,32 @@ impl Backend for WgpuBackend {
         }))
     }
     fn drain(&self) -> Result<()> {
-        self.device.poll(wgpu::PollType::Wait { submission_index: None, timeout: None }).map_err(|e| Error::Drain { backend: NAME, reason: e.to_string() })?;
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: None,
+            })
+            .map_err(|e| Error::Drain {
+                backend: NAME,
+                reason: e.to_string(),
+            })?;
         self.check()
     }
 }
 
 enum ReplayOp {
-    Dispatch { pipeline: Arc<Pipeline>, bind_group: wgpu::BindGroup, grid: [u32; 3] },
-    Copy { src: wgpu::Buffer, src_off: u64, dst: wgpu::Buffer, dst_off: u64, bytes: u64 },
+    Dispatch {
+        pipeline: Arc<Pipeline>,
+        bind_group: wgpu::BindGroup,
+        grid: [u32; 3],
+    },
+    Copy {
+        src: wgpu::Buffer,
+        src_off: u64,
+        dst: wgpu::Buffer,
+        dst_off: u64,
+        bytes: u64,
+    },
 }
 
 /// A plan lowered for wgpu: per replay, the changed argument words are written, then every
@@ -352,20 +499,43 @@ impl Recording for WgpuReplay {
             }
         }
         if lo < hi {
-            self.queue.write_buffer(&self.arena_buf, lo as u64 * 4, bytemuck::cast_slice(&self.arena[lo..hi]));
+            self.queue.write_buffer(
+                &self.arena_buf,
+                lo as u64 * 4,
+                bytemuck::cast_slice(&self.arena[lo..hi]),
+            );
         }
-        let mut enc = self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("graphed replay") });
+        let mut enc = self
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("graphed replay"),
+            });
         let mut i = 0;
         while i < self.ops.len() {
-            if let ReplayOp::Copy { src, src_off, dst, dst_off, bytes } = &self.ops[i] {
+            if let ReplayOp::Copy {
+                src,
+                src_off,
+                dst,
+                dst_off,
+                bytes,
+            } = &self.ops[i]
+            {
                 if *bytes > 0 {
                     enc.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *bytes);
                 }
                 i += 1;
                 continue;
             }
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
-            while let Some(ReplayOp::Dispatch { pipeline, bind_group, grid }) = self.ops.get(i) {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: None,
+            });
+            while let Some(ReplayOp::Dispatch {
+                pipeline,
+                bind_group,
+                grid,
+            }) = self.ops.get(i)
+            {
                 if grid.iter().all(|&g| g > 0) {
                     pass.set_pipeline(&pipeline.pipeline);
                     pass.set_bind_group(0, bind_group, &[]);

@@ -1,0 +1,1 @@
+//! The CUDA backend (placeholder until the CUDA issue lands).

@@ -39,7 +39,12 @@ pub fn sq(x: &[f32], w: &[f32], y: &mut [f32]) {
 }
 
 #[graphed]
-fn train(cx: &mut Step, #[state] w: &mut Buffer<f32>, x: &Input<f32>, lr: f32) -> Result<Output<f32>> {
+fn train(
+    cx: &mut Step,
+    #[state] w: &mut Buffer<f32>,
+    x: &Input<f32>,
+    lr: f32,
+) -> Result<Output<f32>> {
     let mut y = cx.output::<f32>(x.len())?;
     sq::launch(cx, x.len(), x, w, &mut y)?;
     sgd::launch(cx, w.len(), lr, &y, w)?;
@@ -52,7 +57,9 @@ fn graphed_smoke() {
         let mut w = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
         let mut step = Train::new(&dev).unwrap();
         for i in 0..5 {
-            let y = step.call(&mut w, &[1.0f32, 1.0, 1.0][..], 0.5 + i as f32).unwrap();
+            let y = step
+                .call(&mut w, &[1.0f32, 1.0, 1.0][..], 0.5 + i as f32)
+                .unwrap();
             println!("{:?}", y.to_host().unwrap());
         }
         println!("{:?} {:?}", w.to_host().unwrap(), step.stats());

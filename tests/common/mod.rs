@@ -1,0 +1,75 @@
+//! Test helpers: run one test body on every available backend, naming the backend in failures.
+#![allow(dead_code)]
+
+use graphed::{BackendKind, Device, Required};
+
+/// Every backend this run can use: host always; wgpu where an adapter exists; CUDA with the
+/// feature and a driver. A backend listed in `GRAPHED_REQUIRE` that cannot be opened panics
+/// (the test fails instead of skipping).
+pub fn backends() -> Vec<Device> {
+    let required = Required::from_env().expect("GRAPHED_REQUIRE");
+    let mut out = vec![Device::host()];
+    for kind in [BackendKind::Wgpu, BackendKind::Cuda] {
+        match Device::open(kind) {
+            Ok(d) => out.push(d),
+            Err(e) if required.requires(kind) => {
+                panic!("{kind} is required by GRAPHED_REQUIRE but unavailable: {e}")
+            }
+            Err(e) => eprintln!("note: skipping {kind}: {e}"),
+        }
+    }
+    out
+}
+
+/// Runs `f` on every backend; a panic names the backend it happened on.
+pub fn on_every_backend(mut f: impl FnMut(&Device)) {
+    for dev in backends() {
+        let name = format!("{} [{}]", dev.kind(), dev.adapter());
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&dev))) {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("on backend {name}: {msg}");
+        }
+    }
+}
+
+/// A fresh random source; the seed is printed so a failure can be reproduced.
+pub fn rng(test: &str) -> rand::rngs::StdRng {
+    use rand::SeedableRng;
+    let seed = std::env::var("GRAPHED_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("{test}: seed {seed} (set GRAPHED_SEED to reproduce)");
+    rand::rngs::StdRng::seed_from_u64(seed)
+}
+
+/// `n` uniform floats in `[lo, hi)`.
+pub fn floats(rng: &mut impl rand::Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(lo..hi)).collect()
+}
+
+/// ‖a − b‖ / ‖b‖ in f64 (the absolute norm when `b` is zero).
+pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Whether every element is bitwise equal.
+pub fn bitwise_eq(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}

@@ -13,7 +13,7 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
 
 #[test]
 fn smoke() {
-    for dev in [Device::host(), Device::wgpu().unwrap()] {
+    for dev in common::backends() {
         let x = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
         let mut y = dev.upload(&[1.0f32, 1.0, 1.0]).unwrap();
         axpy::launch(&dev, Grid::threads(3), 2.0, &x, &mut y).unwrap();
@@ -53,7 +53,7 @@ fn train(
 
 #[test]
 fn graphed_smoke() {
-    for dev in [Device::host(), Device::wgpu().unwrap()] {
+    for dev in common::backends() {
         let mut w = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
         let mut step = Train::new(&dev).unwrap();
         for i in 0..5 {
@@ -65,4 +65,13 @@ fn graphed_smoke() {
         println!("{:?} {:?}", w.to_host().unwrap(), step.stats());
         println!("{}", step.plan().unwrap().to_dot());
     }
+}
+
+#[test]
+fn nvrtc_smoke() {
+    if !common::nvrtc_enabled() {
+        return;
+    }
+    let ptx = graphed::nvrtc::compile(&axpy::DEF, "compute_80").unwrap();
+    assert!(ptx.contains(".entry axpy"));
 }

@@ -12,8 +12,10 @@ mod error;
 mod holder;
 mod host_exec;
 mod kernel;
+pub mod nvrtc;
 mod plan;
 mod step;
+pub mod testing;
 
 pub use backend::BackendKind;
 pub use buffer::{Buffer, RawView};

@@ -1,40 +1,7 @@
 //! Test helpers: run one test body on every available backend, naming the backend in failures.
 #![allow(dead_code)]
 
-use graphed::{BackendKind, Device, Required};
-
-/// Every backend this run can use: host always; wgpu where an adapter exists; CUDA with the
-/// feature and a driver. A backend listed in `GRAPHED_REQUIRE` that cannot be opened panics
-/// (the test fails instead of skipping).
-pub fn backends() -> Vec<Device> {
-    let required = Required::from_env().expect("GRAPHED_REQUIRE");
-    let mut out = vec![Device::host()];
-    for kind in [BackendKind::Wgpu, BackendKind::Cuda] {
-        match Device::open(kind) {
-            Ok(d) => out.push(d),
-            Err(e) if required.requires(kind) => {
-                panic!("{kind} is required by GRAPHED_REQUIRE but unavailable: {e}")
-            }
-            Err(e) => eprintln!("note: skipping {kind}: {e}"),
-        }
-    }
-    out
-}
-
-/// Runs `f` on every backend; a panic names the backend it happened on.
-pub fn on_every_backend(mut f: impl FnMut(&Device)) {
-    for dev in backends() {
-        let name = format!("{} [{}]", dev.kind(), dev.adapter());
-        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&dev))) {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            panic!("on backend {name}: {msg}");
-        }
-    }
-}
+pub use graphed::testing::{backends, nvrtc_enabled, on_every_backend};
 
 /// A fresh random source; the seed is printed so a failure can be reproduced.
 pub fn rng(test: &str) -> rand::rngs::StdRng {

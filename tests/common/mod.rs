@@ -1,6 +1,7 @@
 //! Test helpers: run one test body on every available backend, naming the backend in failures.
 #![allow(dead_code)]
 
+#[allow(unused_imports)]
 pub use graphed::testing::{backends, nvrtc_enabled, on_every_backend};
 
 /// A fresh random source; the seed is printed so a failure can be reproduced.

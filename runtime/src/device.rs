@@ -143,7 +143,24 @@ impl Device {
         })
     }
 
-    /// Opens `kind`.
+    /// Opens a new, unshared device of `kind` (its own queue or stream, its own memory
+    /// accounting), e.g. one per thread or per test.
+    pub fn open_new(kind: BackendKind) -> Result<Device> {
+        match kind {
+            BackendKind::Host => Ok(Device::from_backend(Box::new(
+                crate::backend::host::HostBackend,
+            ))),
+            BackendKind::Wgpu => Device::wgpu_new(),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => Ok(Device::from_backend(Box::new(
+                crate::backend::cuda::CudaBackend::open(0)?,
+            ))),
+            #[cfg(not(feature = "cuda"))]
+            BackendKind::Cuda => Device::cuda(),
+        }
+    }
+
+    /// Opens `kind` (one shared device per backend and process).
     pub fn open(kind: BackendKind) -> Result<Device> {
         match kind {
             BackendKind::Host => Ok(Device::host()),
@@ -403,12 +420,9 @@ pub(crate) fn bind(
     // `__restrict__` and wgpu's usage rules both depend on it.
     for (i, v) in out.views.iter().enumerate() {
         for (j, w) in out.views.iter().enumerate().skip(i + 1) {
-            if v.buf.id == w.buf.id
-                && (out.writes[i] || out.writes[j])
-                && (v.overlaps(w) || out.writes[i] != out.writes[j])
-            {
+            if (out.writes[i] || out.writes[j]) && v.overlaps(w) {
                 return Err(fail(format!(
-                    "`{}` and `{}` are bound to the same buffer and one of them is written; pass separate buffers",
+                    "`{}` and `{}` are overlapping views of one buffer and one of them is written; pass views that do not overlap",
                     slice_name(kernel, i),
                     slice_name(kernel, j)
                 )));

@@ -32,5 +32,7 @@ pub use step::{Input, Output, Scalar, Step};
 /// Used by code that `#[kernel]` and `#[graphed]` generate; not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    #[cfg(feature = "cuda")]
+    pub use crate::backend::cuda::inject_capture_fault;
     pub use crate::host_exec::*;
 }

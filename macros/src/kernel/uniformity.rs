@@ -31,6 +31,7 @@ pub fn check(kernel: &Kernel, errors: &mut Vec<syn::Error>) {
 }
 
 struct Analysis<'k, 'e> {
+    #[allow(dead_code)]
     kernel: &'k Kernel,
     tainted: HashSet<String>,
     changed: bool,
@@ -160,13 +161,7 @@ impl Analysis<'_, '_> {
             ExprKind::Local(n) => !self.tainted.contains(n),
             ExprKind::Scalar(_) | ExprKind::Len(_) => true,
             ExprKind::Id(b) => !matches!(b, IdBuiltin::GlobalId | IdBuiltin::LocalId),
-            ExprKind::Load(Place::Param(p, ix)) => {
-                let readonly = matches!(
-                    self.kernel.params[*p].kind,
-                    ParamKind::Slice { mutable: false, .. }
-                );
-                readonly && self.uniform(ix)
-            }
+            // Slices are `read_write` storage in WGSL, so every load is non-uniform there.
             ExprKind::Load(_) => false,
             ExprKind::Field(b, _) => self.uniform(b),
             ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => self.uniform(a),

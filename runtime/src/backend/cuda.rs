@@ -1,1 +1,608 @@
-//! The CUDA backend (placeholder until the CUDA issue lands).
+//! The CUDA backend: kernels' CUDA C compiled once per device with NVRTC, launched on one
+//! non-blocking stream per device, and plans lowered to CUDA graphs by stream capture.
+//!
+//! Every static buffer is allocated before a capture begins and nothing is allocated or
+//! freed inside it: memory allocated during capture would become a graph-owned allocation
+//! whose lifetime follows graph launches, not our reference counts, and a free inside capture
+//! would be deferred to an unknown later launch. The census after capture (kernel nodes ==
+//! plan launches, memcpy nodes == plan copies) turns work that escaped the capture, or work
+//! that crept into it from elsewhere, into an error instead of a silently wrong replay.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::driver::{result, sys, CudaContext, CudaFunction, DriverError};
+
+use super::{Backend, BackendKind, Memory, Recording};
+use crate::buffer::RawView;
+use crate::error::{Error, Result};
+use crate::kernel::KernelDef;
+use crate::plan::{Op, Plan};
+
+const NAME: &str = "cuda";
+/// Argument blocks of eager launches live in a ring of device memory, reused in stream order.
+const RING_WORDS: usize = 1 << 20;
+/// Alignment of argument blocks (16 bytes).
+const ARG_ALIGN: usize = 4;
+
+fn err(e: DriverError) -> Error {
+    if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
+        return Error::OutOfMemory {
+            backend: NAME,
+            bytes: 0,
+        };
+    }
+    Error::Device {
+        backend: NAME,
+        reason: e.to_string(),
+    }
+}
+
+/// One device allocation (freed synchronously on drop, after the holder drained).
+pub(crate) struct CudaMem {
+    ptr: sys::CUdeviceptr,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a device pointer is an address in the context's memory; every use goes through the
+// backend, which binds the context and orders work on its stream.
+unsafe impl Send for CudaMem {}
+// SAFETY: as above; the pointer is never mutated after allocation.
+unsafe impl Sync for CudaMem {}
+
+impl Drop for CudaMem {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; the
+            // lifecycle drained every stream that could still use it before releasing it.
+            unsafe {
+                let _ = result::free_sync(self.ptr);
+            }
+        }
+    }
+}
+
+fn ptr(view: &RawView) -> sys::CUdeviceptr {
+    match &view.buf.mem {
+        Memory::Cuda(m) => m.ptr,
+        _ => {
+            unreachable!("a CUDA launch bound a buffer of another backend (checked by the device)")
+        }
+    }
+}
+
+struct Stream(sys::CUstream);
+// SAFETY: CUDA streams may be used from any thread; the backend serialises use with a lock.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+struct Ring {
+    mem: CudaMem,
+    next: usize,
+}
+
+pub(crate) struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Stream,
+    arch: String,
+    name: String,
+    functions: Mutex<HashMap<usize, CudaFunction>>,
+    /// Serialises work on the stream, so no other thread's launch lands inside a capture.
+    lock: Arc<Mutex<()>>,
+    ring: Mutex<Option<Ring>>,
+}
+
+impl CudaBackend {
+    pub(crate) fn open(ordinal: usize) -> Result<CudaBackend> {
+        // SAFETY: only probes whether libcuda can be opened; cudarc panics on a missing library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::Unavailable {
+                backend: NAME,
+                reason: "libcuda.so (the NVIDIA driver) was not found; install the NVIDIA driver"
+                    .into(),
+            });
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| Error::Unavailable {
+            backend: NAME,
+            reason: format!("no CUDA device {ordinal}: {e}"),
+        })?;
+        // SAFETY: graphed never uses cudarc's CudaSlice; event tracking breaks stream capture.
+        unsafe { ctx.disable_event_tracking() };
+        let (major, minor) = ctx.compute_capability().map_err(err)?;
+        let name = ctx.name().map_err(err)?;
+        ctx.bind_to_thread().map_err(err)?;
+        let stream =
+            result::stream::create(result::stream::StreamKind::NonBlocking).map_err(err)?;
+        if !crate::nvrtc::available() {
+            return Err(Error::Unavailable {
+                backend: NAME,
+                reason: "NVRTC (libnvrtc) was not found; install the CUDA toolkit's NVRTC".into(),
+            });
+        }
+        Ok(CudaBackend {
+            ctx,
+            stream: Stream(stream),
+            arch: format!("sm_{major}{minor}"),
+            name: format!("{name} (sm_{major}{minor})"),
+            functions: Mutex::new(HashMap::new()),
+            lock: Arc::new(Mutex::new(())),
+            ring: Mutex::new(None),
+        })
+    }
+
+    fn enter(&self) -> Result<MutexGuard<'_, ()>> {
+        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.ctx.bind_to_thread().map_err(err)?;
+        Ok(g)
+    }
+
+    fn raw_alloc(&self, words: usize) -> Result<CudaMem> {
+        let bytes = words.max(1) * 4;
+        // SAFETY: the context is bound; the result is zeroed on the stream below.
+        let p = unsafe { result::malloc_sync(bytes) }.map_err(|e| match err(e) {
+            Error::OutOfMemory { .. } => Error::OutOfMemory {
+                backend: NAME,
+                bytes: bytes as u64,
+            },
+            other => other,
+        })?;
+        let mem = CudaMem {
+            ptr: p,
+            ctx: self.ctx.clone(),
+        };
+        // SAFETY: `p` is a fresh allocation of `bytes` bytes.
+        unsafe { sys::cuMemsetD32Async(p, 0, words.max(1), self.stream.0) }
+            .result()
+            .map_err(err)?;
+        Ok(mem)
+    }
+
+    fn function(&self, kernel: &'static KernelDef) -> Result<sys::CUfunction> {
+        let key = kernel as *const KernelDef as usize;
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(f.cu_function());
+        }
+        let ptx = crate::nvrtc::compile(kernel, &self.arch)?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| Error::Compile {
+                kernel: kernel.name,
+                backend: NAME,
+                log: format!("loading the module failed: {e}"),
+            })?;
+        let f = module
+            .load_function(kernel.name)
+            .map_err(|e| Error::Compile {
+                kernel: kernel.name,
+                backend: NAME,
+                log: format!("no entry point: {e}"),
+            })?;
+        let raw = f.cu_function();
+        self.functions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, f);
+        Ok(raw)
+    }
+
+    /// Issues one launch on the stream (the caller holds the lock).
+    fn issue(
+        &self,
+        f: sys::CUfunction,
+        kernel: &KernelDef,
+        grid: [u32; 3],
+        args_ptr: sys::CUdeviceptr,
+        bindings: &[RawView],
+    ) -> Result<()> {
+        if grid.iter().any(|&g| g == 0) {
+            return Ok(());
+        }
+        let mut ptrs: Vec<sys::CUdeviceptr> = Vec::with_capacity(bindings.len() + 1);
+        ptrs.push(args_ptr);
+        ptrs.extend(bindings.iter().map(ptr));
+        let mut params: Vec<*mut c_void> = ptrs
+            .iter_mut()
+            .map(|p| p as *mut sys::CUdeviceptr as *mut c_void)
+            .collect();
+        let wg = kernel.workgroup;
+        // SAFETY: `params` points at one device pointer per kernel parameter (argument block
+        // first, then each slice), matching the signature the CUDA emitter generated.
+        unsafe {
+            result::launch_kernel(
+                f,
+                (grid[0], grid[1], grid[2]),
+                (wg[0], wg[1], wg[2]),
+                0,
+                self.stream.0,
+                &mut params,
+            )
+        }
+        .map_err(|e| Error::Launch {
+            kernel: kernel.name,
+            reason: e.to_string(),
+        })
+    }
+
+    fn sync(&self) -> Result<()> {
+        // SAFETY: the stream is valid for the backend's lifetime.
+        unsafe { result::stream::synchronize(self.stream.0) }.map_err(err)
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the stream is destroyed once, after its work completed.
+            unsafe {
+                let _ = result::stream::synchronize(self.stream.0);
+                let _ = result::stream::destroy(self.stream.0);
+            }
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+    fn adapter(&self) -> String {
+        self.name.clone()
+    }
+    fn arg_align_words(&self) -> usize {
+        ARG_ALIGN
+    }
+    fn alloc(&self, words: usize) -> Result<Memory> {
+        let _g = self.enter()?;
+        Ok(Memory::Cuda(self.raw_alloc(words)?))
+    }
+    fn write(&self, view: &RawView, data: &[u32]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let _g = self.enter()?;
+        // SAFETY: the view lies inside its allocation (checked when it was made); pageable
+        // host memory is staged before the call returns, so `data` may be dropped after.
+        unsafe {
+            result::memcpy_htod_async(ptr(view) + view.offset as u64 * 4, data, self.stream.0)
+        }
+        .map_err(err)
+    }
+    fn read(&self, view: &RawView) -> Result<Vec<u32>> {
+        let _g = self.enter()?;
+        let mut out = vec![0u32; view.len];
+        if view.len > 0 {
+            // SAFETY: as in `write`; the stream is synchronised before `out` is read.
+            unsafe {
+                result::memcpy_dtoh_async(
+                    &mut out,
+                    ptr(view) + view.offset as u64 * 4,
+                    self.stream.0,
+                )
+            }
+            .map_err(err)?;
+        }
+        self.sync()?;
+        Ok(out)
+    }
+    fn copy(&self, src: &RawView, dst: &RawView) -> Result<()> {
+        if src.len == 0 {
+            return Ok(());
+        }
+        let _g = self.enter()?;
+        // SAFETY: both views lie inside their allocations and do not overlap (checked).
+        unsafe {
+            result::memcpy_dtod_async(
+                ptr(dst) + dst.offset as u64 * 4,
+                ptr(src) + src.offset as u64 * 4,
+                src.len * 4,
+                self.stream.0,
+            )
+        }
+        .map_err(err)
+    }
+    fn prepare(&self, kernel: &'static KernelDef) -> Result<()> {
+        let _g = self.enter()?;
+        self.function(kernel).map(|_| ())
+    }
+    fn launch(
+        &self,
+        kernel: &'static KernelDef,
+        grid: [u32; 3],
+        args: &[u32],
+        bindings: &[RawView],
+    ) -> Result<()> {
+        let _g = self.enter()?;
+        let f = self.function(kernel)?;
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        if ring.is_none() {
+            *ring = Some(Ring {
+                mem: self.raw_alloc(RING_WORDS)?,
+                next: 0,
+            });
+        }
+        let r = ring.as_mut().expect("just set");
+        let words = args.len().max(1).div_ceil(ARG_ALIGN) * ARG_ALIGN;
+        if r.next + words > RING_WORDS {
+            r.next = 0;
+        }
+        let at = r.mem.ptr + r.next as u64 * 4;
+        r.next += words;
+        if !args.is_empty() {
+            // SAFETY: the ring slot is in bounds; the copy is ordered on the stream before the
+            // launch that reads it and after every earlier launch that read this slot.
+            unsafe { result::memcpy_htod_async(at, args, self.stream.0) }.map_err(err)?;
+        }
+        self.issue(f, kernel, grid, at, bindings)
+    }
+    fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
+        let _g = self.enter()?;
+        // Compile and allocate everything before the capture begins.
+        let mut offsets = Vec::with_capacity(plan.launch_args.len());
+        let mut arena: Vec<u32> = Vec::new();
+        for a in &plan.launch_args {
+            let start = arena.len().div_ceil(ARG_ALIGN) * ARG_ALIGN;
+            arena.resize(start, 0);
+            offsets.push(start);
+            arena.extend_from_slice(if a.is_empty() { &[0] } else { a });
+        }
+        let mut functions = Vec::new();
+        for op in &plan.ops {
+            if let Op::Launch { kernel, .. } = op {
+                functions.push(self.function(kernel)?);
+            }
+        }
+        let arena_mem = self.raw_alloc(arena.len())?;
+        // SAFETY: the arena was just allocated with `arena.len()` words.
+        unsafe { result::memcpy_htod_async(arena_mem.ptr, &arena, self.stream.0) }.map_err(err)?;
+        self.sync()?;
+
+        // SAFETY: the stream is valid and not capturing (the lock excludes other captures).
+        unsafe {
+            result::stream::begin_capture(
+                self.stream.0,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .map_err(|e| Error::Lower {
+            backend: NAME,
+            reason: format!("begin capture: {e}"),
+        })?;
+        let issued = (|| -> Result<()> {
+            let mut f = functions.iter();
+            for op in &plan.ops {
+                match op {
+                    Op::Launch {
+                        kernel,
+                        grid,
+                        args,
+                        bindings,
+                    } => {
+                        let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
+                        self.issue(
+                            *f.next().expect("one function per launch"),
+                            kernel,
+                            *grid,
+                            arena_mem.ptr + offsets[*args] as u64 * 4,
+                            &views,
+                        )?;
+                    }
+                    Op::Copy { src, dst } => {
+                        if src.len > 0 {
+                            // SAFETY: views checked when recorded; captured, not executed.
+                            unsafe {
+                                result::memcpy_dtod_async(
+                                    ptr(dst) + dst.offset as u64 * 4,
+                                    ptr(src) + src.offset as u64 * 4,
+                                    src.len * 4,
+                                    self.stream.0,
+                                )
+                            }
+                            .map_err(err)?;
+                        }
+                    }
+                }
+            }
+            if let Some(hook) = take_capture_fault() {
+                return Err(Error::Lower {
+                    backend: NAME,
+                    reason: hook,
+                });
+            }
+            Ok(())
+        })();
+        // End the capture whatever happened, so the stream is usable again.
+        // SAFETY: the stream is capturing (begun above).
+        let graph = unsafe { result::stream::end_capture(self.stream.0) };
+        let graph = match (issued, graph) {
+            (Ok(()), Ok(g)) => g,
+            (Err(e), g) => {
+                if let Ok(g) = g {
+                    // SAFETY: the graph was returned by end_capture and is destroyed once.
+                    unsafe {
+                        let _ = result::graph::destroy(g);
+                    }
+                }
+                return Err(match e {
+                    e @ Error::Lower { .. } => e,
+                    e => Error::Lower {
+                        backend: NAME,
+                        reason: format!("capture aborted: {e}"),
+                    },
+                });
+            }
+            (Ok(()), Err(e)) => {
+                return Err(Error::Lower {
+                    backend: NAME,
+                    reason: format!("end capture: {e}"),
+                })
+            }
+        };
+        let graph = GraphHandle(graph);
+        let (kernels, copies) = census(graph.0)?;
+        let want_copies = plan
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::Copy { src, .. } if src.len > 0))
+            .count();
+        let want_kernels = plan
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::Launch { grid, .. } if grid.iter().all(|&g| g > 0)))
+            .count();
+        if kernels != want_kernels || copies != want_copies {
+            return Err(Error::Lower {
+                backend: NAME,
+                reason: format!("census mismatch: the captured graph has {kernels} kernel and {copies} copy nodes, the plan has {want_kernels} launches and {want_copies} copies (work escaped the capture or crept into it)"),
+            });
+        }
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: `graph` is a valid captured graph.
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) }
+            .result()
+            .map_err(|e| Error::Lower {
+                backend: NAME,
+                reason: format!("instantiate: {e}"),
+            })?;
+        let exec = ExecHandle(exec);
+        // SAFETY: `exec` was just instantiated; upload is stream-ordered.
+        unsafe { result::graph::upload(exec.0, self.stream.0) }.map_err(|e| Error::Lower {
+            backend: NAME,
+            reason: format!("upload: {e}"),
+        })?;
+        Ok(Box::new(CudaReplay {
+            ctx: self.ctx.clone(),
+            stream: self.stream.0 as usize,
+            lock: self.lock.clone(),
+            arena,
+            offsets,
+            arena_mem,
+            exec,
+            graph,
+            launches: want_kernels,
+        }))
+    }
+    fn drain(&self) -> Result<()> {
+        let _g = self.enter()?;
+        self.sync().map_err(|e| Error::Drain {
+            backend: NAME,
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// (kernel nodes, memcpy nodes) of a graph.
+fn census(graph: sys::CUgraph) -> Result<(usize, usize)> {
+    let mut n = 0usize;
+    // SAFETY: querying the node count of a valid graph.
+    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }
+        .result()
+        .map_err(err)?;
+    let mut nodes = vec![std::ptr::null_mut(); n];
+    // SAFETY: `nodes` has room for `n` handles.
+    unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }
+        .result()
+        .map_err(err)?;
+    let (mut kernels, mut copies) = (0, 0);
+    for node in nodes.into_iter().take(n) {
+        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: `node` belongs to `graph`.
+        unsafe { sys::cuGraphNodeGetType(node, &mut ty) }
+            .result()
+            .map_err(err)?;
+        match ty {
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => kernels += 1,
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => copies += 1,
+            _ => {}
+        }
+    }
+    Ok((kernels, copies))
+}
+
+struct GraphHandle(sys::CUgraph);
+struct ExecHandle(sys::CUgraphExec);
+// SAFETY: graph handles may be used from any thread; use is serialised by the backend lock.
+unsafe impl Send for GraphHandle {}
+// SAFETY: as above.
+unsafe impl Send for ExecHandle {}
+
+/// A plan lowered to an instantiated CUDA graph. Per replay: the changed argument words are
+/// copied into the arena on the stream, then the graph is launched.
+struct CudaReplay {
+    ctx: Arc<CudaContext>,
+    stream: usize,
+    lock: Arc<Mutex<()>>,
+    arena: Vec<u32>,
+    offsets: Vec<usize>,
+    arena_mem: CudaMem,
+    exec: ExecHandle,
+    graph: GraphHandle,
+    launches: usize,
+}
+
+impl Recording for CudaReplay {
+    fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
+        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.ctx.bind_to_thread().map_err(err)?;
+        let stream = self.stream as sys::CUstream;
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for &(launch, word, bits) in scalars {
+            let at = self.offsets[launch] + word;
+            if self.arena[at] != bits {
+                self.arena[at] = bits;
+                lo = lo.min(at);
+                hi = hi.max(at + 1);
+            }
+        }
+        if lo < hi {
+            // SAFETY: the range lies inside the arena; pageable memory is staged before return.
+            unsafe {
+                result::memcpy_htod_async(
+                    self.arena_mem.ptr + lo as u64 * 4,
+                    &self.arena[lo..hi],
+                    stream,
+                )
+            }
+            .map_err(err)?;
+        }
+        // SAFETY: `exec` is a valid instantiated graph; every buffer it touches is pinned by
+        // the plan that owns this recording.
+        unsafe { result::graph::launch(self.exec.0, stream) }.map_err(err)
+    }
+    fn launches(&self) -> usize {
+        self.launches
+    }
+}
+
+impl Drop for CudaReplay {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: destroyed once; the holder drained the stream before dropping us.
+            unsafe {
+                let _ = result::graph::exec_destroy(self.exec.0);
+                let _ = result::graph::destroy(self.graph.0);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static CAPTURE_FAULT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Test hook: makes the next capture on this thread fail after issuing its ops.
+#[doc(hidden)]
+pub fn inject_capture_fault(reason: &str) {
+    CAPTURE_FAULT.with(|c| *c.borrow_mut() = Some(reason.to_string()));
+}
+
+fn take_capture_fault() -> Option<String> {
+    CAPTURE_FAULT.with(|c| c.borrow_mut().take())
+}

@@ -29,7 +29,11 @@ pub fn emit(k: &Kernel) -> String {
             atomic,
         } = p.kind
         {
-            let access = if mutable { "read_write" } else { "read" };
+            // Every slice is `read_write` in WGSL (writes to `&[T]` are still rejected by the
+            // checker): wgpu forbids one buffer in read-only and read-write storage bindings of
+            // the same dispatch, and non-overlapping views of one allocation are legal launches.
+            let _ = mutable;
+            let access = "read_write";
             let ty = if atomic {
                 format!("atomic<{}>", ty(elem))
             } else {

@@ -212,6 +212,11 @@ impl Device {
         self.inner.allocated.load(Ordering::Relaxed)
     }
 
+    /// (free, total) bytes of device memory as the driver reports them (CUDA only).
+    pub fn memory_info(&self) -> Option<(u64, u64)> {
+        self.inner.backend.memory_info()
+    }
+
     /// Waits for all work queued on this device.
     pub fn synchronize(&self) -> Result<()> {
         self.inner.backend.drain()

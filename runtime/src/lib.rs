@@ -9,6 +9,7 @@ mod builtin;
 mod device;
 mod dtype;
 mod error;
+mod faults;
 mod holder;
 mod host_exec;
 mod kernel;
@@ -32,7 +33,6 @@ pub use step::{Input, Output, Scalar, Step};
 /// Used by code that `#[kernel]` and `#[graphed]` generate; not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    #[cfg(feature = "cuda")]
-    pub use crate::backend::cuda::inject_capture_fault;
+    pub use crate::faults::inject_capture_fault;
     pub use crate::host_exec::*;
 }

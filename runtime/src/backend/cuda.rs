@@ -410,7 +410,7 @@ impl Backend for CudaBackend {
                     }
                 }
             }
-            if let Some(hook) = take_capture_fault() {
+            if let Some(hook) = crate::faults::take_capture_fault() {
                 return Err(Error::Lower {
                     backend: NAME,
                     reason: hook,
@@ -488,6 +488,12 @@ impl Backend for CudaBackend {
             graph,
             launches: want_kernels,
         }))
+    }
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        let _g = self.enter().ok()?;
+        result::mem_get_info()
+            .ok()
+            .map(|(free, total)| (free as u64, total as u64))
     }
     fn drain(&self) -> Result<()> {
         let _g = self.enter()?;
@@ -591,18 +597,4 @@ impl Drop for CudaReplay {
             }
         }
     }
-}
-
-thread_local! {
-    static CAPTURE_FAULT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Test hook: makes the next capture on this thread fail after issuing its ops.
-#[doc(hidden)]
-pub fn inject_capture_fault(reason: &str) {
-    CAPTURE_FAULT.with(|c| *c.borrow_mut() = Some(reason.to_string()));
-}
-
-fn take_capture_fault() -> Option<String> {
-    CAPTURE_FAULT.with(|c| c.borrow_mut().take())
 }

@@ -73,6 +73,10 @@ pub(crate) trait Backend: Send + Sync {
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>>;
     /// Waits for all work this backend queued.
     fn drain(&self) -> Result<()>;
+    /// (free, total) device memory in bytes, where the driver reports it.
+    fn memory_info(&self) -> Option<(u64, u64)> {
+        None
+    }
 }
 
 /// A plan lowered for one backend, replayable any number of times.

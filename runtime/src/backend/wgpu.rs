@@ -105,11 +105,6 @@ impl WgpuBackend {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn inject_error(&self, msg: &str) {
-        *self.error.lock().unwrap() = Some(msg.into());
-    }
-
     fn pipeline(&self, kernel: &'static KernelDef) -> Result<Arc<Pipeline>> {
         let key = kernel as *const KernelDef as usize;
         if let Some(p) = self

@@ -1,0 +1,372 @@
+//! The benchmark harness: `cargo bench --bench replay -- [launch] [--backend host|wgpu|cuda]
+//! [--quick] [--out DIR]`.
+//!
+//! Workload `launch`: a step of N launches (N = 10, 50, 200, 1000) of an empty kernel and of a
+//! small elementwise kernel (1024 floats), as our eager launches, our replay, and (on CUDA)
+//! raw cudarc launches with and without a hand-made CUDA graph, side by side in one run.
+//!
+//! What each figure includes:
+//! - `us/step`: wall time of many consecutive steps divided by their count, with one device
+//!   synchronisation at the end (median of 5 repeats; spread = min..max of the repeats).
+//! - `cpu us/call`: host time spent inside the call that enqueues one step (no sync).
+//! - `record+lower ms`: the first call's recording of the body plus lowering (CUDA: capture,
+//!   instantiate, upload; wgpu: pipelines, bind groups), as the holder's stats report them.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use graphed::prelude::*;
+use graphed::BackendKind;
+
+#[kernel(workgroup = 256)]
+pub fn empty(y: &mut [f32]) {}
+
+#[kernel(workgroup = 256)]
+pub fn axpb(a: f32, b: f32, y: &mut [f32]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = y[i] * a + b;
+    }
+}
+
+#[graphed]
+fn chain_empty(cx: &mut Step, #[state] y: &mut Buffer<f32>, #[key] n: usize) -> Result<()> {
+    for _ in 0..n {
+        empty::launch(cx, Grid::workgroups(1), y)?;
+    }
+    Ok(())
+}
+
+#[graphed]
+fn chain_axpb(cx: &mut Step, #[state] y: &mut Buffer<f32>, a: f32, #[key] n: usize) -> Result<()> {
+    for _ in 0..n {
+        axpb::launch(cx, y.len(), a, 0.001, y)?;
+    }
+    Ok(())
+}
+
+const ELEMS: usize = 1024;
+
+struct Row {
+    workload: String,
+    backend: String,
+    variant: String,
+    n: usize,
+    us_step: f64,
+    spread: (f64, f64),
+    cpu_us: f64,
+    nodes: usize,
+    record_ms: Option<f64>,
+}
+
+/// Runs `step` `steps` times per repeat, 5 repeats; returns (median us/step, min, max, median
+/// cpu us per call).
+fn measure(steps: usize, mut step: impl FnMut(), sync: impl Fn()) -> (f64, f64, f64, f64) {
+    for _ in 0..3 {
+        step();
+    }
+    sync();
+    let mut walls = Vec::new();
+    let mut cpus = Vec::new();
+    for _ in 0..5 {
+        let mut cpu = 0.0;
+        let t0 = Instant::now();
+        for _ in 0..steps {
+            let c = Instant::now();
+            step();
+            cpu += c.elapsed().as_secs_f64();
+        }
+        sync();
+        walls.push(t0.elapsed().as_secs_f64() * 1e6 / steps as f64);
+        cpus.push(cpu * 1e6 / steps as f64);
+    }
+    walls.sort_by(f64::total_cmp);
+    cpus.sort_by(f64::total_cmp);
+    (walls[2], walls[0], walls[4], cpus[2])
+}
+
+fn steps_for(kind: BackendKind, n: usize, quick: bool) -> usize {
+    let base = match kind {
+        BackendKind::Host => 20,
+        BackendKind::Wgpu => 100,
+        BackendKind::Cuda => 2000,
+    };
+    let s = (base * 200 / n.max(50)).max(5);
+    if quick {
+        (s / 10).max(3)
+    } else {
+        s
+    }
+}
+
+fn launch_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
+    let backend = format!("{}", dev.kind());
+    for &n in &[10usize, 50, 200, 1000] {
+        let steps = steps_for(dev.kind(), n, quick);
+        let sync = || dev.synchronize().unwrap();
+        for kernel in ["empty", "axpb"] {
+            let mut y = dev.upload(&vec![1.0f32; ELEMS])?;
+            // Eager: n launches through the device.
+            let (us, lo, hi, cpu) = measure(
+                steps,
+                || {
+                    for _ in 0..n {
+                        if kernel == "empty" {
+                            empty::launch(dev, Grid::workgroups(1), &mut y).unwrap();
+                        } else {
+                            axpb::launch(dev, ELEMS, 0.999, 0.001, &mut y).unwrap();
+                        }
+                    }
+                },
+                sync,
+            );
+            rows.push(Row {
+                workload: format!("launch-{kernel}"),
+                backend: backend.clone(),
+                variant: "eager".into(),
+                n,
+                us_step: us,
+                spread: (lo, hi),
+                cpu_us: cpu,
+                nodes: n,
+                record_ms: None,
+            });
+            // Replay.
+            let (us, lo, hi, cpu, rec) = if kernel == "empty" {
+                let mut step = ChainEmpty::new(dev)?;
+                step.call(&mut y, n)?;
+                let st = step.stats();
+                let rec = st.last_record.unwrap().as_secs_f64() * 1e3
+                    + st.last_lower.unwrap().as_secs_f64() * 1e3;
+                let m = measure(steps, || step.call(&mut y, n).unwrap(), sync);
+                (m.0, m.1, m.2, m.3, rec)
+            } else {
+                let mut step = ChainAxpb::new(dev)?;
+                step.call(&mut y, 0.999, n)?;
+                let st = step.stats();
+                let rec = st.last_record.unwrap().as_secs_f64() * 1e3
+                    + st.last_lower.unwrap().as_secs_f64() * 1e3;
+                let m = measure(steps, || step.call(&mut y, 0.999, n).unwrap(), sync);
+                (m.0, m.1, m.2, m.3, rec)
+            };
+            rows.push(Row {
+                workload: format!("launch-{kernel}"),
+                backend: backend.clone(),
+                variant: "replay".into(),
+                n,
+                us_step: us,
+                spread: (lo, hi),
+                cpu_us: cpu,
+                nodes: n,
+                record_ms: Some(rec),
+            });
+            #[cfg(feature = "cuda")]
+            if dev.kind() == BackendKind::Cuda {
+                raw::bench(kernel, n, steps, rows).map_err(|e| graphed::Error::Device {
+                    backend: "cuda",
+                    reason: e,
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Raw cudarc, bypassing graphed: the same PTX launched directly, and captured by hand into a
+/// CUDA graph. The baseline our replay is measured against.
+#[cfg(feature = "cuda")]
+mod raw {
+    use super::*;
+    use cudarc::driver::{sys, CudaContext, LaunchConfig, PushKernelArg};
+
+    pub fn bench(
+        kernel: &str,
+        n: usize,
+        steps: usize,
+        rows: &mut Vec<Row>,
+    ) -> std::result::Result<(), String> {
+        let e = |e: cudarc::driver::DriverError| e.to_string();
+        let ctx = CudaContext::new(0).map_err(e)?;
+        // SAFETY: this benchmark never relies on cudarc's event tracking (it breaks capture).
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(e)?;
+        let (major, minor) = ctx.compute_capability().map_err(e)?;
+        let def = if kernel == "empty" {
+            &empty::DEF
+        } else {
+            &axpb::DEF
+        };
+        let ptx = graphed::nvrtc::compile(def, &format!("sm_{major}{minor}"))
+            .map_err(|e| e.to_string())?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(e)?;
+        let f = module.load_function(def.name).map_err(e)?;
+        let args: Vec<u32> = if kernel == "empty" {
+            vec![0, ELEMS as u32]
+        } else {
+            vec![0.999f32.to_bits(), 0.001f32.to_bits(), 0, ELEMS as u32]
+        };
+        let args = stream.clone_htod(&args).map_err(e)?;
+        let mut y = stream.alloc_zeros::<f32>(ELEMS).map_err(e)?;
+        let cfg = if kernel == "empty" {
+            LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        } else {
+            LaunchConfig {
+                grid_dim: ((ELEMS as u32).div_ceil(256), 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        };
+        let mut issue = |stream: &std::sync::Arc<cudarc::driver::CudaStream>| -> std::result::Result<(), String> {
+            for _ in 0..n {
+                let mut b = stream.launch_builder(&f);
+                b.arg(&args);
+                b.arg(&mut y);
+                // SAFETY: the kernel takes (argument block, y) as device pointers, as passed.
+                unsafe { b.launch(cfg) }.map_err(e)?;
+            }
+            Ok(())
+        };
+        let sync = || stream.synchronize().unwrap();
+        let (us, lo, hi, cpu) = measure(steps, || issue(&stream).unwrap(), sync);
+        rows.push(Row {
+            workload: format!("launch-{kernel}"),
+            backend: "cuda".into(),
+            variant: "raw-cudarc-eager".into(),
+            n,
+            us_step: us,
+            spread: (lo, hi),
+            cpu_us: cpu,
+            nodes: n,
+            record_ms: None,
+        });
+        let t = Instant::now();
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(e)?;
+        issue(&stream)?;
+        let graph = stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(e)?
+            .ok_or("empty graph")?;
+        graph.upload().map_err(e)?;
+        stream.synchronize().map_err(e)?;
+        let rec = t.elapsed().as_secs_f64() * 1e3;
+        let (us, lo, hi, cpu) = measure(steps, || graph.launch().unwrap(), sync);
+        rows.push(Row {
+            workload: format!("launch-{kernel}"),
+            backend: "cuda".into(),
+            variant: "raw-cudarc-graph".into(),
+            n,
+            us_step: us,
+            spread: (lo, hi),
+            cpu_us: cpu,
+            nodes: n,
+            record_ms: Some(rec),
+        });
+        Ok(())
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut backends: Vec<BackendKind> = Vec::new();
+    let mut workloads: Vec<String> = Vec::new();
+    let mut out_dir = std::path::PathBuf::from("target/bench");
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--backend" => {
+                let v = it.next().expect("--backend needs a value");
+                backends.push(match v.as_str() {
+                    "host" => BackendKind::Host,
+                    "wgpu" => BackendKind::Wgpu,
+                    "cuda" => BackendKind::Cuda,
+                    other => panic!("unknown backend {other}"),
+                });
+            }
+            "--out" => out_dir = it.next().expect("--out needs a folder").into(),
+            "--quick" | "--bench" => {}
+            w if !w.starts_with('-') => workloads.push(w.to_string()),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    if workloads.is_empty() {
+        workloads.push("launch".into());
+    }
+    if backends.is_empty() {
+        backends = vec![BackendKind::Host, BackendKind::Wgpu, BackendKind::Cuda];
+    }
+    let mut rows = Vec::new();
+    for kind in backends {
+        let dev = match Device::open(kind) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("skipping {kind}: {e}");
+                continue;
+            }
+        };
+        eprintln!("backend {kind}: {}", dev.adapter());
+        for w in &workloads {
+            match w.as_str() {
+                "launch" => launch_workload(&dev, quick, &mut rows).unwrap(),
+                other => eprintln!("workload {other} is not implemented yet"),
+            }
+        }
+    }
+    let mut table = String::new();
+    writeln!(
+        table,
+        "{:<14} {:<6} {:<18} {:>5} {:>11} {:>21} {:>12} {:>9}",
+        "workload",
+        "backend",
+        "variant",
+        "N",
+        "us/step",
+        "spread (min..max)",
+        "cpu us/call",
+        "rec ms"
+    )
+    .unwrap();
+    for r in &rows {
+        let rec = r
+            .record_ms
+            .map(|m| format!("{m:.3}"))
+            .unwrap_or_else(|| "-".into());
+        writeln!(
+            table,
+            "{:<14} {:<6} {:<18} {:>5} {:>11.2} {:>10.2}..{:<10.2} {:>12.2} {:>9}",
+            r.workload, r.backend, r.variant, r.n, r.us_step, r.spread.0, r.spread.1, r.cpu_us, rec
+        )
+        .unwrap();
+    }
+    print!("{table}");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let mut csv = String::from("workload,backend,variant,n,us_per_step,us_min,us_max,cpu_us_per_call,nodes,record_lower_ms\n");
+    for r in &rows {
+        writeln!(
+            csv,
+            "{},{},{},{},{:.3},{:.3},{:.3},{:.3},{},{}",
+            r.workload,
+            r.backend,
+            r.variant,
+            r.n,
+            r.us_step,
+            r.spread.0,
+            r.spread.1,
+            r.cpu_us,
+            r.nodes,
+            r.record_ms.map(|m| format!("{m:.4}")).unwrap_or_default()
+        )
+        .unwrap();
+    }
+    let path = out_dir.join("replay.csv");
+    std::fs::write(&path, csv).unwrap();
+    eprintln!("wrote {}", path.display());
+}

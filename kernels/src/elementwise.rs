@@ -1,0 +1,613 @@
+//! Elementwise kernels and their ops: fills, `a·x + b·y`, products, scaling, activations
+//! forward and backward, and the fused bias + activation of a layer.
+//!
+//! Every kernel here is a grid-stride loop over workgroups of 256, so one launch covers any
+//! length. Activations are selected by a `u32` code ([`Act::code`]), a uniform branch.
+
+use graphed_macros::kernel;
+use graphed_runtime::{Buffer, Grid, Launch, Result, ScalarArg};
+
+use crate::shape::{area, expect_len, groups, u32_of};
+
+/// An elementwise function: an activation, or `exp`/`log`.
+///
+/// Forward and derivative, in terms of the function's input `z`, as the kernels compute them
+/// (forms chosen to avoid cancellation where the value is small):
+///
+/// | variant | f(z) | f′(z) |
+/// |---|---|---|
+/// | `Identity` | z | 1 |
+/// | `Relu` | max(z, 0) | 1 if z > 0 else 0 |
+/// | `Gelu` (tanh form) | ½z(1 + tanh u) = z·σ(2u), u = √(2/π)(z + 0.044715z³) | σ(2u) + 2z·σ′(2u)·√(2/π)(1 + 3·0.044715z²) |
+/// | `Tanh` | tanh z | 1 − tanh²z = 4 / (eᶻ + e⁻ᶻ)² |
+/// | `Sigmoid` | σ(z) = 1 / (1 + e⁻ᶻ) | σ(z)(1 − σ(z)) = e⁻ᶻ / (1 + e⁻ᶻ)² (with \|z\|) |
+/// | `Exp` | eᶻ | eᶻ |
+/// | `Log` | ln z | 1 / z |
+///
+/// `tanh` arguments are clamped to ±15 (where `tanh` is ±1 in `f32`), since some GPU `tanh`
+/// implementations return NaN for large arguments; derivatives clamp where the result no
+/// longer changes in `f32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Act {
+    /// No activation.
+    #[default]
+    Identity,
+    /// `max(z, 0)`.
+    Relu,
+    /// GELU, tanh approximation (PyTorch's `approximate="tanh"`).
+    Gelu,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Logistic sigmoid.
+    Sigmoid,
+    /// Natural exponential.
+    Exp,
+    /// Natural logarithm.
+    Log,
+}
+
+impl Act {
+    /// The code kernels branch on.
+    pub fn code(self) -> u32 {
+        match self {
+            Act::Identity => 0,
+            Act::Relu => 1,
+            Act::Gelu => 2,
+            Act::Tanh => 3,
+            Act::Sigmoid => 4,
+            Act::Exp => 5,
+            Act::Log => 6,
+        }
+    }
+
+    /// `f(z)` in `f64`: the reference the tests compare against.
+    pub fn eval_f64(self, z: f64) -> f64 {
+        match self {
+            Act::Identity => z,
+            Act::Relu => z.max(0.0),
+            Act::Gelu => z * sigmoid_f64(2.0 * gelu_inner(z)),
+            Act::Tanh => z.tanh(),
+            Act::Sigmoid => 1.0 / (1.0 + (-z).exp()),
+            Act::Exp => z.exp(),
+            Act::Log => z.ln(),
+        }
+    }
+
+    /// `f′(z)` in `f64`.
+    pub fn derivative_f64(self, z: f64) -> f64 {
+        match self {
+            Act::Identity => 1.0,
+            Act::Relu => {
+                if z > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            Act::Gelu => {
+                let u = gelu_inner(z);
+                let s = sigmoid_f64(2.0 * u);
+                let k = (2.0 / std::f64::consts::PI).sqrt();
+                s + 2.0 * z * s * (1.0 - s) * k * (1.0 + 3.0 * 0.044715 * z * z)
+            }
+            Act::Tanh => 1.0 - z.tanh().powi(2),
+            Act::Sigmoid => {
+                let s = 1.0 / (1.0 + (-z).exp());
+                s * (1.0 - s)
+            }
+            Act::Exp => z.exp(),
+            Act::Log => 1.0 / z,
+        }
+    }
+}
+
+fn sigmoid_f64(z: f64) -> f64 {
+    1.0 / (1.0 + (-z).exp())
+}
+
+fn gelu_inner(z: f64) -> f64 {
+    (2.0 / std::f64::consts::PI).sqrt() * (z + 0.044715 * z * z * z)
+}
+
+/// Sets every element of `y` to `value`.
+#[kernel(workgroup = 256)]
+pub fn fill_f32(value: f32, y: &mut [f32]) {
+    let n = y.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        y[i] = value;
+        i += stride;
+    }
+}
+
+/// `y = f(x)` for the activation `act` ([`Act::code`]).
+#[kernel(workgroup = 256)]
+pub fn ew_unary(act: u32, x: &[f32], y: &mut [f32]) {
+    let n = y.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        let z = x[i];
+        let mut v = z;
+        if act == 1 {
+            v = max(z, 0.0);
+        } else if act == 2 {
+            let u = 0.7978846 * (z + 0.044715 * z * z * z);
+            v = z / (1.0 + exp(-2.0 * u));
+        } else if act == 3 {
+            v = tanh(clamp(z, -15.0, 15.0));
+        } else if act == 4 {
+            v = 1.0 / (1.0 + exp(-z));
+        } else if act == 5 {
+            v = exp(z);
+        } else if act == 6 {
+            v = log(z);
+        }
+        y[i] = v;
+        i += stride;
+    }
+}
+
+/// `dx = dy · f′(x)` for the activation `act`, from the forward input `x`.
+#[kernel(workgroup = 256)]
+pub fn ew_unary_backward(act: u32, x: &[f32], dy: &[f32], dx: &mut [f32]) {
+    let n = dx.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        let z = x[i];
+        let g = dy[i];
+        let mut d = g;
+        if act == 1 {
+            d = select(z > 0.0, g, 0.0);
+        } else if act == 2 {
+            let zc = clamp(z, -100.0, 100.0);
+            let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
+            let s = 1.0 / (1.0 + exp(-2.0 * u));
+            let e = exp(-2.0 * abs(u));
+            let sd = e / ((1.0 + e) * (1.0 + e));
+            d = g * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
+        } else if act == 3 {
+            let e = exp(clamp(z, -30.0, 30.0));
+            let ch = e + 1.0 / e;
+            d = g * (4.0 / (ch * ch));
+        } else if act == 4 {
+            let e = exp(-abs(z));
+            d = g * (e / ((1.0 + e) * (1.0 + e)));
+        } else if act == 5 {
+            d = g * exp(z);
+        } else if act == 6 {
+            d = g / z;
+        }
+        dx[i] = d;
+        i += stride;
+    }
+}
+
+/// `z = a·x + b·y` (`op == 0`) or `z = a·x·y` (`op == 1`).
+#[kernel(workgroup = 256)]
+pub fn ew_binary(op: u32, a: f32, b: f32, x: &[f32], y: &[f32], z: &mut [f32]) {
+    let n = z.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        if op == 0 {
+            z[i] = a * x[i] + b * y[i];
+        } else {
+            z[i] = a * x[i] * y[i];
+        }
+        i += stride;
+    }
+}
+
+/// `y = a·x`.
+#[kernel(workgroup = 256)]
+pub fn ew_scale(a: f32, x: &[f32], y: &mut [f32]) {
+    let n = y.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        y[i] = a * x[i];
+        i += stride;
+    }
+}
+
+/// `y = a·y`, in place.
+#[kernel(workgroup = 256)]
+pub fn ew_scale_in_place(a: f32, y: &mut [f32]) {
+    let n = y.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        y[i] = a * y[i];
+        i += stride;
+    }
+}
+
+/// `y = a·x + y`.
+#[kernel(workgroup = 256)]
+pub fn ew_axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    let n = y.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        y[i] = a * x[i] + y[i];
+        i += stride;
+    }
+}
+
+/// `dx = dz`, `dy = dz` (the backward of `z = x + y`).
+#[kernel(workgroup = 256)]
+pub fn ew_copy2(dz: &[f32], dx: &mut [f32], dy: &mut [f32]) {
+    let n = dz.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        let g = dz[i];
+        dx[i] = g;
+        dy[i] = g;
+        i += stride;
+    }
+}
+
+/// `dx = dz·y`, `dy = dz·x` (the backward of `z = x·y`).
+#[kernel(workgroup = 256)]
+pub fn ew_mul_backward(x: &[f32], y: &[f32], dz: &[f32], dx: &mut [f32], dy: &mut [f32]) {
+    let n = dz.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        let g = dz[i];
+        dx[i] = g * y[i];
+        dy[i] = g * x[i];
+        i += stride;
+    }
+}
+
+/// `y[r, c] = f(x[r, c] + b[c])` over a row-major `rows × cols` matrix.
+#[kernel(workgroup = 256)]
+pub fn bias_act(act: u32, cols: u32, x: &[f32], b: &[f32], y: &mut [f32]) {
+    let n = y.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        let z = x[i] + b[i % cols];
+        let mut v = z;
+        if act == 1 {
+            v = max(z, 0.0);
+        } else if act == 2 {
+            let u = 0.7978846 * (z + 0.044715 * z * z * z);
+            v = z / (1.0 + exp(-2.0 * u));
+        } else if act == 3 {
+            v = tanh(clamp(z, -15.0, 15.0));
+        } else if act == 4 {
+            v = 1.0 / (1.0 + exp(-z));
+        } else if act == 5 {
+            v = exp(z);
+        } else if act == 6 {
+            v = log(z);
+        }
+        y[i] = v;
+        i += stride;
+    }
+}
+
+/// Backward of [`bias_act`]: `dx = dy · f′(x + b)` and `db[c] = Σ_r dx[r, c]` (added to `db`
+/// when `accumulate`). One invocation per column sums its rows in increasing order.
+#[kernel(workgroup = 256)]
+pub fn bias_act_backward(
+    act: u32,
+    rows: u32,
+    accumulate: bool,
+    x: &[f32],
+    b: &[f32],
+    dy: &[f32],
+    dx: &mut [f32],
+    db: &mut [f32],
+) {
+    let cols = db.len();
+    let stride = global_size().x;
+    let mut c = global_id().x;
+    while c < cols {
+        let bias = b[c];
+        let mut sum = 0.0;
+        for r in 0..rows {
+            let i = r * cols + c;
+            let z = x[i] + bias;
+            let g = dy[i];
+            let mut d = g;
+            if act == 1 {
+                d = select(z > 0.0, g, 0.0);
+            } else if act == 2 {
+                let zc = clamp(z, -100.0, 100.0);
+                let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
+                let s = 1.0 / (1.0 + exp(-2.0 * u));
+                let e = exp(-2.0 * abs(u));
+                let sd = e / ((1.0 + e) * (1.0 + e));
+                d = g * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
+            } else if act == 3 {
+                let e = exp(clamp(z, -30.0, 30.0));
+                let ch = e + 1.0 / e;
+                d = g * (4.0 / (ch * ch));
+            } else if act == 4 {
+                let e = exp(-abs(z));
+                d = g * (e / ((1.0 + e) * (1.0 + e)));
+            } else if act == 5 {
+                d = g * exp(z);
+            } else if act == 6 {
+                d = g / z;
+            }
+            dx[i] = d;
+            sum += d;
+        }
+        if accumulate {
+            db[c] = db[c] + sum;
+        } else {
+            db[c] = sum;
+        }
+        c += stride;
+    }
+}
+
+fn same_len(op: &str, names: &[(&str, usize)]) -> Result<usize> {
+    let n = names[0].1;
+    for &(name, len) in &names[1..] {
+        expect_len(op, name, len, n)?;
+    }
+    u32_of("length", n)?;
+    Ok(n)
+}
+
+/// Sets every element of `y` to `value` (one launch).
+pub fn fill<C: Launch + ?Sized>(
+    cx: &C,
+    y: &mut Buffer<f32>,
+    value: impl Into<ScalarArg<f32>>,
+) -> Result<()> {
+    fill_f32::launch(cx, Grid::workgroups(groups(y.len())), value, y)
+}
+
+/// `z = x + y`.
+pub fn add<C: Launch + ?Sized>(
+    cx: &C,
+    x: &Buffer<f32>,
+    y: &Buffer<f32>,
+    z: &mut Buffer<f32>,
+) -> Result<()> {
+    axpby(cx, 1.0, x, 1.0, y, z)
+}
+
+/// `z = a·x + b·y`.
+pub fn axpby<C: Launch + ?Sized>(
+    cx: &C,
+    a: impl Into<ScalarArg<f32>>,
+    x: &Buffer<f32>,
+    b: impl Into<ScalarArg<f32>>,
+    y: &Buffer<f32>,
+    z: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len("axpby", &[("z", z.len()), ("x", x.len()), ("y", y.len())])?;
+    ew_binary::launch(cx, Grid::workgroups(groups(n)), 0u32, a, b, x, y, z)
+}
+
+/// `z = x·y` (elementwise).
+pub fn mul<C: Launch + ?Sized>(
+    cx: &C,
+    x: &Buffer<f32>,
+    y: &Buffer<f32>,
+    z: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len("mul", &[("z", z.len()), ("x", x.len()), ("y", y.len())])?;
+    ew_binary::launch(
+        cx,
+        Grid::workgroups(groups(n)),
+        1u32,
+        1.0f32,
+        0.0f32,
+        x,
+        y,
+        z,
+    )
+}
+
+/// `y = a·x`.
+pub fn scale<C: Launch + ?Sized>(
+    cx: &C,
+    a: impl Into<ScalarArg<f32>>,
+    x: &Buffer<f32>,
+    y: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len("scale", &[("y", y.len()), ("x", x.len())])?;
+    ew_scale::launch(cx, Grid::workgroups(groups(n)), a, x, y)
+}
+
+/// `y = a·y`, in place.
+pub fn scale_in_place<C: Launch + ?Sized>(
+    cx: &C,
+    a: impl Into<ScalarArg<f32>>,
+    y: &mut Buffer<f32>,
+) -> Result<()> {
+    u32_of("length", y.len())?;
+    ew_scale_in_place::launch(cx, Grid::workgroups(groups(y.len())), a, y)
+}
+
+/// `y = a·x + y`.
+pub fn axpy<C: Launch + ?Sized>(
+    cx: &C,
+    a: impl Into<ScalarArg<f32>>,
+    x: &Buffer<f32>,
+    y: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len("axpy", &[("y", y.len()), ("x", x.len())])?;
+    ew_axpy::launch(cx, Grid::workgroups(groups(n)), a, x, y)
+}
+
+/// Backward of `z = x + y`: `dx = dz`, `dy = dz` (one launch).
+pub fn add_backward<C: Launch + ?Sized>(
+    cx: &C,
+    dz: &Buffer<f32>,
+    dx: &mut Buffer<f32>,
+    dy: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len(
+        "add_backward",
+        &[("dz", dz.len()), ("dx", dx.len()), ("dy", dy.len())],
+    )?;
+    ew_copy2::launch(cx, Grid::workgroups(groups(n)), dz, dx, dy)
+}
+
+/// Backward of `z = x·y`: `dx = dz·y`, `dy = dz·x` (one launch).
+pub fn mul_backward<C: Launch + ?Sized>(
+    cx: &C,
+    x: &Buffer<f32>,
+    y: &Buffer<f32>,
+    dz: &Buffer<f32>,
+    dx: &mut Buffer<f32>,
+    dy: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len(
+        "mul_backward",
+        &[
+            ("dz", dz.len()),
+            ("x", x.len()),
+            ("y", y.len()),
+            ("dx", dx.len()),
+            ("dy", dy.len()),
+        ],
+    )?;
+    ew_mul_backward::launch(cx, Grid::workgroups(groups(n)), x, y, dz, dx, dy)
+}
+
+/// Backward of `y = a·x`: `dx = a·dy`.
+pub fn scale_backward<C: Launch + ?Sized>(
+    cx: &C,
+    a: impl Into<ScalarArg<f32>>,
+    dy: &Buffer<f32>,
+    dx: &mut Buffer<f32>,
+) -> Result<()> {
+    scale(cx, a, dy, dx)
+}
+
+/// Backward of `y ← a·x + y` with respect to `x`: `dx = a·dy` (the gradient of `y` passes
+/// through unchanged).
+pub fn axpy_backward<C: Launch + ?Sized>(
+    cx: &C,
+    a: impl Into<ScalarArg<f32>>,
+    dy: &Buffer<f32>,
+    dx: &mut Buffer<f32>,
+) -> Result<()> {
+    scale(cx, a, dy, dx)
+}
+
+/// `y = f(x)` for the activation `act`.
+pub fn unary<C: Launch + ?Sized>(
+    cx: &C,
+    act: Act,
+    x: &Buffer<f32>,
+    y: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len("unary", &[("y", y.len()), ("x", x.len())])?;
+    ew_unary::launch(cx, Grid::workgroups(groups(n)), act.code(), x, y)
+}
+
+/// `dx = dy · f′(x)`, where `x` is the forward input.
+pub fn unary_backward<C: Launch + ?Sized>(
+    cx: &C,
+    act: Act,
+    x: &Buffer<f32>,
+    dy: &Buffer<f32>,
+    dx: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len(
+        "unary_backward",
+        &[("dx", dx.len()), ("x", x.len()), ("dy", dy.len())],
+    )?;
+    ew_unary_backward::launch(cx, Grid::workgroups(groups(n)), act.code(), x, dy, dx)
+}
+
+macro_rules! act_ops {
+    ($($fwd:ident, $bwd:ident, $act:expr, $name:literal;)*) => {$(
+        #[doc = concat!("`y = ", $name, "(x)`.")]
+        pub fn $fwd<C: Launch + ?Sized>(cx: &C, x: &Buffer<f32>, y: &mut Buffer<f32>) -> Result<()> {
+            unary(cx, $act, x, y)
+        }
+        #[doc = concat!("`dx = dy · ", $name, "′(x)`, where `x` is the forward input.")]
+        pub fn $bwd<C: Launch + ?Sized>(cx: &C, x: &Buffer<f32>, dy: &Buffer<f32>, dx: &mut Buffer<f32>) -> Result<()> {
+            unary_backward(cx, $act, x, dy, dx)
+        }
+    )*};
+}
+
+act_ops! {
+    relu, relu_backward, Act::Relu, "relu";
+    gelu, gelu_backward, Act::Gelu, "gelu";
+    tanh, tanh_backward, Act::Tanh, "tanh";
+    sigmoid, sigmoid_backward, Act::Sigmoid, "sigmoid";
+    exp, exp_backward, Act::Exp, "exp";
+    log, log_backward, Act::Log, "log";
+}
+
+/// `y[r, c] = f(x[r, c] + bias[c])` over row-major `rows × bias.len()` matrices.
+pub fn bias_act<C: Launch + ?Sized>(
+    cx: &C,
+    act: Act,
+    x: &Buffer<f32>,
+    bias: &Buffer<f32>,
+    y: &mut Buffer<f32>,
+) -> Result<()> {
+    let n = same_len("bias_act", &[("y", y.len()), ("x", x.len())])?;
+    let cols = bias.len();
+    if cols == 0 || n % cols != 0 {
+        return Err(graphed_runtime::Error::Shape(format!(
+            "bias_act: {n} elements are not whole rows of {cols}"
+        )));
+    }
+    bias_act::launch(
+        cx,
+        Grid::workgroups(groups(n)),
+        act.code(),
+        u32_of("cols", cols)?,
+        x,
+        bias,
+        y,
+    )
+}
+
+/// Backward of [`bias_act()`]: `dx = dy · f′(x + bias)` and `db = Σ_rows dx` (added into `db`
+/// when `accumulate`, for gradient accumulation). One launch.
+pub fn bias_act_backward<C: Launch + ?Sized>(
+    cx: &C,
+    act: Act,
+    x: &Buffer<f32>,
+    bias: &Buffer<f32>,
+    dy: &Buffer<f32>,
+    dx: &mut Buffer<f32>,
+    db: &mut Buffer<f32>,
+    accumulate: impl Into<ScalarArg<bool>>,
+) -> Result<()> {
+    let n = same_len(
+        "bias_act_backward",
+        &[("dx", dx.len()), ("x", x.len()), ("dy", dy.len())],
+    )?;
+    let cols = bias.len();
+    expect_len("bias_act_backward", "db", db.len(), cols)?;
+    if cols == 0 || n % cols != 0 {
+        return Err(graphed_runtime::Error::Shape(format!(
+            "bias_act_backward: {n} elements are not whole rows of {cols}"
+        )));
+    }
+    let rows = area("bias_act_backward", n / cols, 1)?;
+    bias_act_backward::launch(
+        cx,
+        Grid::workgroups(groups(cols)),
+        act.code(),
+        u32_of("rows", rows)?,
+        accumulate,
+        x,
+        bias,
+        dy,
+        dx,
+        db,
+    )
+}

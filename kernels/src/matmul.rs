@@ -1,0 +1,670 @@
+//! Matrix products `C = op(A)·op(B)` of row-major `f32` matrices, `op` being the identity or
+//! the transpose, with a fused epilogue: bias, activation, a gate by an activation's
+//! derivative (for backward passes), accumulation into `C`, and the row sums of `op(A)` (a
+//! layer's bias gradient) in the same launch.
+//!
+//! Two tilings, both staging `A` and `B` through workgroup memory in steps of 16 along `k`:
+//!
+//! - [`matmul_t64`]: 64×64 tiles of `C`, 256 invocations each computing a 4×4 block (rows
+//!   `ty + 16i`, columns `tx + 16j`, so workgroup-memory reads are conflict-free and global
+//!   writes coalesce); for large products.
+//! - [`matmul_t16`]: 16×16 tiles, one element per invocation; more workgroups for small
+//!   products, where 64×64 tiles would leave most of a big GPU idle.
+//!
+//! Every element of `C` is `Σ_k op(A)[r, k]·op(B)[k, c]` accumulated in increasing `k` in one
+//! invocation, so both tilings and every backend add in the same order (a backend may still
+//! fuse a multiply-add into one rounding).
+
+use graphed_macros::kernel;
+use graphed_runtime::{Buffer, Error, Grid, Launch, Result, ScalarArg};
+
+use crate::elementwise::Act;
+use crate::shape::{expect_len, u32_of};
+
+/// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation). `ta`/`tb`: `A` is stored `k × m` /
+/// `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when `has_bias`), activation
+/// `act`, times `gate′(aux[row, col])` (when `gate != 0`), `+ c[row, col]` (when
+/// `accumulate`). With `has_db`, the first column of workgroups also writes `db[row] = Σ_k
+/// op(A)[row, k]` (added to `db` when `accumulate`).
+#[kernel(workgroup = 256)]
+pub fn matmul_t64(
+    m: u32,
+    n: u32,
+    k: u32,
+    ta: bool,
+    tb: bool,
+    has_bias: bool,
+    act: u32,
+    gate: u32,
+    accumulate: bool,
+    has_db: bool,
+    a: &[f32],
+    b: &[f32],
+    bias: &[f32],
+    aux: &[f32],
+    c: &mut [f32],
+    db: &mut [f32],
+) {
+    let sa = shared::<f32, 1040>();
+    let sb = shared::<f32, 1040>();
+    let tid = local_id().x;
+    let tx = tid % 16;
+    let ty = tid / 16;
+    let row0 = workgroup_id().y * 64;
+    let col0 = workgroup_id().x * 64;
+    let mut c00 = 0.0;
+    let mut c01 = 0.0;
+    let mut c02 = 0.0;
+    let mut c03 = 0.0;
+    let mut c10 = 0.0;
+    let mut c11 = 0.0;
+    let mut c12 = 0.0;
+    let mut c13 = 0.0;
+    let mut c20 = 0.0;
+    let mut c21 = 0.0;
+    let mut c22 = 0.0;
+    let mut c23 = 0.0;
+    let mut c30 = 0.0;
+    let mut c31 = 0.0;
+    let mut c32 = 0.0;
+    let mut c33 = 0.0;
+    let mut d0 = 0.0;
+    let mut d1 = 0.0;
+    let mut d2 = 0.0;
+    let mut d3 = 0.0;
+    let sums = has_db && workgroup_id().x == 0 && tx == 0;
+    let mut k0 = 0u32;
+    while k0 < k {
+        for q in 0..4u32 {
+            let e = tid + 256 * q;
+            if ta {
+                let r = e % 64;
+                let kk = e / 64;
+                let gr = row0 + r;
+                let gk = k0 + kk;
+                sa[kk * 65 + r] = if gr < m && gk < k {
+                    a[gk * m + gr]
+                } else {
+                    0.0
+                };
+            } else {
+                let kk = e % 16;
+                let r = e / 16;
+                let gr = row0 + r;
+                let gk = k0 + kk;
+                sa[kk * 65 + r] = if gr < m && gk < k {
+                    a[gr * k + gk]
+                } else {
+                    0.0
+                };
+            }
+            if tb {
+                let kk = e % 16;
+                let cc = e / 16;
+                let gc = col0 + cc;
+                let gk = k0 + kk;
+                sb[kk * 65 + cc] = if gc < n && gk < k {
+                    b[gc * k + gk]
+                } else {
+                    0.0
+                };
+            } else {
+                let cc = e % 64;
+                let kk = e / 64;
+                let gc = col0 + cc;
+                let gk = k0 + kk;
+                sb[kk * 65 + cc] = if gc < n && gk < k {
+                    b[gk * n + gc]
+                } else {
+                    0.0
+                };
+            }
+        }
+        barrier();
+        for kk in 0..16u32 {
+            let o = kk * 65;
+            let a0 = sa[o + ty];
+            let a1 = sa[o + ty + 16];
+            let a2 = sa[o + ty + 32];
+            let a3 = sa[o + ty + 48];
+            let b0 = sb[o + tx];
+            let b1 = sb[o + tx + 16];
+            let b2 = sb[o + tx + 32];
+            let b3 = sb[o + tx + 48];
+            c00 += a0 * b0;
+            c01 += a0 * b1;
+            c02 += a0 * b2;
+            c03 += a0 * b3;
+            c10 += a1 * b0;
+            c11 += a1 * b1;
+            c12 += a1 * b2;
+            c13 += a1 * b3;
+            c20 += a2 * b0;
+            c21 += a2 * b1;
+            c22 += a2 * b2;
+            c23 += a2 * b3;
+            c30 += a3 * b0;
+            c31 += a3 * b1;
+            c32 += a3 * b2;
+            c33 += a3 * b3;
+        }
+        if sums {
+            for kk in 0..16u32 {
+                let o = kk * 65;
+                d0 += sa[o + ty];
+                d1 += sa[o + ty + 16];
+                d2 += sa[o + ty + 32];
+                d3 += sa[o + ty + 48];
+            }
+        }
+        barrier();
+        k0 += 16u32;
+    }
+    for i in 0..4u32 {
+        let row = row0 + ty + 16 * i;
+        if row < m {
+            if sums {
+                let mut d = if i == 0 {
+                    d0
+                } else if i == 1 {
+                    d1
+                } else if i == 2 {
+                    d2
+                } else {
+                    d3
+                };
+                if accumulate {
+                    d += db[row];
+                }
+                db[row] = d;
+            }
+            for j in 0..4u32 {
+                let col = col0 + tx + 16 * j;
+                if col < n {
+                    let mut v = if i == 0 {
+                        if j == 0 {
+                            c00
+                        } else if j == 1 {
+                            c01
+                        } else if j == 2 {
+                            c02
+                        } else {
+                            c03
+                        }
+                    } else if i == 1 {
+                        if j == 0 {
+                            c10
+                        } else if j == 1 {
+                            c11
+                        } else if j == 2 {
+                            c12
+                        } else {
+                            c13
+                        }
+                    } else if i == 2 {
+                        if j == 0 {
+                            c20
+                        } else if j == 1 {
+                            c21
+                        } else if j == 2 {
+                            c22
+                        } else {
+                            c23
+                        }
+                    } else if j == 0 {
+                        c30
+                    } else if j == 1 {
+                        c31
+                    } else if j == 2 {
+                        c32
+                    } else {
+                        c33
+                    };
+                    let idx = row * n + col;
+                    if has_bias {
+                        v += bias[col];
+                    }
+                    if act == 1 {
+                        v = max(v, 0.0);
+                    } else if act == 2 {
+                        let u = 0.7978846 * (v + 0.044715 * v * v * v);
+                        v = v / (1.0 + exp(-2.0 * u));
+                    } else if act == 3 {
+                        v = tanh(clamp(v, -15.0, 15.0));
+                    } else if act == 4 {
+                        v = 1.0 / (1.0 + exp(-v));
+                    } else if act == 5 {
+                        v = exp(v);
+                    } else if act == 6 {
+                        v = log(v);
+                    }
+                    if gate != 0 {
+                        let z = aux[idx];
+                        if gate == 1 {
+                            v = select(z > 0.0, v, 0.0);
+                        } else if gate == 2 {
+                            let zc = clamp(z, -100.0, 100.0);
+                            let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
+                            let s = 1.0 / (1.0 + exp(-2.0 * u));
+                            let e = exp(-2.0 * abs(u));
+                            let sd = e / ((1.0 + e) * (1.0 + e));
+                            v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
+                        } else if gate == 3 {
+                            let e = exp(clamp(z, -30.0, 30.0));
+                            let ch = e + 1.0 / e;
+                            v = v * (4.0 / (ch * ch));
+                        } else if gate == 4 {
+                            let e = exp(-abs(z));
+                            v = v * (e / ((1.0 + e) * (1.0 + e)));
+                        } else if gate == 5 {
+                            v = v * exp(z);
+                        } else if gate == 6 {
+                            v = v / z;
+                        }
+                    }
+                    if accumulate {
+                        v += c[idx];
+                    }
+                    c[idx] = v;
+                }
+            }
+        }
+    }
+}
+
+/// `C = op(A)·op(B)` on 16×16 tiles, one element per invocation. Parameters and epilogue as
+/// in [`matmul_t64`].
+#[kernel(workgroup = 256)]
+pub fn matmul_t16(
+    m: u32,
+    n: u32,
+    k: u32,
+    ta: bool,
+    tb: bool,
+    has_bias: bool,
+    act: u32,
+    gate: u32,
+    accumulate: bool,
+    has_db: bool,
+    a: &[f32],
+    b: &[f32],
+    bias: &[f32],
+    aux: &[f32],
+    c: &mut [f32],
+    db: &mut [f32],
+) {
+    let sa = shared::<f32, 272>();
+    let sb = shared::<f32, 272>();
+    let tid = local_id().x;
+    let tx = tid % 16;
+    let ty = tid / 16;
+    let row = workgroup_id().y * 16 + ty;
+    let col = workgroup_id().x * 16 + tx;
+    let lo = tid % 16;
+    let hi = tid / 16;
+    let mut acc = 0.0;
+    let mut d = 0.0;
+    let sums = has_db && workgroup_id().x == 0 && tx == 0;
+    let mut k0 = 0u32;
+    while k0 < k {
+        if ta {
+            let gr = workgroup_id().y * 16 + lo;
+            let gk = k0 + hi;
+            sa[hi * 17 + lo] = if gr < m && gk < k {
+                a[gk * m + gr]
+            } else {
+                0.0
+            };
+        } else {
+            let gr = workgroup_id().y * 16 + hi;
+            let gk = k0 + lo;
+            sa[lo * 17 + hi] = if gr < m && gk < k {
+                a[gr * k + gk]
+            } else {
+                0.0
+            };
+        }
+        if tb {
+            let gc = workgroup_id().x * 16 + hi;
+            let gk = k0 + lo;
+            sb[lo * 17 + hi] = if gc < n && gk < k {
+                b[gc * k + gk]
+            } else {
+                0.0
+            };
+        } else {
+            let gc = workgroup_id().x * 16 + lo;
+            let gk = k0 + hi;
+            sb[hi * 17 + lo] = if gc < n && gk < k {
+                b[gk * n + gc]
+            } else {
+                0.0
+            };
+        }
+        barrier();
+        for kk in 0..16u32 {
+            acc += sa[kk * 17 + ty] * sb[kk * 17 + tx];
+        }
+        if sums {
+            for kk in 0..16u32 {
+                d += sa[kk * 17 + ty];
+            }
+        }
+        barrier();
+        k0 += 16u32;
+    }
+    if row < m {
+        if sums {
+            if accumulate {
+                d += db[row];
+            }
+            db[row] = d;
+        }
+        if col < n {
+            let idx = row * n + col;
+            let mut v = acc;
+            if has_bias {
+                v += bias[col];
+            }
+            if act == 1 {
+                v = max(v, 0.0);
+            } else if act == 2 {
+                let u = 0.7978846 * (v + 0.044715 * v * v * v);
+                v = v / (1.0 + exp(-2.0 * u));
+            } else if act == 3 {
+                v = tanh(clamp(v, -15.0, 15.0));
+            } else if act == 4 {
+                v = 1.0 / (1.0 + exp(-v));
+            } else if act == 5 {
+                v = exp(v);
+            } else if act == 6 {
+                v = log(v);
+            }
+            if gate != 0 {
+                let z = aux[idx];
+                if gate == 1 {
+                    v = select(z > 0.0, v, 0.0);
+                } else if gate == 2 {
+                    let zc = clamp(z, -100.0, 100.0);
+                    let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
+                    let s = 1.0 / (1.0 + exp(-2.0 * u));
+                    let e = exp(-2.0 * abs(u));
+                    let sd = e / ((1.0 + e) * (1.0 + e));
+                    v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
+                } else if gate == 3 {
+                    let e = exp(clamp(z, -30.0, 30.0));
+                    let ch = e + 1.0 / e;
+                    v = v * (4.0 / (ch * ch));
+                } else if gate == 4 {
+                    let e = exp(-abs(z));
+                    v = v * (e / ((1.0 + e) * (1.0 + e)));
+                } else if gate == 5 {
+                    v = v * exp(z);
+                } else if gate == 6 {
+                    v = v / z;
+                }
+            }
+            if accumulate {
+                v += c[idx];
+            }
+            c[idx] = v;
+        }
+    }
+}
+
+/// Which tiling a product uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Tile {
+    /// [`Tile::T64`] when the product has at least 64 tiles of 64×64, else [`Tile::T16`].
+    #[default]
+    Auto,
+    /// 16×16 tiles ([`matmul_t16`]).
+    T16,
+    /// 64×64 tiles ([`matmul_t64`]).
+    T64,
+}
+
+/// The shape of a product `C[m × n] = op(A)·op(B)` with inner dimension `k`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Gemm {
+    /// Rows of `C`.
+    pub m: usize,
+    /// Columns of `C`.
+    pub n: usize,
+    /// The inner dimension.
+    pub k: usize,
+    /// `A` is stored transposed (`k × m`).
+    pub ta: bool,
+    /// `B` is stored transposed (`n × k`).
+    pub tb: bool,
+    /// The tiling.
+    pub tile: Tile,
+}
+
+impl Gemm {
+    /// `C = A·B`: `A` is `m × k`, `B` is `k × n`.
+    pub fn nn(m: usize, n: usize, k: usize) -> Gemm {
+        Gemm {
+            m,
+            n,
+            k,
+            ta: false,
+            tb: false,
+            tile: Tile::Auto,
+        }
+    }
+    /// `C = A·Bᵀ`: `A` is `m × k`, `B` is `n × k`.
+    pub fn nt(m: usize, n: usize, k: usize) -> Gemm {
+        Gemm {
+            m,
+            n,
+            k,
+            ta: false,
+            tb: true,
+            tile: Tile::Auto,
+        }
+    }
+    /// `C = Aᵀ·B`: `A` is `k × m`, `B` is `k × n`.
+    pub fn tn(m: usize, n: usize, k: usize) -> Gemm {
+        Gemm {
+            m,
+            n,
+            k,
+            ta: true,
+            tb: false,
+            tile: Tile::Auto,
+        }
+    }
+    /// The same product with tiling `tile`.
+    pub fn with_tile(self, tile: Tile) -> Gemm {
+        Gemm { tile, ..self }
+    }
+
+    fn resolved_tile(&self) -> Tile {
+        match self.tile {
+            Tile::Auto => {
+                if self.m.div_ceil(64) * self.n.div_ceil(64) >= 64 {
+                    Tile::T64
+                } else {
+                    Tile::T16
+                }
+            }
+            t => t,
+        }
+    }
+}
+
+/// What happens to each element `v = Σ_k op(A)[r, k]·op(B)[k, c]` before it is stored:
+/// `v + bias[c]`, then `act`, then times `gate.0′(gate.1[r, c])`, then `+ C[r, c]` when
+/// `accumulate`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epilogue<'a> {
+    /// A bias per column of `C`.
+    pub bias: Option<&'a Buffer<f32>>,
+    /// The activation applied after the bias.
+    pub act: Act,
+    /// Multiplies by the derivative of an activation at a matrix of `C`'s shape (its input;
+    /// for `Relu` its output works as well): the backward of a layer's activation.
+    pub gate: Option<(Act, &'a Buffer<f32>)>,
+    /// Adds into `C` instead of overwriting it (a constant or a per-step scalar).
+    pub accumulate: Option<ScalarArg<bool>>,
+}
+
+impl<'a> Epilogue<'a> {
+    /// Plain product.
+    pub fn none() -> Self {
+        Epilogue::default()
+    }
+    /// `act(v + bias)`.
+    pub fn bias_act(bias: &'a Buffer<f32>, act: Act) -> Self {
+        Epilogue {
+            bias: Some(bias),
+            act,
+            ..Default::default()
+        }
+    }
+    /// With the accumulate flag set to `accumulate`.
+    pub fn accumulate(self, accumulate: impl Into<ScalarArg<bool>>) -> Self {
+        Epilogue {
+            accumulate: Some(accumulate.into()),
+            ..self
+        }
+    }
+    /// With a gate by `act′(at)`.
+    pub fn gate(self, act: Act, at: &'a Buffer<f32>) -> Self {
+        Epilogue {
+            gate: Some((act, at)),
+            ..self
+        }
+    }
+}
+
+/// `C = op(A)·op(B)` with `epi` (one launch). Shapes: `A` has `m·k` elements, `B` `k·n`, `C`
+/// `m·n`.
+pub fn matmul<C: Launch + ?Sized>(
+    cx: &C,
+    g: Gemm,
+    a: &Buffer<f32>,
+    b: &Buffer<f32>,
+    c: &mut Buffer<f32>,
+    epi: &Epilogue<'_>,
+) -> Result<()> {
+    launch(cx, g, a, b, c, None, epi)
+}
+
+/// Like [`matmul`], and also writes the row sums of `op(A)` into `db` (`m` elements; added to
+/// it when the epilogue accumulates): with `A = dY` stored `batch × out` and `op(A) = dYᵀ`,
+/// that is a layer's bias gradient beside its weight gradient `dYᵀ·X`, in the same launch.
+pub fn matmul_row_sums<C: Launch + ?Sized>(
+    cx: &C,
+    g: Gemm,
+    a: &Buffer<f32>,
+    b: &Buffer<f32>,
+    c: &mut Buffer<f32>,
+    db: &mut Buffer<f32>,
+    epi: &Epilogue<'_>,
+) -> Result<()> {
+    expect_len("matmul_row_sums", "db", db.len(), g.m)?;
+    launch(cx, g, a, b, c, Some(db), epi)
+}
+
+fn launch<C: Launch + ?Sized>(
+    cx: &C,
+    g: Gemm,
+    a: &Buffer<f32>,
+    b: &Buffer<f32>,
+    c: &mut Buffer<f32>,
+    db: Option<&mut Buffer<f32>>,
+    epi: &Epilogue<'_>,
+) -> Result<()> {
+    let op = "matmul";
+    let mk = g.m.checked_mul(g.k);
+    let kn = g.k.checked_mul(g.n);
+    let mn = g.m.checked_mul(g.n);
+    let (Some(mk), Some(kn), Some(mn)) = (mk, kn, mn) else {
+        return Err(Error::Shape(format!(
+            "{op}: {}×{}×{} overflows",
+            g.m, g.n, g.k
+        )));
+    };
+    expect_len(op, "a", a.len(), mk)?;
+    expect_len(op, "b", b.len(), kn)?;
+    expect_len(op, "c", c.len(), mn)?;
+    for (what, v) in [("m·k", mk), ("k·n", kn), ("m·n", mn)] {
+        u32_of(what, v)?;
+    }
+    if let Some(bias) = epi.bias {
+        expect_len(op, "bias", bias.len(), g.n)?;
+    }
+    if let Some((_, aux)) = epi.gate {
+        expect_len(op, "gate", aux.len(), mn)?;
+    }
+    let tile = g.resolved_tile();
+    let t = if tile == Tile::T64 { 64 } else { 16 };
+    let (gx, gy) = (g.n.div_ceil(t), g.m.div_ceil(t));
+    if gx > 65535 || gy > 65535 {
+        return Err(Error::Shape(format!(
+            "{op}: {}×{} needs {gx}×{gy} workgroups, more than 65535 in a dimension",
+            g.m, g.n
+        )));
+    }
+    let grid = Grid::workgroups_2d(gx.max(1) as u32, gy.max(1) as u32);
+    let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
+    // Unused inputs are bound to `a` (never read); an unused `db` to an empty view past `c`.
+    let bias = epi.bias.unwrap_or(a);
+    let aux = epi.gate.map(|(_, x)| x).unwrap_or(a);
+    let accumulate = epi.accumulate.unwrap_or(ScalarArg::from(false));
+    let has_db = db.is_some();
+    let mut empty;
+    let db = match db {
+        Some(d) => d,
+        None => {
+            empty = c.slice(c.len()..c.len())?;
+            &mut empty
+        }
+    };
+    let (m, n, k) = (g.m as u32, g.n as u32, g.k as u32);
+    if tile == Tile::T64 {
+        matmul_t64::launch(
+            cx,
+            grid,
+            m,
+            n,
+            k,
+            g.ta,
+            g.tb,
+            epi.bias.is_some(),
+            epi.act.code(),
+            gate,
+            accumulate,
+            has_db,
+            a,
+            b,
+            bias,
+            aux,
+            c,
+            db,
+        )
+    } else {
+        matmul_t16::launch(
+            cx,
+            grid,
+            m,
+            n,
+            k,
+            g.ta,
+            g.tb,
+            epi.bias.is_some(),
+            epi.act.code(),
+            gate,
+            accumulate,
+            has_db,
+            a,
+            b,
+            bias,
+            aux,
+            c,
+            db,
+        )
+    }
+}

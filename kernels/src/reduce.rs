@@ -1,0 +1,297 @@
+//! Reductions: sum, mean, max, sum of squares and L2 norm, over a whole buffer and per row.
+//!
+//! # Order
+//!
+//! The order of the additions is fixed by the shapes alone, so every run, replay and backend
+//! adds the same numbers in the same order:
+//!
+//! 1. A launch of `G` workgroups of `T = 256` invocations: invocation `g = wg·T + t` folds
+//!    elements `g, g + G·T, g + 2·G·T, …` into a private accumulator, in increasing order.
+//! 2. The `T` accumulators of a workgroup are combined as a tree in workgroup memory: for
+//!    `h = 128, 64, …, 1`, slot `t < h` takes `s[t] ∘ s[t + h]`.
+//! 3. A whole-buffer reduction of `n ≤ 16384` elements is one workgroup (`G = 1`). Larger
+//!    inputs use `G = min(⌈n / 4096⌉, 256)` workgroups whose partial results go to a workspace,
+//!    and a second launch (`G = 1`) reduces those partials by steps 1–2 again.
+//!
+//! A per-row reduction gives each row to one workgroup (step 1 with `G = 1` over the row's
+//! columns, then step 2). Mean multiplies the sum by `1/n`; the L2 norm is the square root of
+//! the sum of squares. No atomics on floats are used anywhere.
+
+use graphed_macros::kernel;
+use graphed_runtime::{Buffer, Error, Grid, Launch, Result};
+
+use crate::shape::{expect_at_least, expect_len, u32_of, MAX_GROUPS};
+
+/// Largest input reduced by a single workgroup in one launch.
+pub const SINGLE_PASS_MAX: usize = 16384;
+
+/// Most workgroups (partial results) of the first pass of a large reduction.
+pub const MAX_PARTIALS: usize = 256;
+
+/// What a reduction computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduce {
+    /// `Σ x`.
+    Sum,
+    /// `Σ x / n`.
+    Mean,
+    /// `max x` (`-∞` for no elements).
+    Max,
+    /// `Σ x²`.
+    SumSq,
+    /// `√(Σ x²)`.
+    L2,
+}
+
+impl Reduce {
+    /// (accumulation code, post-processing code) for the kernels: accumulate 0 sum, 1 sum of
+    /// squares, 2 max; post 0 none, 1 times `scale`, 2 square root.
+    fn codes(self) -> (u32, u32) {
+        match self {
+            Reduce::Sum => (0, 0),
+            Reduce::Mean => (0, 1),
+            Reduce::Max => (2, 0),
+            Reduce::SumSq => (1, 0),
+            Reduce::L2 => (1, 2),
+        }
+    }
+
+    /// The reduction in `f64`: the tests' reference.
+    pub fn eval_f64(self, x: &[f32]) -> f64 {
+        let it = x.iter().map(|&v| v as f64);
+        match self {
+            Reduce::Sum => it.sum(),
+            Reduce::Mean => it.sum::<f64>() / x.len() as f64,
+            Reduce::Max => it.fold(f64::NEG_INFINITY, f64::max),
+            Reduce::SumSq => it.map(|v| v * v).sum(),
+            Reduce::L2 => it.map(|v| v * v).sum::<f64>().sqrt(),
+        }
+    }
+}
+
+/// One pass of a whole-buffer reduction: workgroup `w` writes its reduction (steps 1–2 of the
+/// module's order) to `out[w]`. `op`: 0 sum, 1 sum of squares, 2 max; `post`: 0 none, 1 times
+/// `scale`, 2 square root.
+#[kernel(workgroup = 256)]
+pub fn reduce_all(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32]) {
+    let s = shared::<f32, 256>();
+    let t = local_id().x;
+    let n = x.len();
+    let stride = global_size().x;
+    let mut acc = 0.0;
+    if op == 2 {
+        acc = f32::NEG_INFINITY;
+    }
+    let mut i = global_id().x;
+    while i < n {
+        let v = x[i];
+        if op == 0 {
+            acc += v;
+        } else if op == 1 {
+            acc += v * v;
+        } else {
+            acc = max(acc, v);
+        }
+        i += stride;
+    }
+    s[t] = acc;
+    barrier();
+    let mut h = 128u32;
+    while h > 0 {
+        if t < h {
+            if op == 2 {
+                s[t] = max(s[t], s[t + h]);
+            } else {
+                s[t] = s[t] + s[t + h];
+            }
+        }
+        barrier();
+        h = h >> 1u32;
+    }
+    if t == 0 {
+        let mut r = s[0];
+        if post == 1 {
+            r = r * scale;
+        } else if post == 2 {
+            r = sqrt(r);
+        }
+        out[workgroup_id().x] = r;
+    }
+}
+
+/// Per-row reduction of a row-major `out.len() × cols` matrix: workgroup `w` reduces rows
+/// `w, w + G, …`, each by steps 1–2 of the module's order. Codes as in [`reduce_all`].
+#[kernel(workgroup = 256)]
+pub fn reduce_rows(op: u32, post: u32, scale: f32, cols: u32, x: &[f32], out: &mut [f32]) {
+    let s = shared::<f32, 256>();
+    let t = local_id().x;
+    let rows = out.len();
+    let mut r = workgroup_id().x;
+    while r < rows {
+        let base = r * cols;
+        let mut acc = 0.0;
+        if op == 2 {
+            acc = f32::NEG_INFINITY;
+        }
+        let mut c = t;
+        while c < cols {
+            let v = x[base + c];
+            if op == 0 {
+                acc += v;
+            } else if op == 1 {
+                acc += v * v;
+            } else {
+                acc = max(acc, v);
+            }
+            c += 256u32;
+        }
+        s[t] = acc;
+        barrier();
+        let mut h = 128u32;
+        while h > 0 {
+            if t < h {
+                if op == 2 {
+                    s[t] = max(s[t], s[t + h]);
+                } else {
+                    s[t] = s[t] + s[t + h];
+                }
+            }
+            barrier();
+            h = h >> 1u32;
+        }
+        if t == 0 {
+            let mut v = s[0];
+            if post == 1 {
+                v = v * scale;
+            } else if post == 2 {
+                v = sqrt(v);
+            }
+            out[r] = v;
+        }
+        barrier();
+        r += num_workgroups().x;
+    }
+}
+
+/// Workgroups of the first pass for `n` elements (1 means a single pass).
+pub(crate) fn first_pass_groups(n: usize) -> u32 {
+    if n <= SINGLE_PASS_MAX {
+        1
+    } else {
+        n.div_ceil(4096).min(MAX_PARTIALS) as u32
+    }
+}
+
+/// Workspace elements a whole-buffer reduction of `n` elements needs (0 for a single pass).
+pub fn workspace_len(n: usize) -> usize {
+    match first_pass_groups(n) {
+        1 => 0,
+        g => g as usize,
+    }
+}
+
+/// Reduces all of `x` into `out[0]` (`out` has one element). `ws` holds the partial results
+/// of large inputs: at least [`workspace_len`]`(x.len())` elements (unused, and may be empty,
+/// for inputs of at most [`SINGLE_PASS_MAX`] elements). One launch, or two for large inputs.
+pub fn reduce<C: Launch + ?Sized>(
+    cx: &C,
+    op: Reduce,
+    x: &Buffer<f32>,
+    out: &mut Buffer<f32>,
+    ws: &mut Buffer<f32>,
+) -> Result<()> {
+    expect_len("reduce", "out", out.len(), 1)?;
+    let n = x.len();
+    u32_of("length", n)?;
+    let (acc, post) = op.codes();
+    let scale = if n == 0 { 0.0 } else { 1.0 / n as f32 };
+    let g = first_pass_groups(n);
+    if g == 1 {
+        return reduce_all::launch(cx, Grid::workgroups(1), acc, post, scale, x, out);
+    }
+    expect_at_least("reduce", "ws", ws.len(), g as usize)?;
+    let mut partials = ws.slice(0..g as usize)?;
+    reduce_all::launch(cx, Grid::workgroups(g), acc, 0u32, 0.0f32, x, &mut partials)?;
+    // The partials of a sum of squares are sums: the second pass adds them (and may root).
+    let acc2 = if acc == 1 { 0 } else { acc };
+    reduce_all::launch(cx, Grid::workgroups(1), acc2, post, scale, &partials, out)
+}
+
+/// `out[0] = Σ x`.
+pub fn sum<C: Launch + ?Sized>(
+    cx: &C,
+    x: &Buffer<f32>,
+    out: &mut Buffer<f32>,
+    ws: &mut Buffer<f32>,
+) -> Result<()> {
+    reduce(cx, Reduce::Sum, x, out, ws)
+}
+
+/// `out[0] = Σ x / n`.
+pub fn mean<C: Launch + ?Sized>(
+    cx: &C,
+    x: &Buffer<f32>,
+    out: &mut Buffer<f32>,
+    ws: &mut Buffer<f32>,
+) -> Result<()> {
+    reduce(cx, Reduce::Mean, x, out, ws)
+}
+
+/// `out[0] = max x`.
+pub fn max<C: Launch + ?Sized>(
+    cx: &C,
+    x: &Buffer<f32>,
+    out: &mut Buffer<f32>,
+    ws: &mut Buffer<f32>,
+) -> Result<()> {
+    reduce(cx, Reduce::Max, x, out, ws)
+}
+
+/// `out[0] = Σ x²`.
+pub fn sum_sq<C: Launch + ?Sized>(
+    cx: &C,
+    x: &Buffer<f32>,
+    out: &mut Buffer<f32>,
+    ws: &mut Buffer<f32>,
+) -> Result<()> {
+    reduce(cx, Reduce::SumSq, x, out, ws)
+}
+
+/// `out[0] = √(Σ x²)`.
+pub fn l2_norm<C: Launch + ?Sized>(
+    cx: &C,
+    x: &Buffer<f32>,
+    out: &mut Buffer<f32>,
+    ws: &mut Buffer<f32>,
+) -> Result<()> {
+    reduce(cx, Reduce::L2, x, out, ws)
+}
+
+/// Reduces each row of the row-major `out.len() × cols` matrix `x` into `out[row]`. One launch.
+pub fn reduce_rows<C: Launch + ?Sized>(
+    cx: &C,
+    op: Reduce,
+    x: &Buffer<f32>,
+    cols: usize,
+    out: &mut Buffer<f32>,
+) -> Result<()> {
+    let rows = out.len();
+    let n = rows
+        .checked_mul(cols)
+        .ok_or_else(|| Error::Shape(format!("reduce_rows: {rows} × {cols} overflows")))?;
+    expect_len("reduce_rows", "x", x.len(), n)?;
+    u32_of("length", n)?;
+    let (acc, post) = op.codes();
+    let scale = if cols == 0 { 0.0 } else { 1.0 / cols as f32 };
+    let g = rows.clamp(1, MAX_GROUPS as usize) as u32;
+    reduce_rows::launch(
+        cx,
+        Grid::workgroups(g),
+        acc,
+        post,
+        scale,
+        cols as u32,
+        x,
+        out,
+    )
+}

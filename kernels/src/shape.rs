@@ -1,0 +1,48 @@
+//! Shape checks and launch-grid sizes shared by every op of the library.
+
+use graphed_runtime::{Error, Result};
+
+/// Invocations per workgroup of the library's one-dimensional kernels.
+pub(crate) const WG: u32 = 256;
+
+/// Most workgroups an elementwise (grid-stride) launch uses; past that each invocation loops.
+pub(crate) const MAX_GROUPS: u32 = 4096;
+
+/// Workgroups for a grid-stride launch over `n` elements: enough to cover them, at most
+/// [`MAX_GROUPS`], at least one (a launch over zero elements still runs, and does nothing).
+pub(crate) fn groups(n: usize) -> u32 {
+    (n.div_ceil(WG as usize) as u64).clamp(1, MAX_GROUPS as u64) as u32
+}
+
+/// `n` as a kernel's `u32` size argument.
+pub(crate) fn u32_of(what: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::Shape(format!("{what} = {n} does not fit in a u32")))
+}
+
+/// Fails unless `len == want`.
+pub(crate) fn expect_len(op: &str, name: &str, len: usize, want: usize) -> Result<()> {
+    if len == want {
+        Ok(())
+    } else {
+        Err(Error::Shape(format!(
+            "{op}: `{name}` has {len} elements, expected {want}"
+        )))
+    }
+}
+
+/// Fails unless `len >= want`.
+pub(crate) fn expect_at_least(op: &str, name: &str, len: usize, want: usize) -> Result<()> {
+    if len >= want {
+        Ok(())
+    } else {
+        Err(Error::Shape(format!(
+            "{op}: `{name}` has {len} elements, needs at least {want}"
+        )))
+    }
+}
+
+/// `rows × cols`, checked against overflow.
+pub(crate) fn area(op: &str, rows: usize, cols: usize) -> Result<usize> {
+    rows.checked_mul(cols)
+        .ok_or_else(|| Error::Shape(format!("{op}: {rows} × {cols} overflows")))
+}

@@ -1,0 +1,82 @@
+//! Helpers of the kernel tests: random inputs, poisoned outputs, f64 references, tolerances.
+
+use graphed_runtime::{Buffer, Device};
+use rand::{Rng, SeedableRng};
+
+/// A fresh random source; the seed is printed so a failure can be reproduced.
+pub fn rng(test: &str) -> rand::rngs::StdRng {
+    let seed = std::env::var("GRAPHED_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("{test}: seed {seed} (set GRAPHED_SEED to reproduce)");
+    rand::rngs::StdRng::seed_from_u64(seed)
+}
+
+/// `n` uniform floats in `[lo, hi)`.
+pub fn floats(rng: &mut impl Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(lo..hi)).collect()
+}
+
+/// A buffer of `n` NaNs: an element a kernel fails to write stays NaN and fails the check.
+pub fn poisoned(dev: &Device, n: usize) -> Buffer<f32> {
+    dev.upload(&vec![f32::NAN; n]).unwrap()
+}
+
+/// ‖out − ref‖ / ‖ref‖ in f64 (the absolute norm when `ref` is zero); NaN anywhere is ∞.
+pub fn rel_err(out: &[f32], reference: &[f64]) -> f64 {
+    assert_eq!(out.len(), reference.len(), "lengths differ");
+    let mut num = 0.0f64;
+    let mut den = 0.0f64;
+    for (o, r) in out.iter().zip(reference) {
+        if o.is_nan() != r.is_nan() {
+            return f64::INFINITY;
+        }
+        if r.is_nan() {
+            continue;
+        }
+        num += (*o as f64 - r).powi(2);
+        den += r * r;
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Asserts `rel_err(out, reference) <= tol`, naming the case.
+#[track_caller]
+pub fn assert_close(case: &str, out: &[f32], reference: &[f64], tol: f64) {
+    assert_close_floor(case, out, reference, tol, 0.0);
+}
+
+/// Asserts `‖out − ref‖ ≤ tol · max(‖ref‖, floor·√n)`: for functions whose values cross
+/// zero (GELU′, `ln` near 1), where the relative error of a few near-zero values says nothing
+/// about the kernel, `floor` is the root-mean-square magnitude below which errors are judged
+/// absolutely.
+#[track_caller]
+pub fn assert_close_floor(case: &str, out: &[f32], reference: &[f64], tol: f64, floor: f64) {
+    let norm = reference.iter().map(|r| r * r).sum::<f64>().sqrt();
+    let den = norm.max(floor * (reference.len() as f64).sqrt());
+    let e = rel_err(out, reference)
+        * if norm > 0.0 && den > 0.0 {
+            norm / den
+        } else {
+            1.0
+        };
+    assert!(
+        e <= tol,
+        "{case}: relative error {e:.3e} > {tol:.0e}\n  out[..4] = {:?}\n  ref[..4] = {:?}",
+        &out[..out.len().min(4)],
+        &reference[..reference.len().min(4)]
+    );
+}
+
+/// Odd sizes: not multiples of a workgroup or tile.
+pub const SIZES: &[usize] = &[1, 7, 63, 65, 1000, 1023, 4097];

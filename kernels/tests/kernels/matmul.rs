@@ -1,1 +1,204 @@
+//! Matrix products: every transposition, both tilings, odd shapes, and the epilogue.
 
+use graphed_kernels::elementwise::Act;
+use graphed_kernels::matmul::{self, Epilogue, Gemm, Tile};
+use graphed_runtime::testing::on_every_backend;
+
+use crate::common::{assert_close, assert_close_floor, floats, poisoned, rng};
+
+/// Products accumulate `k` terms in increasing order in `f32`.
+const TOL: f64 = 1e-5;
+
+/// `op(A)·op(B)` in f64.
+fn reference(g: Gemm, a: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut c = vec![0.0f64; g.m * g.n];
+    for r in 0..g.m {
+        for col in 0..g.n {
+            let mut s = 0.0f64;
+            for k in 0..g.k {
+                let av = if g.ta { a[k * g.m + r] } else { a[r * g.k + k] };
+                let bv = if g.tb {
+                    b[col * g.k + k]
+                } else {
+                    b[k * g.n + col]
+                };
+                s += av as f64 * bv as f64;
+            }
+            c[r * g.n + col] = s;
+        }
+    }
+    c
+}
+
+fn shapes(g: Gemm) -> String {
+    format!(
+        "{}×{}×{} ta={} tb={} {:?}",
+        g.m, g.n, g.k, g.ta, g.tb, g.tile
+    )
+}
+
+#[test]
+fn every_transposition_and_tiling_on_odd_shapes() {
+    let mut r = rng("every_transposition_and_tiling_on_odd_shapes");
+    // Every dimension takes sizes that are not multiples of a tile. The host backend runs
+    // every invocation of a padded 64×64 tile, so the long `k` goes to 16×16 tiles only.
+    let dims = [
+        (1, 1, 1, Tile::T16),
+        (7, 63, 65, Tile::T16),
+        (65, 7, 63, Tile::T16),
+        (63, 65, 7, Tile::T16),
+        (1, 65, 1000, Tile::T16),
+        (65, 1, 1023, Tile::T16),
+        (5, 4097, 3, Tile::T16),
+        (1, 1, 1, Tile::T64),
+        (7, 63, 65, Tile::T64),
+        (65, 7, 63, Tile::T64),
+        (63, 65, 7, Tile::T64),
+        (130, 67, 17, Tile::T64),
+    ];
+    on_every_backend(|dev| {
+        for &(m, n, k, tile) in &dims {
+            let a_host = floats(&mut r, m * k, -1.0, 1.0);
+            let b_host = floats(&mut r, k * n, -1.0, 1.0);
+            let a = dev.upload(&a_host).unwrap();
+            let b = dev.upload(&b_host).unwrap();
+            for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let g = Gemm {
+                    m,
+                    n,
+                    k,
+                    ta,
+                    tb,
+                    tile,
+                };
+                let mut c = poisoned(dev, m * n);
+                matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::none()).unwrap();
+                let want = reference(g, &a_host, &b_host);
+                assert_close(&shapes(g), &c.to_host().unwrap(), &want, TOL);
+            }
+        }
+        // `Tile::Auto` picks 64×64 tiles for a large product.
+        let (m, n, k) = (520, 520, 2);
+        let a_host = floats(&mut r, m * k, -1.0, 1.0);
+        let b_host = floats(&mut r, k * n, -1.0, 1.0);
+        let a = dev.upload(&a_host).unwrap();
+        let b = dev.upload(&b_host).unwrap();
+        let mut c = poisoned(dev, m * n);
+        let g = Gemm::nn(m, n, k);
+        matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::none()).unwrap();
+        let want = reference(g, &a_host, &b_host);
+        assert_close(&shapes(g), &c.to_host().unwrap(), &want, TOL);
+    });
+}
+
+#[test]
+fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
+    let mut r = rng("epilogue_bias_activation_gate_accumulate_and_row_sums");
+    let acts = [Act::Identity, Act::Relu, Act::Gelu, Act::Tanh, Act::Sigmoid];
+    // Across the two shapes each activation meets both tilings and two layouts.
+    let layouts = [
+        (Tile::T16, false, true),
+        (Tile::T64, true, false),
+        (Tile::T16, true, false),
+        (Tile::T64, false, false),
+    ];
+    on_every_backend(|dev| {
+        for (s, &(m, n, k)) in [(7, 65, 33), (70, 130, 20)].iter().enumerate() {
+            for (i, act) in acts.into_iter().enumerate() {
+                let (tile, ta, tb) = layouts[(i + 2 * s) % layouts.len()];
+                let g = Gemm {
+                    m,
+                    n,
+                    k,
+                    ta,
+                    tb,
+                    tile,
+                };
+                let a_host = floats(&mut r, m * k, -1.0, 1.0);
+                let b_host = floats(&mut r, k * n, -1.0, 1.0);
+                let bias_host = floats(&mut r, n, -1.0, 1.0);
+                let aux_host = floats(&mut r, m * n, -3.0, 3.0);
+                let c0 = floats(&mut r, m * n, -1.0, 1.0);
+                let db0 = floats(&mut r, m, -1.0, 1.0);
+                let a = dev.upload(&a_host).unwrap();
+                let b = dev.upload(&b_host).unwrap();
+                let bias = dev.upload(&bias_host).unwrap();
+                let aux = dev.upload(&aux_host).unwrap();
+                let prod = reference(g, &a_host, &b_host);
+                let a_at = |row: usize, kk: usize| {
+                    if ta {
+                        a_host[kk * m + row]
+                    } else {
+                        a_host[row * k + kk]
+                    }
+                };
+                let row_sums: Vec<f64> = (0..m)
+                    .map(|row| (0..k).map(|kk| a_at(row, kk) as f64).sum())
+                    .collect();
+
+                // Forward: act(op(A)·op(B) + bias).
+                let mut c = poisoned(dev, m * n);
+                matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::bias_act(&bias, act)).unwrap();
+                let want: Vec<f64> = (0..m * n)
+                    .map(|i| act.eval_f64(prod[i] + bias_host[i % n] as f64))
+                    .collect();
+                let case = format!("{} bias+{act:?}", shapes(g));
+                assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
+
+                // Backward: (op(A)·op(B)) ⊙ act′(aux), overwriting or accumulating, with the
+                // row sums of op(A) beside it.
+                for accumulate in [false, true] {
+                    let mut c = dev.upload(&c0).unwrap();
+                    let mut db = dev.upload(&db0).unwrap();
+                    if !accumulate {
+                        c.fill(f32::NAN).unwrap();
+                        db.fill(f32::NAN).unwrap();
+                    }
+                    let epi = Epilogue::none().gate(act, &aux).accumulate(accumulate);
+                    matmul::matmul_row_sums(dev, g, &a, &b, &mut c, &mut db, &epi).unwrap();
+                    let keep = if accumulate { 1.0 } else { 0.0 };
+                    let want: Vec<f64> = (0..m * n)
+                        .map(|i| {
+                            prod[i] * act.derivative_f64(aux_host[i] as f64) + keep * c0[i] as f64
+                        })
+                        .collect();
+                    let want_db: Vec<f64> =
+                        (0..m).map(|i| row_sums[i] + keep * db0[i] as f64).collect();
+                    let case = format!("{} gate {act:?} accumulate={accumulate}", shapes(g));
+                    assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
+                    assert_close(
+                        &format!("{case} row sums"),
+                        &db.to_host().unwrap(),
+                        &want_db,
+                        TOL,
+                    );
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn shape_errors() {
+    on_every_backend(|dev| {
+        let a = dev.upload(&[1.0f32; 6]).unwrap();
+        let b5 = dev.upload(&[1.0f32; 5]).unwrap();
+        let mut c = poisoned(dev, 4);
+        let e =
+            matmul::matmul(dev, Gemm::nn(2, 2, 3), &a, &b5, &mut c, &Epilogue::none()).unwrap_err();
+        assert!(
+            e.to_string().contains("`b` has 5 elements, expected 6"),
+            "{e}"
+        );
+        let b = dev.upload(&[1.0f32; 6]).unwrap();
+        matmul::matmul(dev, Gemm::nt(2, 2, 3), &a, &b, &mut c, &Epilogue::none()).unwrap();
+        assert_eq!(c.to_host().unwrap(), vec![3.0; 4]);
+        let bias = dev.upload(&[1.0f32; 3]).unwrap();
+        let epi = Epilogue::bias_act(&bias, Act::Relu);
+        let e = matmul::matmul(dev, Gemm::nt(2, 2, 3), &a, &b, &mut c, &epi).unwrap_err();
+        assert!(
+            e.to_string().contains("`bias` has 3 elements, expected 2"),
+            "{e}"
+        );
+    });
+}

@@ -1,1 +1,119 @@
+//! Reductions over a whole buffer (one and two passes) and per row.
 
+use graphed_kernels::reduce::{self, Reduce};
+use graphed_runtime::testing::on_every_backend;
+
+use crate::common::{assert_close, floats, poisoned, rng, SIZES};
+
+/// Sums in the documented tree order stay within a few roundings of the f64 sum.
+const TOL: f64 = 1e-5;
+
+const OPS: [Reduce; 5] = [
+    Reduce::Sum,
+    Reduce::Mean,
+    Reduce::Max,
+    Reduce::SumSq,
+    Reduce::L2,
+];
+
+#[test]
+fn whole_buffer_one_and_two_passes() {
+    let mut r = rng("whole_buffer_one_and_two_passes");
+    // Past 16384 elements a reduction takes two passes through the workspace.
+    let sizes: Vec<usize> = SIZES
+        .iter()
+        .copied()
+        .chain([16384, 16385, 100_003])
+        .collect();
+    on_every_backend(|dev| {
+        for &n in &sizes {
+            // Offset from zero so sums do not cancel (the relative error stays meaningful).
+            let xs = floats(&mut r, n, -0.5, 1.5);
+            let x = dev.upload(&xs).unwrap();
+            let mut ws = poisoned(dev, reduce::workspace_len(n).max(1));
+            for op in OPS {
+                let mut out = poisoned(dev, 1);
+                reduce::reduce(dev, op, &x, &mut out, &mut ws).unwrap();
+                let want = [op.eval_f64(&xs)];
+                let tol = if op == Reduce::Max { 0.0 } else { TOL };
+                assert_close(
+                    &format!("{op:?} n={n}"),
+                    &out.to_host().unwrap(),
+                    &want,
+                    tol,
+                );
+            }
+        }
+        // The named functions run the same reduction.
+        let x = dev.upload(&[3.0f32, -4.0]).unwrap();
+        let mut out = poisoned(dev, 1);
+        let mut ws = poisoned(dev, 1);
+        reduce::l2_norm(dev, &x, &mut out, &mut ws).unwrap();
+        assert_eq!(out.to_host().unwrap(), vec![5.0]);
+        reduce::sum(dev, &x, &mut out, &mut ws).unwrap();
+        assert_eq!(out.to_host().unwrap(), vec![-1.0]);
+        reduce::mean(dev, &x, &mut out, &mut ws).unwrap();
+        assert_eq!(out.to_host().unwrap(), vec![-0.5]);
+        reduce::max(dev, &x, &mut out, &mut ws).unwrap();
+        assert_eq!(out.to_host().unwrap(), vec![3.0]);
+        reduce::sum_sq(dev, &x, &mut out, &mut ws).unwrap();
+        assert_eq!(out.to_host().unwrap(), vec![25.0]);
+    });
+}
+
+#[test]
+fn a_large_reduction_needs_its_workspace() {
+    on_every_backend(|dev| {
+        let n = 20_000;
+        let x = dev.upload(&vec![1.0f32; n]).unwrap();
+        let mut out = poisoned(dev, 1);
+        let mut ws = poisoned(dev, 1);
+        let e = reduce::sum(dev, &x, &mut out, &mut ws).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`ws` has 1 elements, needs at least 5"),
+            "{e}"
+        );
+    });
+}
+
+#[test]
+fn per_row() {
+    let mut r = rng("per_row");
+    on_every_backend(|dev| {
+        for &(rows, cols) in &[
+            (1, 1),
+            (7, 1),
+            (1, 4097),
+            (63, 65),
+            (65, 7),
+            (1000, 3),
+            (3, 1023),
+            (5, 0),
+        ] {
+            let xs = floats(&mut r, rows * cols, -0.5, 1.5);
+            let x = dev.upload(&xs).unwrap();
+            for op in OPS {
+                let mut out = poisoned(dev, rows);
+                reduce::reduce_rows(dev, op, &x, cols, &mut out).unwrap();
+                let want: Vec<f64> = (0..rows)
+                    .map(|i| {
+                        let row = &xs[i * cols..(i + 1) * cols];
+                        if op == Reduce::Mean && cols == 0 {
+                            0.0
+                        } else {
+                            op.eval_f64(row)
+                        }
+                    })
+                    .collect();
+                let tol = if op == Reduce::Max { 0.0 } else { TOL };
+                assert_close(
+                    &format!("rows {op:?} {rows}×{cols}"),
+                    &out.to_host().unwrap(),
+                    &want,
+                    tol,
+                );
+            }
+        }
+    });
+}

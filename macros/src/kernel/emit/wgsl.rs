@@ -4,6 +4,8 @@
 //! and length); slices follow in parameter order. Slices are bound whole and indexed from
 //! their offset, so views at any element offset need no binding alignment.
 
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use crate::kernel::ir::*;
@@ -14,6 +16,8 @@ pub fn emit(k: &Kernel) -> String {
         out: String::new(),
         indent: 1,
         tmp: 0,
+        helpers: RefCell::new(BTreeSet::new()),
+        opaque: Cell::new(false),
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
@@ -91,7 +95,57 @@ pub fn emit(k: &Kernel) -> String {
     w.out = head;
     w.block(&k.body);
     w.out.push_str("}\n");
+    for h in w.helpers.borrow().iter() {
+        w.out.push('\n');
+        w.out.push_str(helper_source(h));
+    }
     w.out
+}
+
+/// Integer division and remainder as helper functions. naga rejects `x / 0` and `x % 0` when
+/// the divisor is a constant zero (also through a `let`), while the kernel language defines
+/// them (`x / 0 == x`, `x % 0 == 0`, and `MIN / -1 == MIN`, `MIN % -1 == 0`); a call is never
+/// a constant expression, and the guard makes the result independent of the driver.
+fn helper_source(name: &str) -> &'static str {
+    match name {
+        "gd_div_i32" => "fn gd_div_i32(a: i32, b: i32) -> i32 {\n    if (b == 0i || (a == bitcast<i32>(0x80000000u) && b == -1i)) {\n        return a;\n    }\n    return a / b;\n}\n",
+        "gd_rem_i32" => "fn gd_rem_i32(a: i32, b: i32) -> i32 {\n    if (b == 0i || (a == bitcast<i32>(0x80000000u) && b == -1i)) {\n        return 0i;\n    }\n    return a % b;\n}\n",
+        "gd_div_u32" => "fn gd_div_u32(a: u32, b: u32) -> u32 {\n    if (b == 0u) {\n        return a;\n    }\n    return a / b;\n}\n",
+        "gd_rem_u32" => "fn gd_rem_u32(a: u32, b: u32) -> u32 {\n    if (b == 0u) {\n        return 0u;\n    }\n    return a % b;\n}\n",
+        // WGSL defines `a % b` on floats as `a - b * trunc(a / b)`, which is NaN for a finite
+        // `a` and an infinite `b`; the kernel language's `%` is Rust's (C's `fmodf`), which
+        // returns `a` there. (For large quotients the two still differ by rounding: a
+        // tolerance, not bitwise.)
+        "gd_rem_f32" => "fn gd_rem_f32(a: f32, b: f32) -> f32 {\n    if ((bitcast<u32>(b) & 0x7fffffffu) == 0x7f800000u && (bitcast<u32>(a) & 0x7fffffffu) < 0x7f800000u) {\n        return a;\n    }\n    return a % b;\n}\n",
+        // naga clamps an out-of-range float to the largest f32 below 2^31 (or 2^32), i.e.
+        // `i32(1e10f) == 2147483520`; the kernel language saturates to the integer's range as
+        // Rust's `as` and CUDA do, and maps NaN to 0 (tested on the bits, which no
+        // finite-math assumption of a driver can fold away).
+        "gd_f32_to_i32" => "fn gd_f32_to_i32(x: f32) -> i32 {\n    if ((bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u) {\n        return 0i;\n    }\n    if (x >= 2147483648.0f) {\n        return 2147483647i;\n    }\n    return i32(x);\n}\n",
+        "gd_f32_to_u32" => "fn gd_f32_to_u32(x: f32) -> u32 {\n    if ((bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u) {\n        return 0u;\n    }\n    if (x >= 4294967296.0f) {\n        return 4294967295u;\n    }\n    return u32(x);\n}\n",
+        _ => unreachable!("unknown WGSL helper {name}"),
+    }
+}
+
+/// Whether `e` is built from literals only, so naga would evaluate it at shader creation.
+fn is_const(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::LitF32(_) | ExprKind::LitI32(_) | ExprKind::LitU32(_) | ExprKind::LitBool(_) => {
+            true
+        }
+        ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => is_const(a),
+        ExprKind::Binary(_, a, b) => is_const(a) && is_const(b),
+        ExprKind::Math(_, args) => args.iter().all(is_const),
+        ExprKind::Cond(c, a, b) => is_const(c) && is_const(a) && is_const(b),
+        _ => false,
+    }
+}
+
+fn is_literal(e: &Expr) -> bool {
+    matches!(
+        e.kind,
+        ExprKind::LitF32(_) | ExprKind::LitI32(_) | ExprKind::LitU32(_) | ExprKind::LitBool(_)
+    )
 }
 
 pub fn ty(t: Ty) -> &'static str {
@@ -109,6 +163,13 @@ struct Wgsl<'k> {
     out: String,
     indent: usize,
     tmp: usize,
+    /// Helper functions the body calls (emitted after `main`).
+    helpers: RefCell<BTreeSet<&'static str>>,
+    /// Set while emitting a constant expression: its float literals are written as
+    /// `bitcast<f32>(bits)`, which naga does not evaluate at shader creation, so a constant
+    /// that overflows or leaves a function's domain (`f32::MAX * 2.0`, `sqrt(-1.0)`) is
+    /// computed at run time as IEEE 754 defines it instead of being a shader-creation error.
+    opaque: Cell<bool>,
 }
 
 impl Wgsl<'_> {
@@ -162,13 +223,23 @@ impl Wgsl<'_> {
                 (None, _) => self.line(&format!("var {name}: {};", ty(*t))),
             },
             Stmt::Assign {
-                place, op, value, ..
+                place,
+                op,
+                value,
+                ty: t,
             } => {
                 let p = self.place(place);
-                let v = self.expr(value);
                 match op {
-                    None => self.line(&format!("{p} = {v};")),
-                    Some(op) => self.line(&format!("{p} {}= {v};", op.symbol())),
+                    None => {
+                        let v = self.expr(value);
+                        self.line(&format!("{p} = {v};"));
+                    }
+                    // `p = p op v` rather than `p op= v`, so the operator gets the same
+                    // treatment as in an expression (helpers, masked shifts, bool `^`).
+                    Some(op) => {
+                        let rhs = self.binary(*op, *t, &p, value);
+                        self.line(&format!("{p} = {rhs};"));
+                    }
                 }
             }
             Stmt::If { cond, then, els } => {
@@ -276,9 +347,48 @@ impl Wgsl<'_> {
         }
     }
 
+    /// `a op b` where `a` (already emitted) has type `t`, with the kernel language's meaning.
+    fn binary(&self, op: BinOp, t: Ty, a: &str, b: &Expr) -> String {
+        let bs = self.expr(b);
+        match op {
+            BinOp::Div | BinOp::Rem if t.is_int() => {
+                let name = match (op, t) {
+                    (BinOp::Div, Ty::I32) => "gd_div_i32",
+                    (BinOp::Rem, Ty::I32) => "gd_rem_i32",
+                    (BinOp::Div, _) => "gd_div_u32",
+                    _ => "gd_rem_u32",
+                };
+                self.helpers.borrow_mut().insert(name);
+                format!("{name}({a}, {bs})")
+            }
+            BinOp::Rem if t == Ty::F32 => {
+                self.helpers.borrow_mut().insert("gd_rem_f32");
+                format!("gd_rem_f32({a}, {bs})")
+            }
+            // WGSL masks a run-time shift amount to 5 bits, but rejects a constant one of 32
+            // or more; masking explicitly gives both the kernel language's meaning.
+            BinOp::Shl | BinOp::Shr => match b.kind {
+                ExprKind::LitU32(s) if s < 32 => format!("({a} {} {bs})", op.symbol()),
+                _ => format!("({a} {} ({bs} & 31u))", op.symbol()),
+            },
+            // Rust's `!=` is true when either side is NaN; naga's `!=` is an ordered
+            // comparison (false for NaN), while the negation of `==` is unordered.
+            BinOp::Ne if t == Ty::F32 => format!("(!({a} == {bs}))"),
+            // WGSL has no `^` on `bool`.
+            BinOp::BitXor if t == Ty::Bool => format!("({a} != {bs})"),
+            _ => format!("({a} {} {bs})", op.symbol()),
+        }
+    }
+
     fn expr(&self, e: &Expr) -> String {
+        if !self.opaque.get() && !is_literal(e) && is_const(e) {
+            self.opaque.set(true);
+            let s = self.expr(e);
+            self.opaque.set(false);
+            return s;
+        }
         match &e.kind {
-            ExprKind::LitF32(v) => f32_lit(*v),
+            ExprKind::LitF32(v) => f32_lit(*v, self.opaque.get()),
             ExprKind::LitI32(v) => {
                 if *v == i32::MIN {
                     "bitcast<i32>(0x80000000u)".into()
@@ -311,16 +421,20 @@ impl Wgsl<'_> {
                 (UnOp::Not, Ty::Bool) => format!("(!{})", self.expr(a)),
                 (UnOp::Not, _) => format!("(~{})", self.expr(a)),
             },
-            ExprKind::Binary(op, a, b) => {
-                format!("({} {} {})", self.expr(a), op.symbol(), self.expr(b))
-            }
-            ExprKind::Cast(a, to) => {
-                if a.ty == *to {
-                    self.expr(a)
-                } else {
-                    format!("{}({})", ty(*to), self.expr(a))
+            ExprKind::Binary(op, a, b) => self.binary(*op, a.ty, &self.expr(a), b),
+            ExprKind::Cast(a, to) => match (a.ty, *to) {
+                (f, t) if f == t => self.expr(a),
+                (Ty::F32, Ty::I32 | Ty::U32) => {
+                    let name = if *to == Ty::I32 {
+                        "gd_f32_to_i32"
+                    } else {
+                        "gd_f32_to_u32"
+                    };
+                    self.helpers.borrow_mut().insert(name);
+                    format!("{name}({})", self.expr(a))
                 }
-            }
+                _ => format!("{}({})", ty(*to), self.expr(a)),
+            },
             ExprKind::Math(f, args) => {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
                 let name = match f {
@@ -356,8 +470,8 @@ impl Wgsl<'_> {
     }
 }
 
-fn f32_lit(v: f32) -> String {
-    if v.is_finite() {
+fn f32_lit(v: f32, opaque: bool) -> String {
+    if v.is_finite() && !opaque {
         let s = format!("{:e}f", v.abs());
         if v.is_sign_negative() {
             format!("(-{s})")
@@ -365,6 +479,6 @@ fn f32_lit(v: f32) -> String {
             s
         }
     } else {
-        format!("bitcast<f32>({}u)", v.to_bits())
+        format!("bitcast<f32>({:#010x}u)", v.to_bits())
     }
 }

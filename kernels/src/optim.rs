@@ -1,0 +1,524 @@
+//! Capturable optimizers over one flat parameter buffer: SGD with momentum, Adam and AdamW
+//! (PyTorch's update rules), and gradient-norm clipping, all without a host read.
+//!
+//! # The step counter
+//!
+//! Each optimizer keeps its step count in device memory, so a recorded step replays with the
+//! right bias corrections. One launch both advances it and updates every parameter: the
+//! optimizer always launches the same number `G` of workgroups (a power of two fixed at
+//! construction), invocation 0 of each adds 1 to a `u32` counter atomically, and every
+//! workgroup takes `t = old / G + 1`. All `G` adds of step `s` return values in
+//! `[(s−1)·G, s·G)`, whatever their order, so every workgroup agrees on `t = s`. The counter
+//! wraps after `2³²/G` steps (at least 16 777 216), and [`Adam::steps`] reads it.
+//!
+//! Scalars (`lr`, betas, `eps`, weight decay, momentum) are kernel arguments, so each can be a
+//! per-step scalar of a recorded step.
+
+use graphed_macros::kernel;
+use graphed_runtime::{Buffer, Device, Error, Grid, Launch, Result, ScalarArg};
+
+use crate::reduce::{first_pass_groups, reduce_all};
+use crate::shape::{expect_len, groups, u32_of};
+
+/// Most workgroups an optimizer launch uses (each invocation then loops over its share).
+const MAX_OPT_GROUPS: u32 = 256;
+
+/// The fixed workgroup count of an optimizer over `n` parameters: a power of two.
+fn opt_groups(n: usize) -> u32 {
+    (n.div_ceil(256).max(1) as u32)
+        .next_power_of_two()
+        .min(MAX_OPT_GROUPS)
+}
+
+/// Adam (`decoupled == false`: L2 weight decay added to the gradient) or AdamW (`true`:
+/// `p ← p·(1 − lr·wd)` first), as PyTorch's `torch.optim.Adam`/`AdamW`:
+/// `m ← m + (1 − β₁)(g − m)`, `v ← β₂·v + (1 − β₂)·g²`,
+/// `p ← p − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + eps)`. `mv` holds `m` then `v`
+/// (`2·p.len()`); `count` is the step counter (module docs).
+#[kernel(workgroup = 256)]
+pub fn adam_step(
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    wd: f32,
+    decoupled: bool,
+    p: &mut [f32],
+    g: &[f32],
+    mv: &mut [f32],
+    count: &mut [u32],
+) {
+    let st = shared::<u32, 1>();
+    if local_id().x == 0 {
+        let old = atomic_add(count, 0u32, 1u32);
+        st[0] = old / num_workgroups().x + 1u32;
+    }
+    barrier();
+    let t = st[0] as f32;
+    let bc1 = 1.0 - pow(beta1, t);
+    let bc2 = 1.0 - pow(beta2, t);
+    let step = lr / bc1;
+    let bc2s = sqrt(bc2);
+    let n = p.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        let mut gi = g[i];
+        let mut pi = p[i];
+        if decoupled {
+            pi = pi * (1.0 - lr * wd);
+        } else {
+            gi = gi + wd * pi;
+        }
+        let m0 = mv[i];
+        let m = m0 + (1.0 - beta1) * (gi - m0);
+        let v = mv[n + i] * beta2 + (1.0 - beta2) * gi * gi;
+        mv[i] = m;
+        mv[n + i] = v;
+        let denom = sqrt(v) / bc2s + eps;
+        p[i] = pi - step * (m / denom);
+        i += stride;
+    }
+}
+
+/// SGD as PyTorch's `torch.optim.SGD`: `d = g + wd·p`; with momentum `μ ≠ 0`,
+/// `b ← d` on the first step, else `b ← μ·b + (1 − dampening)·d`, and `d = d + μ·b`
+/// (Nesterov) or `d = b`; then `p ← p − lr·d`. `count` is the step counter (module docs).
+#[kernel(workgroup = 256)]
+pub fn sgd_step(
+    lr: f32,
+    momentum: f32,
+    dampening: f32,
+    wd: f32,
+    nesterov: bool,
+    p: &mut [f32],
+    g: &[f32],
+    buf: &mut [f32],
+    count: &mut [u32],
+) {
+    let st = shared::<u32, 1>();
+    if local_id().x == 0 {
+        let old = atomic_add(count, 0u32, 1u32);
+        st[0] = old / num_workgroups().x + 1u32;
+    }
+    barrier();
+    let first = st[0] == 1u32;
+    let n = p.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        let pi = p[i];
+        let mut d = g[i];
+        if wd != 0.0 {
+            d = d + wd * pi;
+        }
+        if momentum != 0.0 {
+            let b = if first {
+                d
+            } else {
+                momentum * buf[i] + (1.0 - dampening) * d
+            };
+            buf[i] = b;
+            if nesterov {
+                d = d + momentum * b;
+            } else {
+                d = b;
+            }
+        }
+        p[i] = pi - lr * d;
+        i += stride;
+    }
+}
+
+/// Scales `g` by `min(max_norm / (‖g‖ + 1e-6), 1)`, where `‖g‖² = Σ partials` (tree order)
+/// and every workgroup computes the same `‖g‖`; workgroup 0 writes it to `norm[0]`.
+#[kernel(workgroup = 256)]
+pub fn clip_scale(max_norm: f32, partials: &[f32], g: &mut [f32], norm: &mut [f32]) {
+    let s = shared::<f32, 256>();
+    let t = local_id().x;
+    s[t] = if t < partials.len() { partials[t] } else { 0.0 };
+    barrier();
+    let mut h = 128u32;
+    while h > 0 {
+        if t < h {
+            s[t] = s[t] + s[t + h];
+        }
+        barrier();
+        h = h >> 1u32;
+    }
+    let total = sqrt(s[0]);
+    let coef = min(max_norm / (total + 0.000001), 1.0);
+    if global_id().x == 0 {
+        norm[0] = total;
+    }
+    let n = g.len();
+    let stride = global_size().x;
+    let mut i = global_id().x;
+    while i < n {
+        g[i] = g[i] * coef;
+        i += stride;
+    }
+}
+
+fn check_pair(op: &str, n: usize, params: &Buffer<f32>, grads: &Buffer<f32>) -> Result<()> {
+    expect_len(op, "params", params.len(), n)?;
+    expect_len(op, "grads", grads.len(), n)?;
+    Ok(())
+}
+
+fn read_steps(count: &Buffer<u32>, groups: u32) -> Result<u32> {
+    Ok(count.to_host()?[0] / groups)
+}
+
+/// Hyper-parameters of Adam and AdamW (PyTorch's defaults: `Default`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamConfig {
+    /// β₁.
+    pub beta1: f32,
+    /// β₂.
+    pub beta2: f32,
+    /// ε.
+    pub eps: f32,
+    /// Weight decay (L2 for Adam, decoupled for AdamW).
+    pub weight_decay: f32,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        AdamConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+        }
+    }
+}
+
+/// Per-step values of an Adam/AdamW update, each a constant or a per-step scalar.
+#[derive(Clone, Copy, Debug)]
+pub struct AdamScalars {
+    /// Learning rate.
+    pub lr: ScalarArg<f32>,
+    /// β₁.
+    pub beta1: ScalarArg<f32>,
+    /// β₂.
+    pub beta2: ScalarArg<f32>,
+    /// ε.
+    pub eps: ScalarArg<f32>,
+    /// Weight decay.
+    pub weight_decay: ScalarArg<f32>,
+}
+
+/// Adam (L2 weight decay) over a flat parameter buffer: moments `m`, `v` in one device buffer,
+/// the step counter in another. [`AdamW`] is the same with decoupled weight decay.
+#[derive(Clone, Debug)]
+pub struct Adam {
+    config: AdamConfig,
+    decoupled: bool,
+    n: usize,
+    groups: u32,
+    moments: Buffer<f32>,
+    count: Buffer<u32>,
+}
+
+impl Adam {
+    /// Adam for `n` parameters, moments zeroed, step count 0.
+    pub fn new(dev: &Device, n: usize, config: AdamConfig) -> Result<Adam> {
+        Self::build(dev, n, config, false)
+    }
+
+    fn build(dev: &Device, n: usize, config: AdamConfig, decoupled: bool) -> Result<Adam> {
+        u32_of("parameters", 2 * n)?;
+        Ok(Adam {
+            config,
+            decoupled,
+            n,
+            groups: opt_groups(n),
+            moments: dev.alloc(2 * n)?,
+            count: dev.alloc(1)?,
+        })
+    }
+
+    /// An optimizer over existing state (`moments`: `m` then `v`, `2·n`; `count`: 1 word),
+    /// e.g. a step's `#[state]` buffers.
+    pub fn from_state(
+        config: AdamConfig,
+        decoupled: bool,
+        moments: Buffer<f32>,
+        count: Buffer<u32>,
+    ) -> Result<Adam> {
+        if moments.len() % 2 != 0 {
+            return Err(Error::Shape(format!(
+                "Adam: moments hold m and v, an even length, not {}",
+                moments.len()
+            )));
+        }
+        expect_len("Adam", "count", count.len(), 1)?;
+        let n = moments.len() / 2;
+        Ok(Adam {
+            config,
+            decoupled,
+            n,
+            groups: opt_groups(n),
+            moments,
+            count,
+        })
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> AdamConfig {
+        self.config
+    }
+
+    /// `m` then `v`.
+    pub fn moments(&self) -> &Buffer<f32> {
+        &self.moments
+    }
+
+    /// The step counter (see the module docs: `steps = count / G`).
+    pub fn count(&self) -> &Buffer<u32> {
+        &self.count
+    }
+
+    /// Steps taken so far (a host read: not inside a step).
+    pub fn steps(&self) -> Result<u32> {
+        read_steps(&self.count, self.groups)
+    }
+
+    /// One update of every parameter with learning rate `lr` and the configured constants.
+    /// One launch.
+    pub fn step<C: Launch + ?Sized>(
+        &mut self,
+        cx: &C,
+        params: &mut Buffer<f32>,
+        grads: &Buffer<f32>,
+        lr: impl Into<ScalarArg<f32>>,
+    ) -> Result<()> {
+        let c = self.config;
+        let s = AdamScalars {
+            lr: lr.into(),
+            beta1: c.beta1.into(),
+            beta2: c.beta2.into(),
+            eps: c.eps.into(),
+            weight_decay: c.weight_decay.into(),
+        };
+        self.step_with(cx, params, grads, s)
+    }
+
+    /// One update with every value given (constants or per-step scalars). One launch.
+    pub fn step_with<C: Launch + ?Sized>(
+        &mut self,
+        cx: &C,
+        params: &mut Buffer<f32>,
+        grads: &Buffer<f32>,
+        s: AdamScalars,
+    ) -> Result<()> {
+        check_pair(
+            if self.decoupled { "AdamW" } else { "Adam" },
+            self.n,
+            params,
+            grads,
+        )?;
+        adam_step::launch(
+            cx,
+            Grid::workgroups(self.groups),
+            s.lr,
+            s.beta1,
+            s.beta2,
+            s.eps,
+            s.weight_decay,
+            self.decoupled,
+            params,
+            grads,
+            &mut self.moments,
+            &mut self.count,
+        )
+    }
+}
+
+/// AdamW: Adam with decoupled weight decay (`p ← p·(1 − lr·wd)` before the Adam update), as
+/// `torch.optim.AdamW`. PyTorch's default weight decay for AdamW is 0.01.
+#[derive(Clone, Debug)]
+pub struct AdamW(Adam);
+
+impl AdamW {
+    /// AdamW for `n` parameters.
+    pub fn new(dev: &Device, n: usize, config: AdamConfig) -> Result<AdamW> {
+        Adam::build(dev, n, config, true).map(AdamW)
+    }
+
+    /// AdamW over existing state (see [`Adam::from_state`]).
+    pub fn from_state(
+        config: AdamConfig,
+        moments: Buffer<f32>,
+        count: Buffer<u32>,
+    ) -> Result<AdamW> {
+        Adam::from_state(config, true, moments, count).map(AdamW)
+    }
+
+    /// PyTorch's AdamW defaults: β = (0.9, 0.999), ε = 1e-8, weight decay 0.01.
+    pub fn default_config() -> AdamConfig {
+        AdamConfig {
+            weight_decay: 0.01,
+            ..AdamConfig::default()
+        }
+    }
+}
+
+impl std::ops::Deref for AdamW {
+    type Target = Adam;
+    fn deref(&self) -> &Adam {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for AdamW {
+    fn deref_mut(&mut self) -> &mut Adam {
+        &mut self.0
+    }
+}
+
+/// Hyper-parameters of SGD (PyTorch's defaults: `Default`, all zero).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct SgdConfig {
+    /// Momentum μ.
+    pub momentum: f32,
+    /// Dampening of the momentum.
+    pub dampening: f32,
+    /// L2 weight decay.
+    pub weight_decay: f32,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+}
+
+/// SGD with momentum over a flat parameter buffer.
+#[derive(Clone, Debug)]
+pub struct Sgd {
+    config: SgdConfig,
+    n: usize,
+    groups: u32,
+    momentum: Buffer<f32>,
+    count: Buffer<u32>,
+}
+
+impl Sgd {
+    /// SGD for `n` parameters.
+    pub fn new(dev: &Device, n: usize, config: SgdConfig) -> Result<Sgd> {
+        u32_of("parameters", n)?;
+        Ok(Sgd {
+            config,
+            n,
+            groups: opt_groups(n),
+            momentum: dev.alloc(n)?,
+            count: dev.alloc(1)?,
+        })
+    }
+
+    /// SGD over existing state (`momentum`: `n`; `count`: 1 word).
+    pub fn from_state(config: SgdConfig, momentum: Buffer<f32>, count: Buffer<u32>) -> Result<Sgd> {
+        expect_len("Sgd", "count", count.len(), 1)?;
+        let n = momentum.len();
+        Ok(Sgd {
+            config,
+            n,
+            groups: opt_groups(n),
+            momentum,
+            count,
+        })
+    }
+
+    /// The momentum buffer.
+    pub fn momentum_buffer(&self) -> &Buffer<f32> {
+        &self.momentum
+    }
+
+    /// The step counter.
+    pub fn count(&self) -> &Buffer<u32> {
+        &self.count
+    }
+
+    /// Steps taken so far (a host read).
+    pub fn steps(&self) -> Result<u32> {
+        read_steps(&self.count, self.groups)
+    }
+
+    /// One update of every parameter. One launch.
+    pub fn step<C: Launch + ?Sized>(
+        &mut self,
+        cx: &C,
+        params: &mut Buffer<f32>,
+        grads: &Buffer<f32>,
+        lr: impl Into<ScalarArg<f32>>,
+    ) -> Result<()> {
+        check_pair("Sgd", self.n, params, grads)?;
+        let c = self.config;
+        sgd_step::launch(
+            cx,
+            Grid::workgroups(self.groups),
+            lr,
+            c.momentum,
+            c.dampening,
+            c.weight_decay,
+            c.nesterov,
+            params,
+            grads,
+            &mut self.momentum,
+            &mut self.count,
+        )
+    }
+}
+
+/// Gradient-norm clipping on the device, as `torch.nn.utils.clip_grad_norm_`: `‖g‖` by a
+/// sum-of-squares reduction into a device buffer, then every gradient times
+/// `min(max_norm / (‖g‖ + 1e-6), 1)`. Two launches, no host read.
+#[derive(Clone, Debug)]
+pub struct GradClip {
+    n: usize,
+    partials: Buffer<f32>,
+    norm: Buffer<f32>,
+}
+
+impl GradClip {
+    /// A clipper for `n` gradients.
+    pub fn new(dev: &Device, n: usize) -> Result<GradClip> {
+        u32_of("gradients", n)?;
+        Ok(GradClip {
+            n,
+            partials: dev.alloc(first_pass_groups(n) as usize)?,
+            norm: dev.alloc(1)?,
+        })
+    }
+
+    /// The total norm before clipping, as of the last [`GradClip::clip`] (one element).
+    pub fn norm(&self) -> &Buffer<f32> {
+        &self.norm
+    }
+
+    /// Clips `grads` in place to total norm `max_norm` (a constant or a per-step scalar).
+    pub fn clip<C: Launch + ?Sized>(
+        &mut self,
+        cx: &C,
+        grads: &mut Buffer<f32>,
+        max_norm: impl Into<ScalarArg<f32>>,
+    ) -> Result<()> {
+        expect_len("GradClip", "grads", grads.len(), self.n)?;
+        let g = first_pass_groups(self.n);
+        reduce_all::launch(
+            cx,
+            Grid::workgroups(g),
+            1u32,
+            0u32,
+            0.0f32,
+            grads,
+            &mut self.partials,
+        )?;
+        clip_scale::launch(
+            cx,
+            Grid::workgroups(groups(self.n)),
+            max_norm,
+            &self.partials,
+            grads,
+            &mut self.norm,
+        )
+    }
+}

@@ -1,0 +1,164 @@
+//! Losses: softmax cross-entropy with its fused gradient, and mean squared error.
+
+use graphed_kernels::loss;
+use graphed_runtime::testing::on_every_backend;
+use rand::Rng;
+
+use crate::common::{assert_close, floats, poisoned, rng, SIZES};
+
+/// Exponentials and logarithms of a few ulp, summed in the documented order.
+const TOL: f64 = 1e-5;
+
+/// Loss and gradient in f64; a label `>= classes` is ignored.
+fn xent_reference(z: &[f32], labels: &[u32], classes: usize, gscale: f64) -> (f64, Vec<f64>) {
+    let rows = labels.len();
+    let mut loss = 0.0;
+    let mut grad = vec![0.0; z.len()];
+    for r in 0..rows {
+        let row = &z[r * classes..(r + 1) * classes];
+        let mx = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        let sum: f64 = row.iter().map(|&v| (v as f64 - mx).exp()).sum();
+        let lab = labels[r] as usize;
+        if lab >= classes {
+            continue;
+        }
+        loss += sum.ln() - (row[lab] as f64 - mx);
+        for j in 0..classes {
+            let p = (row[j] as f64 - mx).exp() / sum;
+            grad[r * classes + j] = (p - if j == lab { 1.0 } else { 0.0 }) * gscale;
+        }
+    }
+    (loss / rows as f64, grad)
+}
+
+#[test]
+fn softmax_cross_entropy_and_its_gradient() {
+    let mut r = rng("softmax_cross_entropy_and_its_gradient");
+    // Narrow rows (one invocation per row; past 4096 rows through the workspace) and wide
+    // rows (one workgroup per row).
+    let shapes = [
+        (1, 1),
+        (7, 10),
+        (65, 63),
+        (63, 65),
+        (1000, 7),
+        (3, 1023),
+        (4097, 3),
+        (300, 70),
+        (1, 4097),
+    ];
+    on_every_backend(|dev| {
+        for &(rows, classes) in &shapes {
+            let z = floats(&mut r, rows * classes, -5.0, 5.0);
+            let mut labels: Vec<u32> = (0..rows)
+                .map(|_| r.random_range(0..classes as u32))
+                .collect();
+            if rows > 5 {
+                labels[3] = classes as u32; // an ignored row
+            }
+            let logits = dev.upload(&z).unwrap();
+            let lab = dev.upload(&labels).unwrap();
+            let mut out = poisoned(dev, 1);
+            let mut dz = poisoned(dev, rows * classes);
+            let mut ws = poisoned(dev, loss::xent_workspace_len(rows, classes).max(1));
+            loss::softmax_cross_entropy(dev, &logits, &lab, &mut out, &mut dz, &mut ws).unwrap();
+            let (want, want_grad) = xent_reference(&z, &labels, classes, 1.0 / rows as f64);
+            let case = format!("xent {rows}×{classes}");
+            assert_close(&case, &out.to_host().unwrap(), &[want], TOL);
+            assert_close(
+                &format!("{case} gradient"),
+                &dz.to_host().unwrap(),
+                &want_grad,
+                TOL,
+            );
+
+            // A custom gradient scale (micro-batches) leaves the loss alone.
+            let mut dz = poisoned(dev, rows * classes);
+            let s = 0.25 / rows as f32;
+            loss::softmax_cross_entropy_scaled(dev, &logits, &lab, &mut out, &mut dz, &mut ws, s)
+                .unwrap();
+            let (_, want_grad) = xent_reference(&z, &labels, classes, s as f64);
+            assert_close(
+                &format!("{case} scaled"),
+                &dz.to_host().unwrap(),
+                &want_grad,
+                TOL,
+            );
+            assert_close(
+                &format!("{case} scaled loss"),
+                &out.to_host().unwrap(),
+                &[want],
+                TOL,
+            );
+        }
+        // Large logits do not overflow.
+        let logits = dev.upload(&[1000.0f32, 0.0, -1000.0]).unwrap();
+        let lab = dev.upload(&[1u32]).unwrap();
+        let (mut out, mut dz, mut ws) = (poisoned(dev, 1), poisoned(dev, 3), poisoned(dev, 1));
+        loss::softmax_cross_entropy(dev, &logits, &lab, &mut out, &mut dz, &mut ws).unwrap();
+        assert_eq!(out.to_host().unwrap(), vec![1000.0]);
+        assert_eq!(dz.to_host().unwrap(), vec![1.0, -1.0, 0.0]);
+    });
+}
+
+#[test]
+fn mean_squared_error_forward_and_backward() {
+    let mut r = rng("mean_squared_error_forward_and_backward");
+    let sizes: Vec<usize> = SIZES.iter().copied().chain([20_000]).collect();
+    on_every_backend(|dev| {
+        for &n in &sizes {
+            let p = floats(&mut r, n, -1.0, 1.0);
+            let y = floats(&mut r, n, -1.0, 1.0);
+            let g0 = floats(&mut r, n, -1.0, 1.0);
+            let pred = dev.upload(&p).unwrap();
+            let target = dev.upload(&y).unwrap();
+            let want = (0..n)
+                .map(|i| (p[i] as f64 - y[i] as f64).powi(2))
+                .sum::<f64>()
+                / n as f64;
+            let want_grad: Vec<f64> = (0..n)
+                .map(|i| 2.0 * (p[i] as f64 - y[i] as f64) / n as f64)
+                .collect();
+            let mut ws = poisoned(dev, loss::mse_workspace_len(n).max(1));
+
+            let mut out = poisoned(dev, 1);
+            loss::mse(dev, &pred, &target, &mut out, &mut ws).unwrap();
+            assert_close(&format!("mse n={n}"), &out.to_host().unwrap(), &[want], TOL);
+
+            let mut out = poisoned(dev, 1);
+            let mut grad = poisoned(dev, n);
+            loss::mse_with_grad(dev, &pred, &target, &mut out, &mut grad, &mut ws, false).unwrap();
+            assert_close(
+                &format!("mse_with_grad n={n}"),
+                &out.to_host().unwrap(),
+                &[want],
+                TOL,
+            );
+            assert_close(
+                &format!("mse_with_grad grad n={n}"),
+                &grad.to_host().unwrap(),
+                &want_grad,
+                TOL,
+            );
+
+            let mut grad = dev.upload(&g0).unwrap();
+            loss::mse_with_grad(dev, &pred, &target, &mut out, &mut grad, &mut ws, true).unwrap();
+            let acc: Vec<f64> = (0..n).map(|i| want_grad[i] + g0[i] as f64).collect();
+            assert_close(
+                &format!("mse_with_grad accumulate n={n}"),
+                &grad.to_host().unwrap(),
+                &acc,
+                TOL,
+            );
+
+            let mut grad = poisoned(dev, n);
+            loss::mse_backward(dev, &pred, &target, &mut grad, false).unwrap();
+            assert_close(
+                &format!("mse_backward n={n}"),
+                &grad.to_host().unwrap(),
+                &want_grad,
+                TOL,
+            );
+        }
+    });
+}

@@ -1,0 +1,242 @@
+//! Optimizers against plain-Rust f64 references of PyTorch's update rules, 20 steps each,
+//! and device-side gradient clipping.
+
+use graphed_kernels::optim::{Adam, AdamConfig, AdamW, GradClip, Sgd, SgdConfig};
+use graphed_runtime::testing::on_every_backend;
+use graphed_runtime::Device;
+
+use crate::common::{assert_close, assert_close_floor, floats, poisoned, rng};
+
+const STEPS: usize = 20;
+
+// Errors are judged against max(‖ref‖, floor·√n) (`assert_close_floor`): with one parameter
+// drawn near zero, a relative error says nothing about the update.
+
+/// Parameters after 20 steps: a few roundings per step of updates of order 1e-2 (floor 0.1,
+/// the scale of the parameters).
+const TOL_PARAMS: f64 = 1e-5;
+/// The moments (rounded every step; the f32 `pow` of the bias corrections weighs in).
+const TOL_STATE: f64 = 1e-5;
+/// The total change of the parameters over 20 steps, against the reference's change: it is
+/// a difference of f32 parameters, so their rounding (≈ 6e-8 on values of order 1, per step)
+/// bounds its precision at about 1e-5 of changes of order 1e-2.
+const TOL_CHANGE: f64 = 1e-4;
+
+/// `torch.optim.Adam`/`AdamW` (single-tensor path) in f64, on f32-rounded hyper-parameters.
+struct AdamRef {
+    p: Vec<f64>,
+    m: Vec<f64>,
+    v: Vec<f64>,
+    t: i32,
+}
+
+impl AdamRef {
+    fn step(&mut self, g: &[f32], lr: f32, c: AdamConfig, decoupled: bool) {
+        let (lr, b1, b2, eps, wd) = (
+            lr as f64,
+            c.beta1 as f64,
+            c.beta2 as f64,
+            c.eps as f64,
+            c.weight_decay as f64,
+        );
+        self.t += 1;
+        let bc1 = 1.0 - b1.powi(self.t);
+        let bc2 = 1.0 - b2.powi(self.t);
+        for i in 0..self.p.len() {
+            let mut gi = g[i] as f64;
+            if decoupled {
+                self.p[i] *= 1.0 - lr * wd;
+            } else {
+                gi += wd * self.p[i];
+            }
+            self.m[i] += (1.0 - b1) * (gi - self.m[i]);
+            self.v[i] = self.v[i] * b2 + (1.0 - b2) * gi * gi;
+            let denom = self.v[i].sqrt() / bc2.sqrt() + eps;
+            self.p[i] -= lr / bc1 * self.m[i] / denom;
+        }
+    }
+}
+
+fn check_adam(dev: &Device, r: &mut impl rand::Rng, n: usize, decoupled: bool, c: AdamConfig) {
+    let p0 = floats(r, n, -1.0, 1.0);
+    let params = dev.upload(&p0).unwrap();
+    let adam = if decoupled {
+        // AdamW is Adam with decoupled weight decay; it derefs to it.
+        (*AdamW::new(dev, n, c).unwrap()).clone()
+    } else {
+        Adam::new(dev, n, c).unwrap()
+    };
+    run_adam(dev, r, n, decoupled, c, p0, params, adam);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_adam(
+    dev: &Device,
+    r: &mut impl rand::Rng,
+    n: usize,
+    decoupled: bool,
+    c: AdamConfig,
+    p0: Vec<f32>,
+    mut params: graphed_runtime::Buffer<f32>,
+    mut adam: Adam,
+) {
+    let mut reference = AdamRef {
+        p: p0.iter().map(|&v| v as f64).collect(),
+        m: vec![0.0; n],
+        v: vec![0.0; n],
+        t: 0,
+    };
+    for s in 0..STEPS {
+        let g = floats(r, n, -1.0, 1.0);
+        let grads = dev.upload(&g).unwrap();
+        let lr = 1e-2 * (1.0 + s as f32 / 10.0); // a changing learning rate
+        adam.step(dev, &mut params, &grads, lr).unwrap();
+        reference.step(&g, lr, c, decoupled);
+    }
+    let name = if decoupled { "AdamW" } else { "Adam" };
+    let case = format!("{name} n={n} {c:?}");
+    assert_eq!(adam.steps().unwrap(), STEPS as u32, "{case}: step count");
+    let p = params.to_host().unwrap();
+    assert_close_floor(&format!("{case} params"), &p, &reference.p, TOL_PARAMS, 0.1);
+    let delta: Vec<f32> = p.iter().zip(&p0).map(|(a, b)| a - b).collect();
+    let want: Vec<f64> = reference
+        .p
+        .iter()
+        .zip(&p0)
+        .map(|(a, &b)| a - b as f64)
+        .collect();
+    assert_close_floor(&format!("{case} change"), &delta, &want, TOL_CHANGE, 0.01);
+    let mv = adam.moments().to_host().unwrap();
+    assert_close_floor(
+        &format!("{case} m"),
+        &mv[..n],
+        &reference.m,
+        TOL_STATE,
+        0.01,
+    );
+    assert_close_floor(
+        &format!("{case} v"),
+        &mv[n..],
+        &reference.v,
+        TOL_STATE,
+        0.01,
+    );
+}
+
+#[test]
+fn adam_and_adamw_follow_pytorch_for_20_steps() {
+    let mut r = rng("adam_and_adamw_follow_pytorch_for_20_steps");
+    on_every_backend(|dev| {
+        // 4097 parameters take 32 workgroups: the step counter's atomic arrivals are shared.
+        for n in [1, 7, 1000, 4097] {
+            check_adam(dev, &mut r, n, true, AdamW::default_config());
+            let c = AdamConfig {
+                beta1: 0.8,
+                beta2: 0.99,
+                eps: 1e-6,
+                weight_decay: 0.1,
+            };
+            check_adam(dev, &mut r, n, false, c);
+            check_adam(dev, &mut r, n, true, c);
+        }
+    });
+}
+
+#[test]
+fn sgd_follows_pytorch_for_20_steps() {
+    let mut r = rng("sgd_follows_pytorch_for_20_steps");
+    let configs = [
+        SgdConfig::default(),
+        SgdConfig {
+            momentum: 0.9,
+            ..Default::default()
+        },
+        SgdConfig {
+            momentum: 0.9,
+            dampening: 0.1,
+            weight_decay: 0.01,
+            nesterov: false,
+        },
+        SgdConfig {
+            momentum: 0.8,
+            dampening: 0.0,
+            weight_decay: 0.05,
+            nesterov: true,
+        },
+    ];
+    on_every_backend(|dev| {
+        for n in [1, 63, 4097] {
+            for c in configs {
+                let p0 = floats(&mut r, n, -1.0, 1.0);
+                let mut params = dev.upload(&p0).unwrap();
+                let mut sgd = Sgd::new(dev, n, c).unwrap();
+                let mut p: Vec<f64> = p0.iter().map(|&v| v as f64).collect();
+                let mut buf = vec![0.0f64; n];
+                let (mu, damp, wd) = (c.momentum as f64, c.dampening as f64, c.weight_decay as f64);
+                for s in 0..STEPS {
+                    let g = floats(&mut r, n, -1.0, 1.0);
+                    let lr = 0.05f32;
+                    sgd.step(dev, &mut params, &dev.upload(&g).unwrap(), lr)
+                        .unwrap();
+                    for i in 0..n {
+                        let mut d = g[i] as f64 + wd * p[i];
+                        if mu != 0.0 {
+                            buf[i] = if s == 0 {
+                                d
+                            } else {
+                                mu * buf[i] + (1.0 - damp) * d
+                            };
+                            d = if c.nesterov { d + mu * buf[i] } else { buf[i] };
+                        }
+                        p[i] -= lr as f64 * d;
+                    }
+                }
+                let case = format!("SGD n={n} {c:?}");
+                assert_eq!(sgd.steps().unwrap(), STEPS as u32, "{case}");
+                let got = params.to_host().unwrap();
+                assert_close_floor(&format!("{case} params"), &got, &p, TOL_PARAMS, 0.1);
+                let delta: Vec<f32> = got.iter().zip(&p0).map(|(a, b)| a - b).collect();
+                let want: Vec<f64> = p.iter().zip(&p0).map(|(a, &b)| a - b as f64).collect();
+                assert_close_floor(&format!("{case} change"), &delta, &want, TOL_CHANGE, 0.01);
+                if mu != 0.0 {
+                    assert_close(
+                        &format!("{case} momentum"),
+                        &sgd.momentum_buffer().to_host().unwrap(),
+                        &buf,
+                        TOL_STATE,
+                    );
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn gradient_clipping_on_the_device() {
+    let mut r = rng("gradient_clipping_on_the_device");
+    on_every_backend(|dev| {
+        // Past 16384 gradients the norm takes two partial passes.
+        for n in [1, 7, 1000, 4097, 30_000] {
+            for max_norm in [0.5f32, 1e6] {
+                let g = floats(&mut r, n, -1.0, 1.0);
+                let mut grads = dev.upload(&g).unwrap();
+                let mut clip = GradClip::new(dev, n).unwrap();
+                clip.clip(dev, &mut grads, max_norm).unwrap();
+                let norm = g.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+                let coef = (max_norm as f64 / (norm + 1e-6)).min(1.0);
+                let want: Vec<f64> = g.iter().map(|&v| v as f64 * coef).collect();
+                let case = format!("clip n={n} max_norm={max_norm}");
+                assert_close(
+                    &format!("{case} norm"),
+                    &clip.norm().to_host().unwrap(),
+                    &[norm],
+                    1e-5,
+                );
+                assert_close(&case, &grads.to_host().unwrap(), &want, 1e-5);
+            }
+        }
+        let mut clip = GradClip::new(dev, 3).unwrap();
+        let mut wrong = poisoned(dev, 4);
+        assert!(clip.clip(dev, &mut wrong, 1.0).is_err());
+    });
+}

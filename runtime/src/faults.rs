@@ -16,3 +16,31 @@ pub fn inject_capture_fault(reason: &str) {
 pub(crate) fn take_capture_fault() -> Option<String> {
     CAPTURE_FAULT.with(|c| c.borrow_mut().take())
 }
+
+thread_local! {
+    static CAPTURE_ESCAPE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the next CUDA capture on this thread issue its first launch on another stream, so
+/// that work escapes the capture (the census must catch it).
+pub fn inject_capture_escape() {
+    CAPTURE_ESCAPE.with(|c| c.set(true));
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn take_capture_escape() -> bool {
+    CAPTURE_ESCAPE.with(|c| c.replace(false))
+}
+
+/// Destroys the device memory behind a buffer while handles still exist (wgpu only: the next
+/// use is a validation error). Returns whether anything was destroyed.
+pub fn destroy_device_memory(view: &crate::buffer::RawView) -> bool {
+    match &view.buf.mem {
+        crate::backend::Memory::Wgpu(b) => {
+            b.destroy();
+            true
+        }
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}

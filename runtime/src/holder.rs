@@ -645,6 +645,18 @@ impl<'a, T: Element> Out<'a, T> {
     }
 }
 
+impl Out<'_, f32> {
+    /// The first NaN or infinity in the output, with its index (an optional check: replay
+    /// never repairs non-finite values, it propagates them exactly as eager runs do).
+    pub fn first_non_finite(&self) -> Result<Option<(usize, f32)>> {
+        Ok(self
+            .to_host()?
+            .into_iter()
+            .enumerate()
+            .find(|(_, v)| !v.is_finite()))
+    }
+}
+
 impl<T: Element> std::fmt::Debug for Out<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Out<{}>({} elements)", T::DTYPE.name(), self.view.len)

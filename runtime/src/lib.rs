@@ -33,6 +33,6 @@ pub use step::{Input, Output, Scalar, Step};
 /// Used by code that `#[kernel]` and `#[graphed]` generate; not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::faults::inject_capture_fault;
+    pub use crate::faults::{destroy_device_memory, inject_capture_escape, inject_capture_fault};
     pub use crate::host_exec::*;
 }

@@ -1,6 +1,8 @@
 //! Test helpers: run one test body on every available backend, naming the backend in failures.
 #![allow(dead_code)]
 
+pub mod steps;
+
 #[allow(unused_imports)]
 pub use graphed::testing::{backends, nvrtc_enabled, on_every_backend};
 

@@ -26,6 +26,45 @@ const RING_WORDS: usize = 1 << 20;
 /// Alignment of argument blocks (16 bytes).
 const ARG_ALIGN: usize = 4;
 
+/// Errors after which the context can run nothing more ("sticky" errors).
+fn is_sticky(e: &DriverError) -> bool {
+    use sys::cudaError_enum::*;
+    matches!(
+        e.0,
+        CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUDA_ERROR_INVALID_PC
+            | CUDA_ERROR_LAUNCH_FAILED
+            | CUDA_ERROR_ASSERT
+    )
+}
+
+/// The device's health, behind the lock that serialises work on the stream.
+#[derive(Default)]
+struct Health {
+    /// Set by the first sticky error: the context cannot run anything any more.
+    poisoned: Option<String>,
+}
+
+impl Health {
+    fn check(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(e) => Err(Error::Device { backend: NAME, reason: format!("the CUDA context is unusable after an earlier fault ({e}); recreate the device") }),
+            None => Ok(()),
+        }
+    }
+    /// Maps a driver error, remembering a sticky one.
+    fn note(&mut self, e: DriverError) -> Error {
+        if is_sticky(&e) && self.poisoned.is_none() {
+            self.poisoned = Some(e.to_string());
+        }
+        err(e)
+    }
+}
+
 fn err(e: DriverError) -> Error {
     if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
         return Error::OutOfMemory {
@@ -90,7 +129,7 @@ pub(crate) struct CudaBackend {
     name: String,
     functions: Mutex<HashMap<usize, CudaFunction>>,
     /// Serialises work on the stream, so no other thread's launch lands inside a capture.
-    lock: Arc<Mutex<()>>,
+    lock: Arc<Mutex<Health>>,
     ring: Mutex<Option<Ring>>,
 }
 
@@ -127,13 +166,14 @@ impl CudaBackend {
             arch: format!("sm_{major}{minor}"),
             name: format!("{name} (sm_{major}{minor})"),
             functions: Mutex::new(HashMap::new()),
-            lock: Arc::new(Mutex::new(())),
+            lock: Arc::new(Mutex::new(Health::default())),
             ring: Mutex::new(None),
         })
     }
 
-    fn enter(&self) -> Result<MutexGuard<'_, ()>> {
+    fn enter(&self) -> Result<MutexGuard<'_, Health>> {
         let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        g.check()?;
         self.ctx.bind_to_thread().map_err(err)?;
         Ok(g)
     }
@@ -202,6 +242,18 @@ impl CudaBackend {
         args_ptr: sys::CUdeviceptr,
         bindings: &[RawView],
     ) -> Result<()> {
+        self.issue_on(self.stream.0, f, kernel, grid, args_ptr, bindings)
+    }
+
+    fn issue_on(
+        &self,
+        stream: sys::CUstream,
+        f: sys::CUfunction,
+        kernel: &KernelDef,
+        grid: [u32; 3],
+        args_ptr: sys::CUdeviceptr,
+        bindings: &[RawView],
+    ) -> Result<()> {
         if grid.iter().any(|&g| g == 0) {
             return Ok(());
         }
@@ -221,7 +273,7 @@ impl CudaBackend {
                 (grid[0], grid[1], grid[2]),
                 (wg[0], wg[1], wg[2]),
                 0,
-                self.stream.0,
+                stream,
                 &mut params,
             )
         }
@@ -231,9 +283,9 @@ impl CudaBackend {
         })
     }
 
-    fn sync(&self) -> Result<()> {
+    fn sync(&self, health: &mut Health) -> Result<()> {
         // SAFETY: the stream is valid for the backend's lifetime.
-        unsafe { result::stream::synchronize(self.stream.0) }.map_err(err)
+        unsafe { result::stream::synchronize(self.stream.0) }.map_err(|e| health.note(e))
     }
 }
 
@@ -276,7 +328,7 @@ impl Backend for CudaBackend {
         .map_err(err)
     }
     fn read(&self, view: &RawView) -> Result<Vec<u32>> {
-        let _g = self.enter()?;
+        let mut g = self.enter()?;
         let mut out = vec![0u32; view.len];
         if view.len > 0 {
             // SAFETY: as in `write`; the stream is synchronised before `out` is read.
@@ -289,7 +341,7 @@ impl Backend for CudaBackend {
             }
             .map_err(err)?;
         }
-        self.sync()?;
+        self.sync(&mut g)?;
         Ok(out)
     }
     fn copy(&self, src: &RawView, dst: &RawView) -> Result<()> {
@@ -343,7 +395,7 @@ impl Backend for CudaBackend {
         self.issue(f, kernel, grid, at, bindings)
     }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
-        let _g = self.enter()?;
+        let mut g = self.enter()?;
         // Compile and allocate everything before the capture begins.
         let mut offsets = Vec::with_capacity(plan.launch_args.len());
         let mut arena: Vec<u32> = Vec::new();
@@ -362,8 +414,14 @@ impl Backend for CudaBackend {
         let arena_mem = self.raw_alloc(arena.len())?;
         // SAFETY: the arena was just allocated with `arena.len()` words.
         unsafe { result::memcpy_htod_async(arena_mem.ptr, &arena, self.stream.0) }.map_err(err)?;
-        self.sync()?;
+        self.sync(&mut g)?;
 
+        // Test hook: the first launch goes to a side stream and escapes the capture.
+        let side = if crate::faults::take_capture_escape() {
+            Some(result::stream::create(result::stream::StreamKind::NonBlocking).map_err(err)?)
+        } else {
+            None
+        };
         // SAFETY: the stream is valid and not capturing (the lock excludes other captures).
         unsafe {
             result::stream::begin_capture(
@@ -377,6 +435,7 @@ impl Backend for CudaBackend {
         })?;
         let issued = (|| -> Result<()> {
             let mut f = functions.iter();
+            let mut escaped = false;
             for op in &plan.ops {
                 match op {
                     Op::Launch {
@@ -386,13 +445,25 @@ impl Backend for CudaBackend {
                         bindings,
                     } => {
                         let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
-                        self.issue(
-                            *f.next().expect("one function per launch"),
-                            kernel,
-                            *grid,
-                            arena_mem.ptr + offsets[*args] as u64 * 4,
-                            &views,
-                        )?;
+                        if let (Some(side), false) = (side, escaped) {
+                            escaped = true;
+                            self.issue_on(
+                                side,
+                                *f.next().expect("one function per launch"),
+                                kernel,
+                                *grid,
+                                arena_mem.ptr + offsets[*args] as u64 * 4,
+                                &views,
+                            )?;
+                        } else {
+                            self.issue(
+                                *f.next().expect("one function per launch"),
+                                kernel,
+                                *grid,
+                                arena_mem.ptr + offsets[*args] as u64 * 4,
+                                &views,
+                            )?;
+                        }
                     }
                     Op::Copy { src, dst } => {
                         if src.len > 0 {
@@ -421,6 +492,13 @@ impl Backend for CudaBackend {
         // End the capture whatever happened, so the stream is usable again.
         // SAFETY: the stream is capturing (begun above).
         let graph = unsafe { result::stream::end_capture(self.stream.0) };
+        if let Some(side) = side {
+            // SAFETY: the side stream was created above and is destroyed once, after its work.
+            unsafe {
+                let _ = result::stream::synchronize(side);
+                let _ = result::stream::destroy(side);
+            }
+        }
         let graph = match (issued, graph) {
             (Ok(()), Ok(g)) => g,
             (Err(e), g) => {
@@ -496,11 +574,21 @@ impl Backend for CudaBackend {
             .map(|(free, total)| (free as u64, total as u64))
     }
     fn drain(&self) -> Result<()> {
-        let _g = self.enter()?;
-        self.sync().map_err(|e| Error::Drain {
-            backend: NAME,
-            reason: e.to_string(),
-        })
+        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // A context with a sticky error runs nothing any more: nothing is in flight, so its
+        // memory can be released; every other operation keeps reporting the fault.
+        if g.poisoned.is_some() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread().map_err(err)?;
+        match self.sync(&mut g) {
+            Ok(()) => Ok(()),
+            Err(_) if g.poisoned.is_some() => Ok(()),
+            Err(e) => Err(Error::Drain {
+                backend: NAME,
+                reason: e.to_string(),
+            }),
+        }
     }
 }
 
@@ -544,7 +632,7 @@ unsafe impl Send for ExecHandle {}
 struct CudaReplay {
     ctx: Arc<CudaContext>,
     stream: usize,
-    lock: Arc<Mutex<()>>,
+    lock: Arc<Mutex<Health>>,
     arena: Vec<u32>,
     offsets: Vec<usize>,
     arena_mem: CudaMem,
@@ -555,7 +643,8 @@ struct CudaReplay {
 
 impl Recording for CudaReplay {
     fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        g.check()?;
         self.ctx.bind_to_thread().map_err(err)?;
         let stream = self.stream as sys::CUstream;
         let (mut lo, mut hi) = (usize::MAX, 0usize);
@@ -580,7 +669,7 @@ impl Recording for CudaReplay {
         }
         // SAFETY: `exec` is a valid instantiated graph; every buffer it touches is pinned by
         // the plan that owns this recording.
-        unsafe { result::graph::launch(self.exec.0, stream) }.map_err(err)
+        unsafe { result::graph::launch(self.exec.0, stream) }.map_err(|e| g.note(e))
     }
     fn launches(&self) -> usize {
         self.launches

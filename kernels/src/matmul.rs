@@ -480,7 +480,8 @@ impl Gemm {
         Gemm { tile, ..self }
     }
 
-    fn resolved_tile(&self) -> Tile {
+    /// The tiling a launch of this product uses ([`Tile::Auto`] resolved).
+    pub fn resolved_tile(&self) -> Tile {
         match self.tile {
             Tile::Auto => {
                 if self.m.div_ceil(64) * self.n.div_ceil(64) >= 64 {

@@ -33,7 +33,8 @@ fn opt_groups(n: usize) -> u32 {
 /// Adam (`decoupled == false`: L2 weight decay added to the gradient) or AdamW (`true`:
 /// `p ← p·(1 − lr·wd)` first), as PyTorch's `torch.optim.Adam`/`AdamW`:
 /// `m ← m + (1 − β₁)(g − m)`, `v ← β₂·v + (1 − β₂)·g²`,
-/// `p ← p − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + eps)`. `mv` holds `m` then `v`
+/// `p ← p − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + eps)`, the bias corrections computed
+/// to a few ulp from `t`. `mv` holds `m` then `v`
 /// (`2·p.len()`); `count` is the step counter (module docs).
 #[kernel(workgroup = 256)]
 pub fn adam_step(
@@ -54,9 +55,24 @@ pub fn adam_step(
         st[0] = old / num_workgroups().x + 1u32;
     }
     barrier();
-    let t = st[0] as f32;
-    let bc1 = 1.0 - pow(beta1, t);
-    let bc2 = 1.0 - pow(beta2, t);
+    // Bias corrections 1 − βᵗ by binary powering of (1 − β): with q = 1 − βᵏ,
+    // 1 − β²ᵏ = q(2 − q) and 1 − βᵃ⁺ᵇ = qa + qb(1 − qa), which never subtract nearly equal
+    // numbers (1 − pow(β, t) loses digits, and GPU `pow` is exp2(t·log2 β) with a poor
+    // log2 near 1).
+    let mut e = st[0];
+    let mut q1 = 1.0 - beta1;
+    let mut q2 = 1.0 - beta2;
+    let mut bc1 = 0.0;
+    let mut bc2 = 0.0;
+    while e > 0 {
+        if (e & 1u32) == 1u32 {
+            bc1 = bc1 + q1 * (1.0 - bc1);
+            bc2 = bc2 + q2 * (1.0 - bc2);
+        }
+        q1 = q1 * (2.0 - q1);
+        q2 = q2 * (2.0 - q2);
+        e = e >> 1u32;
+    }
     let step = lr / bc1;
     let bc2s = sqrt(bc2);
     let n = p.len();

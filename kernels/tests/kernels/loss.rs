@@ -44,7 +44,7 @@ fn softmax_cross_entropy_and_its_gradient() {
         (1000, 7),
         (3, 1023),
         (4097, 3),
-        (300, 70),
+        (40, 70),
         (1, 4097),
     ];
     on_every_backend(|dev| {
@@ -91,6 +91,39 @@ fn softmax_cross_entropy_and_its_gradient() {
                 TOL,
             );
         }
+        // Fewer workgroups than wide rows: each takes rows w, w + G, … and writes a partial
+        // sum (the op launches one per row up to 256 rows, then adds the partials).
+        let (rows, classes) = (7, 100);
+        let z = floats(&mut r, rows * classes, -5.0, 5.0);
+        let labels: Vec<u32> = (0..rows)
+            .map(|_| r.random_range(0..classes as u32))
+            .collect();
+        let (logits, lab) = (dev.upload(&z).unwrap(), dev.upload(&labels).unwrap());
+        let (mut partials, mut dz) = (poisoned(dev, 3), poisoned(dev, rows * classes));
+        let (lscale, gscale) = (1.0 / rows as f32, 1.0 / rows as f32);
+        let grid = graphed_runtime::Grid::workgroups(3);
+        loss::softmax_xent_wide::launch(
+            dev,
+            grid,
+            classes as u32,
+            lscale,
+            gscale,
+            &logits,
+            &lab,
+            &mut dz,
+            &mut partials,
+        )
+        .unwrap();
+        let (want, want_grad) = xent_reference(&z, &labels, classes, 1.0 / rows as f64);
+        let total: f32 = partials.to_host().unwrap().iter().sum();
+        assert_close("wide rows over 3 workgroups", &[total], &[want], TOL);
+        assert_close(
+            "wide rows over 3 workgroups, gradient",
+            &dz.to_host().unwrap(),
+            &want_grad,
+            TOL,
+        );
+
         // Large logits do not overflow.
         let logits = dev.upload(&[1000.0f32, 0.0, -1000.0]).unwrap();
         let lab = dev.upload(&[1u32]).unwrap();

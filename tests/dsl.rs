@@ -577,6 +577,16 @@ pub fn specials(x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `sin` and `cos` over a wide range of arguments.
+#[kernel(workgroup = 64)]
+pub fn trig(x: &[f32], out: &mut [f32]) {
+    let i = global_id().x;
+    if i < x.len() {
+        out[2 * i] = sin(x[i]);
+        out[2 * i + 1] = x[i].cos();
+    }
+}
+
 /// Every kernel of this file, for the naga and NVRTC checks.
 fn all_kernels() -> Vec<&'static KernelDef> {
     vec![
@@ -597,6 +607,7 @@ fn all_kernels() -> Vec<&'static KernelDef> {
         &bool_logic::DEF,
         &constants::DEF,
         &specials::DEF,
+        &trig::DEF,
     ]
 }
 
@@ -651,63 +662,135 @@ fn every_kernel_cuda_compiles_with_nvrtc() {
 // ------------------------------------------------------------------------------ known issues
 
 /// A driver behaviour that differs from the kernel language's meaning and that no emitter
-/// can change (the driver is allowed it): recorded as data, with the adapter and the reason,
-/// so the rest of the check still runs and the note is printed on every run.
+/// can change (the driver is allowed it): recorded as data, with the backend, the adapters and
+/// the reason, so the rest of the check still runs and a note is printed on every run.
 struct KnownIssue {
-    /// A substring of the adapter's name (`Device::adapter()`).
-    adapter: &'static str,
-    /// The check it affects: `test-kernel/output`.
+    backend: graphed::BackendKind,
+    /// Substrings of the adapter's name (`Device::adapter()`).
+    adapters: &'static [&'static str],
+    /// The check it affects, `kernel/output` (empty: every check).
     check: &'static str,
-    /// The inputs it affects.
-    inputs: fn(f32) -> bool,
+    /// Whether it affects an element, given the element's float inputs and expected value.
+    applies: fn(&[f32], f32) -> bool,
     reason: &'static str,
 }
 
-/// Mesa's lavapipe (llvmpipe) compiles shaders assuming no infinities, NaNs or signed zeros
-/// occur (WGSL allows it, and naga does not ask SPIR-V to preserve them), and approximates
-/// some transcendentals loosely near zero. Host and CUDA keep IEEE 754 semantics there.
+const WGPU: graphed::BackendKind = graphed::BackendKind::Wgpu;
+
+/// Whether `v` is subnormal (nonzero and below `f32::MIN_POSITIVE` in magnitude).
+fn subnormal(v: f32) -> bool {
+    v.is_subnormal()
+}
+
+/// Lavapipe (llvmpipe) and NVIDIA's Vulkan driver compile shaders assuming no infinities,
+/// NaNs or signed zeros occur, and NVIDIA's also flushes subnormals to zero: WGSL allows all
+/// of it, and naga does not ask SPIR-V to preserve them. Lavapipe also approximates some
+/// transcendentals loosely near zero. Host and CUDA keep IEEE 754 semantics.
 const KNOWN_ISSUES: &[KnownIssue] = &[
     KnownIssue {
-        adapter: "llvmpipe",
+        backend: WGPU,
+        adapters: &["llvmpipe", "NVIDIA"],
         check: "specials/v*0",
-        inputs: |v| !v.is_finite() || v.is_sign_negative(),
+        applies: |x, _| !x[0].is_finite() || x[0].is_sign_negative(),
         reason: "`v * 0.0` is folded to +0.0, so inf * 0 is not NaN and -x * 0 is not -0",
     },
     KnownIssue {
-        adapter: "llvmpipe",
+        backend: WGPU,
+        adapters: &["llvmpipe", "NVIDIA"],
         check: "specials/v-v",
-        inputs: |v| !v.is_finite(),
+        applies: |x, _| !x[0].is_finite(),
         reason: "`v - v` is folded to 0.0, so inf - inf is not NaN",
     },
     KnownIssue {
-        adapter: "llvmpipe",
+        backend: WGPU,
+        adapters: &["llvmpipe"],
         check: "specials/log",
-        inputs: |v| v > 0.0 && v.is_subnormal(),
-        reason:
-            "`log` of a subnormal is off by several units (e.g. log(1e-40) = -88.02, not -92.10)",
+        applies: |x, _| x[0] > 0.0 && subnormal(x[0]),
+        reason: "`log` of a subnormal is off by several units (log(1e-40) = -88.02, not -92.10)",
     },
     KnownIssue {
-        adapter: "llvmpipe",
+        backend: WGPU,
+        adapters: &["llvmpipe"],
         check: "specials/tanh",
-        inputs: |v| v != 0.0 && v.abs() < 1e-2,
+        applies: |x, _| x[0] != 0.0 && x[0].abs() < 1e-2,
         reason: "`tanh` keeps an absolute error of up to 3e-8, so for |x| < 1e-2 the relative \
                  error exceeds 1e-6 and below 3e-8 the result is about ±2^-25 instead of x",
     },
     KnownIssue {
-        adapter: "llvmpipe",
+        backend: WGPU,
+        adapters: &["llvmpipe"],
         check: "constants/of[15]",
-        inputs: |_| true,
+        applies: |_, _| true,
         reason: "a run-time value divided by a literal 0.0 is undefined under the finite-math \
                  assumption: the store is dropped and the element keeps its old value",
     },
+    KnownIssue {
+        backend: WGPU,
+        adapters: &["NVIDIA"],
+        check: "float_ops/loose",
+        applies: |x, _| x[1].abs() >= 2f32.powi(126),
+        reason: "`x / y` is `x * (1 / y)`, and for |y| >= 2^126 the subnormal `1 / y` is flushed \
+                 to zero: f32::MAX / f32::MAX is 0, not 1 (and `%` follows)",
+    },
+    KnownIssue {
+        backend: WGPU,
+        adapters: &["NVIDIA"],
+        check: "",
+        applies: |x, want| x.iter().any(|v| subnormal(*v)) || subnormal(want),
+        reason: "subnormal f32 values are flushed to zero, as inputs and as results, in \
+                 arithmetic and comparisons",
+    },
 ];
 
-/// The known issue that covers `check` of `input` on `dev`'s adapter, if any.
-fn known_issue(dev: &Device, check: &str, input: f32) -> Option<&'static KnownIssue> {
+/// The known issue that covers `check` of an element with float inputs `inputs` and
+/// expected value `want` on `dev`, if any.
+fn known_issue(
+    dev: &Device,
+    check: &str,
+    inputs: &[f32],
+    want: f32,
+) -> Option<&'static KnownIssue> {
     let adapter = dev.adapter();
-    KNOWN_ISSUES
-        .iter()
-        .find(|k| k.check == check && adapter.contains(k.adapter) && (k.inputs)(input))
+    KNOWN_ISSUES.iter().find(|k| {
+        dev.kind() == k.backend
+            && k.adapters.iter().any(|a| adapter.contains(a))
+            && (k.check.is_empty() || check == k.check)
+            && (k.applies)(inputs, want)
+    })
+}
+
+/// Prints a note for an element a known issue covers (or says that it did not reproduce).
+fn note_known(issue: &KnownIssue, check: &str, detail: &str, reproduced: bool) {
+    eprintln!(
+        "note: known issue on {:?}: {check}: {detail} ({}){}",
+        issue.adapters,
+        issue.reason,
+        if reproduced {
+            ""
+        } else {
+            "; did not reproduce"
+        }
+    );
+}
+
+/// Replaces in `got` every element that a known issue covers on `dev` with its expected
+/// value, printing a note, so the comparison that follows checks all the others.
+/// `element(i)` gives element `i`'s float inputs and its expected value as an `f32`.
+fn exempt_known<T: Copy + PartialEq + std::fmt::Debug>(
+    dev: &Device,
+    check: &str,
+    got: &mut [T],
+    want: &[T],
+    element: impl Fn(usize) -> (Vec<f32>, f32),
+) {
+    for i in 0..got.len() {
+        let (inputs, w) = element(i);
+        if let Some(issue) = known_issue(dev, check, &inputs, w) {
+            let detail = format!("[{i}] of {inputs:?}: got {:?}, want {:?}", got[i], want[i]);
+            note_known(issue, check, &detail, got[i] != want[i]);
+            got[i] = want[i];
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------ helpers
@@ -773,7 +856,22 @@ fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
     }
     report(what, got.len(), &bad);
     let e = rel_err(&g, &w);
-    assert!(e <= tol, "{what}: relative error {e:e} > {tol:e}");
+    if e > tol {
+        let mut worst: Vec<usize> = (0..got.len()).filter(|&i| want[i].is_finite()).collect();
+        worst.sort_by(|&i, &j| {
+            let d = |k: usize| (got[k] as f64 - want[k]).abs();
+            d(j).total_cmp(&d(i))
+        });
+        let shown: Vec<String> = worst
+            .iter()
+            .take(3)
+            .map(|&i| format!("[{i}]: got {:e}, want {:e}", got[i], want[i]))
+            .collect();
+        panic!(
+            "{what}: relative error {e:e} > {tol:e}; largest differences:\n  {}",
+            shown.join("\n  ")
+        );
+    }
 }
 
 /// Exact comparison; `ctx(i)` describes the inputs of element `i`.
@@ -1313,9 +1411,17 @@ fn casts_saturate_round_and_reinterpret() {
                 su[e]
             )
         };
-        assert_exact(&oi.to_host().unwrap(), &wi, "i32 outputs", ctx);
-        assert_exact(&ou.to_host().unwrap(), &wu, "u32 outputs", ctx);
-        assert_bits_f32(&of.to_host().unwrap(), &wf, "f32 outputs");
+        let (mut oi, mut ou, mut of) = (
+            oi.to_host().unwrap(),
+            ou.to_host().unwrap(),
+            of.to_host().unwrap(),
+        );
+        exempt_known(dev, "casts/i32", &mut oi, &wi, |i| (vec![f[i / 4]], 0.0));
+        exempt_known(dev, "casts/u32", &mut ou, &wu, |i| (vec![f[i / 4]], 0.0));
+        exempt_known(dev, "casts/f32", &mut of, &wf, |i| (vec![f[i / 4]], wf[i]));
+        assert_exact(&oi, &wi, "i32 outputs", ctx);
+        assert_exact(&ou, &wu, "u32 outputs", ctx);
+        assert_bits_f32(&of, &wf, "f32 outputs");
     });
 }
 
@@ -1338,7 +1444,9 @@ const MATH_TOL: &[(&str, f64)] = &[
     ("exp2", 1e-6),
     ("log", 1e-6),
     ("log2", 1e-6),
-    ("pow", 1e-6),
+    // exp2(y * log2(x)) with hardware approximations magnifies their error by |y log2 x|
+    // (NVIDIA's Vulkan driver: 1.5e-6 here).
+    ("pow", 1e-5),
     ("sin", 1e-6),
     ("cos", 1e-6),
     ("tanh", 1e-6),
@@ -1436,6 +1544,38 @@ fn math_builtins_as_functions_and_methods() {
 }
 
 #[test]
+fn sin_cos_error_grows_with_the_argument() {
+    // Tolerance: absolute error 2e-6 + 4e-7 × |x| per element against f64. GPU drivers reduce
+    // the argument with f32 precision (NVIDIA's Vulkan driver's error is about |x| × 2^-23),
+    // so for large |x| only the tolerance is meaningful, not the value.
+    let mut r = rng("trig");
+    on_every_backend(|dev| {
+        let mut x: Vec<f32> = vec![0.0, -0.0, 1e-3, -1e-3, 0.5, 3.14159, -3.14159, 1e3, -1e5];
+        while x.len() < 1000 {
+            let m: f32 = r.random_range(-1.0..1.0);
+            x.push(m * 10f32.powi(r.random_range(-2..7)));
+        }
+        let xb = dev.upload(&x).unwrap();
+        let mut out = poisoned(dev, 2 * x.len(), POISON_F32);
+        trig::launch(dev, Grid::threads(x.len()), &xb, &mut out).unwrap();
+        let got = out.to_host().unwrap();
+        let mut bad = Vec::new();
+        for (i, v) in x.iter().enumerate() {
+            let v64 = *v as f64;
+            for (k, want) in [v64.sin(), v64.cos()].into_iter().enumerate() {
+                let g = got[2 * i + k] as f64;
+                let tol = 2e-6 + 4e-7 * v64.abs();
+                if !((g - want).abs() <= tol) {
+                    let f = ["sin", "cos"][k];
+                    bad.push(format!("{f}({v:e}): got {g:e}, want {want:e}"));
+                }
+            }
+        }
+        report("sin/cos", 2 * x.len(), &bad);
+    });
+}
+
+#[test]
 fn float_arithmetic_exact_and_loose() {
     // Tolerance: `+ - *` and negation bitwise (one rounding each; `c * 0.5` is exact, so a
     // contraction into an FMA cannot change `c`); `/` and `%` 1e-6 relative error of the
@@ -1507,16 +1647,23 @@ fn float_arithmetic_exact_and_loose() {
                 );
             }
             let what = format!("n={n}");
-            assert_bits_f32(&exact.to_host().unwrap(), &we, &what);
-            assert_close(
-                &loose.to_host().unwrap(),
-                &wl,
-                1e-6,
-                &format!("{what}, / and %"),
+            let (mut exact, mut loose, mut cmp) = (
+                exact.to_host().unwrap(),
+                loose.to_host().unwrap(),
+                cmp.to_host().unwrap(),
             );
-            assert_exact(&cmp.to_host().unwrap(), &wc, &what, |i| {
-                format!("{} vs {}", a[i], b[i])
+            let pair = |i: usize| vec![a[i], b[i]];
+            exempt_known(dev, "float_ops/exact", &mut exact, &we, |i| {
+                (pair(i / 5), we[i])
             });
+            let wl32: Vec<f32> = wl.iter().map(|v| *v as f32).collect();
+            exempt_known(dev, "float_ops/loose", &mut loose, &wl32, |i| {
+                (pair(i / 3), wl32[i])
+            });
+            exempt_known(dev, "float_ops/cmp", &mut cmp, &wc, |i| (pair(i), 0.0));
+            assert_bits_f32(&exact, &we, &what);
+            assert_close(&loose, &wl, 1e-6, &format!("{what}, / and %"));
+            assert_exact(&cmp, &wc, &what, |i| format!("{} vs {}", a[i], b[i]));
         }
     });
 }
@@ -1767,11 +1914,9 @@ fn constant_expressions_keep_rust_semantics() {
             (seed as u32) >> 8,
         ];
         let mut of = of.to_host().unwrap();
-        if let Some(issue) = known_issue(dev, "constants/of[15]", 0.0) {
-            eprintln!(
-                "note: known issue on {}: constants/of[15] = (seed as f32) / 0.0: got {:e} ({})",
-                issue.adapter, of[15], issue.reason
-            );
+        if let Some(issue) = known_issue(dev, "constants/of[15]", &[], want_f[15]) {
+            let detail = format!("(seed as f32) / 0.0: got {:e}", of[15]);
+            note_known(issue, "constants/of[15]", &detail, of[15] != want_f[15]);
             of[15] = want_f[15];
         }
         assert_bits_f32(&of, &want_f, "f32 constants");
@@ -1892,13 +2037,9 @@ fn ieee_special_values_through_builtins() {
                     }
                 };
                 let check_name = format!("specials/{op}");
-                if let Some(issue) = known_issue(dev, &check_name, v) {
-                    eprintln!(
-                        "note: known issue on {}: {check_name} of {v:e}: got {g:e}, Rust gives {want:e} ({}){}",
-                        issue.adapter,
-                        issue.reason,
-                        if ok { "; did not reproduce" } else { "" }
-                    );
+                if let Some(issue) = known_issue(dev, &check_name, &[v], want) {
+                    let detail = format!("of {v:e}: got {g:e}, Rust gives {want:e}");
+                    note_known(issue, &check_name, &detail, !ok);
                     continue;
                 }
                 if !ok {

@@ -112,11 +112,12 @@ fn helper_source(name: &str) -> &'static str {
         "gd_rem_i32" => "fn gd_rem_i32(a: i32, b: i32) -> i32 {\n    if (b == 0i || (a == bitcast<i32>(0x80000000u) && b == -1i)) {\n        return 0i;\n    }\n    return a % b;\n}\n",
         "gd_div_u32" => "fn gd_div_u32(a: u32, b: u32) -> u32 {\n    if (b == 0u) {\n        return a;\n    }\n    return a / b;\n}\n",
         "gd_rem_u32" => "fn gd_rem_u32(a: u32, b: u32) -> u32 {\n    if (b == 0u) {\n        return 0u;\n    }\n    return a % b;\n}\n",
-        // WGSL defines `a % b` on floats as `a - b * trunc(a / b)`, which is NaN for a finite
-        // `a` and an infinite `b`; the kernel language's `%` is Rust's (C's `fmodf`), which
-        // returns `a` there. (For large quotients the two still differ by rounding: a
-        // tolerance, not bitwise.)
-        "gd_rem_f32" => "fn gd_rem_f32(a: f32, b: f32) -> f32 {\n    if ((bitcast<u32>(b) & 0x7fffffffu) == 0x7f800000u && (bitcast<u32>(a) & 0x7fffffffu) < 0x7f800000u) {\n        return a;\n    }\n    return a % b;\n}\n",
+        // WGSL defines `a % b` on floats as `a - b * trunc(a / b)`: NaN for a finite `a` and
+        // an infinite `b`, and drivers that assume finite math fold `x % 0` to `x`. The kernel
+        // language's `%` is Rust's (C's `fmodf`), so its special cases are decided on the
+        // bits: NaN when `a` is infinite or NaN or `b` is NaN or zero, `a` when `b` is
+        // infinite. (For large quotients the two still differ by rounding: a tolerance.)
+        "gd_rem_f32" => "fn gd_rem_f32(a: f32, b: f32) -> f32 {\n    let ma = bitcast<u32>(a) & 0x7fffffffu;\n    let mb = bitcast<u32>(b) & 0x7fffffffu;\n    if (ma >= 0x7f800000u || mb > 0x7f800000u || mb == 0u) {\n        return bitcast<f32>(0x7fc00000u);\n    }\n    if (mb == 0x7f800000u) {\n        return a;\n    }\n    return a % b;\n}\n",
         // naga clamps an out-of-range float to the largest f32 below 2^31 (or 2^32), i.e.
         // `i32(1e10f) == 2147483520`; the kernel language saturates to the integer's range as
         // Rust's `as` and CUDA do, and maps NaN to 0 (tested on the bits, which no

@@ -8,6 +8,7 @@ use proc_macro::TokenStream;
 
 mod graphed;
 mod kernel;
+mod tokens;
 
 /// Defines a GPU kernel in graphed's kernel language. See the crate `graphed` for the language.
 #[proc_macro_attribute]

@@ -13,11 +13,17 @@ use crate::kernel::Errors;
 
 type Res<T> = Result<T, ()>;
 
+/// Workgroup memory a kernel may declare: CUDA's static `__shared__` limit.
+const MAX_SHARED_BYTES: u64 = 48 * 1024;
+
 #[derive(Clone)]
 struct Local {
     mangled: String,
     ty: Ty,
     mutable: bool,
+    /// Declared by code that was already reported (a rejected parameter, a failed `let`):
+    /// its uses fail silently instead of adding "unknown variable" errors.
+    poisoned: bool,
 }
 
 pub struct Checker<'a> {
@@ -30,6 +36,8 @@ pub struct Checker<'a> {
     counter: usize,
     loop_depth: usize,
     has_barrier: bool,
+    /// Values known at compile time (immutable locals, the workgroup shape).
+    known: Known,
 }
 
 fn err(errors: &mut Errors, node: impl quote::ToTokens, msg: impl std::fmt::Display) {
@@ -37,7 +45,7 @@ fn err(errors: &mut Errors, node: impl quote::ToTokens, msg: impl std::fmt::Disp
 }
 
 impl<'a> Checker<'a> {
-    pub fn new(errors: &'a mut Errors, params: Vec<Param>) -> Self {
+    pub fn new(errors: &'a mut Errors, params: Vec<Param>, workgroup: [u32; 3]) -> Self {
         Checker {
             errors,
             params,
@@ -48,6 +56,10 @@ impl<'a> Checker<'a> {
             counter: 0,
             loop_depth: 0,
             has_barrier: false,
+            known: Known {
+                locals: HashMap::new(),
+                workgroup,
+            },
         }
     }
 
@@ -55,13 +67,67 @@ impl<'a> Checker<'a> {
         (self.params, self.shared, self.has_barrier)
     }
 
+    /// Marks `name` as already reported: later uses of it fail without a new error.
+    pub fn poison(&mut self, name: &str) {
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.insert(
+                name.to_string(),
+                Local {
+                    mangled: String::new(),
+                    ty: Ty::F32,
+                    mutable: true,
+                    poisoned: true,
+                },
+            );
+        }
+    }
+
+    /// Poisons every name a (rejected) pattern binds.
+    fn poison_pat(&mut self, pat: &syn::Pat) {
+        struct Names(Vec<String>);
+        impl<'ast> syn::visit::Visit<'ast> for Names {
+            fn visit_pat_ident(&mut self, p: &'ast syn::PatIdent) {
+                self.0.push(p.ident.to_string());
+                syn::visit::visit_pat_ident(self, p);
+            }
+        }
+        let mut names = Names(Vec::new());
+        syn::visit::Visit::visit_pat(&mut names, pat);
+        for n in names.0 {
+            self.poison(&n);
+        }
+    }
+
+    /// Whether `e` names a poisoned local (so its error was already reported).
+    fn is_poisoned(&self, e: &syn::Expr) -> bool {
+        match e {
+            syn::Expr::Path(p) => p
+                .path
+                .get_ident()
+                .and_then(|id| self.lookup(&id.to_string()))
+                .is_some_and(|l| l.poisoned),
+            syn::Expr::Paren(p) => self.is_poisoned(&p.expr),
+            _ => false,
+        }
+    }
+
     fn error(&mut self, node: impl quote::ToTokens, msg: impl std::fmt::Display) {
         err(self.errors, node, msg);
     }
 
+    /// A unique target name for a local: ASCII (CUDA C), not starting with `_` (WGSL reserves
+    /// `__`), suffixed with a counter so shadowing and scopes never collide.
     fn mangle(&mut self, name: &str) -> String {
         self.counter += 1;
-        let base = name.trim_start_matches('_');
+        let mut base = String::new();
+        for c in name.trim_start_matches("r#").chars() {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                base.push(c);
+            } else {
+                base.push_str(&format!("u{:x}", c as u32));
+            }
+        }
+        let base = base.trim_start_matches('_');
         let base = if base.is_empty() { "v" } else { base };
         format!("{base}_{}", self.counter)
     }
@@ -90,18 +156,32 @@ impl<'a> Checker<'a> {
         match stmt {
             syn::Stmt::Local(local) => self.local(local, top, out),
             syn::Stmt::Item(syn::Item::Const(c)) => self.const_item(c),
-            syn::Stmt::Item(item) => self.error(
-                item,
-                "items cannot be declared inside a kernel (only `const NAME: u32 = ...;`); define helpers as separate kernels",
-            ),
-            syn::Stmt::Macro(m) => self.error(
-                &m.mac,
-                "macros are not supported in kernels; for workgroup memory write `let s = shared::<f32, 256>();`",
-            ),
+            syn::Stmt::Item(item) => {
+                let msg = match item {
+                    syn::Item::Fn(_) => "helper functions are not supported in kernels: write the code inline, or split the work into kernels launched one after another",
+                    syn::Item::Struct(_) | syn::Item::Enum(_) | syn::Item::Union(_) => "structs and enums are not supported in kernels; use one local per field, and integer constants for variants",
+                    syn::Item::Static(_) => "statics are not supported in kernels; write `const NAME: u32 = ...;` for a constant, or pass the value as a parameter",
+                    _ => "items cannot be declared inside a kernel; only `const NAME: u32 = ...;` is allowed",
+                };
+                self.error(item, msg);
+            }
+            syn::Stmt::Macro(m) => self.error(&m.mac, macro_message(&m.mac)),
             syn::Stmt::Expr(e, semi) => {
-                if semi.is_none() && !matches!(e, syn::Expr::If(_) | syn::Expr::ForLoop(_) | syn::Expr::While(_) | syn::Expr::Loop(_) | syn::Expr::Block(_)) {
+                if semi.is_none()
+                    && !matches!(
+                        e,
+                        syn::Expr::If(_)
+                            | syn::Expr::ForLoop(_)
+                            | syn::Expr::While(_)
+                            | syn::Expr::Loop(_)
+                            | syn::Expr::Block(_)
+                    )
+                {
                     // A tail expression: kernels return nothing.
-                    if !matches!(e, syn::Expr::Return(_) | syn::Expr::Break(_) | syn::Expr::Continue(_)) {
+                    if !matches!(
+                        e,
+                        syn::Expr::Return(_) | syn::Expr::Break(_) | syn::Expr::Continue(_)
+                    ) {
                         self.error(e, "a kernel returns nothing; end this expression with `;` or write the value into a `&mut [T]` parameter");
                         return;
                     }
@@ -138,29 +218,40 @@ impl<'a> Checker<'a> {
             syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
                 (&p.ident, p.mutability.is_some(), None)
             }
-            syn::Pat::Type(pt) => {
-                match &*pt.pat {
-                    syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
-                        (&p.ident, p.mutability.is_some(), Some(&*pt.ty))
-                    }
-                    other => {
-                        self.error(other, "a `let` binds one name, like `let x: f32 = ...;` (no patterns or tuples)");
-                        return;
-                    }
+            syn::Pat::Type(pt) => match &*pt.pat {
+                syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+                    (&p.ident, p.mutability.is_some(), Some(&*pt.ty))
                 }
+                other => {
+                    self.error(other, "a `let` binds one name, like `let x: f32 = ...;` (no patterns or tuples): write one `let` per value");
+                    self.poison_pat(other);
+                    return;
+                }
+            },
+            syn::Pat::Wild(_) => {
+                self.error(
+                    &local.pat,
+                    "`let _ = ...;` has no effect in a kernel; remove it (kernels change memory only through assignments and atomics)",
+                );
+                return;
             }
             other => {
                 self.error(
                     other,
-                    "a `let` binds one name, like `let x: f32 = ...;` (no patterns or tuples)",
+                    "a `let` binds one name, like `let x: f32 = ...;` (no patterns or tuples): write one `let` per value",
                 );
+                self.poison_pat(other);
                 return;
             }
         };
         let name = ident.to_string();
         if let Some(init) = &local.init {
             if init.diverge.is_some() {
-                self.error(&local.pat, "`let ... else` is not supported in kernels");
+                self.error(
+                    &local.pat,
+                    "`let ... else` is not supported in kernels; write `let` and an `if`",
+                );
+                self.poison(&name);
                 return;
             }
             // Workgroup memory.
@@ -169,6 +260,10 @@ impl<'a> Checker<'a> {
                     self.error(local, "workgroup memory is declared at the top level of the kernel body, not inside a block");
                 }
                 let mangled = self.mangle(&name);
+                // The array replaces any local of that name in this scope.
+                if let Some(scope) = self.scopes.last_mut() {
+                    scope.remove(&name);
+                }
                 self.shared_names.insert(name, self.shared.len());
                 self.shared.push(Shared {
                     name: mangled,
@@ -179,34 +274,22 @@ impl<'a> Checker<'a> {
             }
             // Atomics produce a value only as a `let` initializer or a statement.
             if let Some(stmt) = self.try_atomic(&init.expr, Some(&name)) {
-                if let Ok((stmt, ty)) = stmt {
-                    let mangled = self.mangle(&name);
-                    out.push(Stmt::Let {
-                        name: mangled.clone(),
-                        ty,
-                        mutable: true,
-                        init: None,
-                    });
-                    let Stmt::Atomic {
-                        op,
-                        param,
-                        index,
-                        operands,
-                        ty,
-                        ..
-                    } = stmt
-                    else {
-                        unreachable!()
-                    };
-                    out.push(Stmt::Atomic {
-                        result: Some(mangled.clone()),
-                        op,
-                        param,
-                        index,
-                        operands,
-                        ty,
-                    });
-                    self.declare(&name, mangled, ty, mutable);
+                match stmt {
+                    Ok((mut stmt, ty)) => {
+                        let mangled = self.mangle(&name);
+                        out.push(Stmt::Let {
+                            name: mangled.clone(),
+                            ty,
+                            mutable: true,
+                            init: None,
+                        });
+                        if let Stmt::Atomic { result, .. } = &mut stmt {
+                            *result = Some(mangled.clone());
+                        }
+                        out.push(stmt);
+                        self.declare(&name, mangled, ty, mutable);
+                    }
+                    Err(()) => self.poison(&name),
                 }
                 return;
             }
@@ -215,7 +298,14 @@ impl<'a> Checker<'a> {
             Some(t) => match scalar_type(t) {
                 Some(ty) => Some(ty),
                 None => {
-                    self.error(t, "a kernel local is `f32`, `i32`, `u32` or `bool`");
+                    self.error(
+                        t,
+                        format!(
+                            "a kernel local is `f32`, `i32`, `u32` or `bool`, not `{}`",
+                            crate::tokens::shown(t)
+                        ),
+                    );
+                    self.poison(&name);
                     return;
                 }
             },
@@ -225,8 +315,9 @@ impl<'a> Checker<'a> {
             let Some(ty) = ann else {
                 self.error(
                     &local.pat,
-                    "a `let` without a value needs a type: `let mut x: f32;`",
+                    format!("a `let` without a value needs a type: `let mut {name}: f32;`"),
                 );
+                self.poison(&name);
                 return;
             };
             if !mutable {
@@ -249,6 +340,7 @@ impl<'a> Checker<'a> {
         if let syn::Expr::If(ei) = &*init.expr {
             if !if_is_pure(ei) {
                 let Ok(ty) = self.if_type(ei, ann) else {
+                    self.poison(&name);
                     return;
                 };
                 let mangled = self.mangle(&name);
@@ -265,15 +357,21 @@ impl<'a> Checker<'a> {
         }
         let Ok(value) = self.expr(&init.expr, ann) else {
             // Declare anyway so later uses do not report "unknown variable".
-            if let Some(ty) = ann {
-                let mangled = self.mangle(&name);
-                self.declare(&name, mangled, ty, mutable);
+            match ann {
+                Some(ty) => {
+                    let mangled = self.mangle(&name);
+                    self.declare(&name, mangled, ty, mutable);
+                }
+                None => self.poison(&name),
             }
             return;
         };
         if let Some(ty) = ann {
             if value.ty != ty {
                 self.error(&init.expr, mismatch(ty, value.ty));
+                let mangled = self.mangle(&name);
+                self.declare(&name, mangled, ty, mutable);
+                return;
             }
         }
         if value.ty == Ty::UVec3 && mutable {
@@ -281,6 +379,11 @@ impl<'a> Checker<'a> {
         }
         let mangled = self.mangle(&name);
         let ty = value.ty;
+        if !mutable {
+            if let Some(k) = const_value(&value, &self.known) {
+                self.known.locals.insert(mangled.clone(), k);
+            }
+        }
         out.push(Stmt::Let {
             name: mangled.clone(),
             ty,
@@ -291,14 +394,17 @@ impl<'a> Checker<'a> {
     }
 
     fn declare(&mut self, name: &str, mangled: String, ty: Ty, mutable: bool) {
-        self.scopes.last_mut().unwrap().insert(
-            name.to_string(),
-            Local {
-                mangled,
-                ty,
-                mutable,
-            },
-        );
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.insert(
+                name.to_string(),
+                Local {
+                    mangled,
+                    ty,
+                    mutable,
+                    poisoned: false,
+                },
+            );
+        }
     }
 
     /// `shared::<f32, 256>()` → (elem, size).
@@ -344,27 +450,47 @@ impl<'a> Checker<'a> {
             }
             _ => None,
         };
-        let size = size_expr.and_then(|se| {
-            let se = match &se {
+        // Evaluated silently: whatever is wrong with it, the one error is "not a constant".
+        let saved = self.errors.len();
+        let folded = size_expr.as_ref().and_then(|se| {
+            let se = match se {
                 syn::Expr::Block(b) if b.block.stmts.len() == 1 => match &b.block.stmts[0] {
-                    syn::Stmt::Expr(inner, None) => inner.clone(),
-                    _ => se.clone(),
+                    syn::Stmt::Expr(inner, None) => inner,
+                    _ => se,
                 },
                 _ => se,
             };
-            let folded = self.expr(&se, Some(Ty::U32)).ok().and_then(|e| fold(&e));
-            match folded {
-                Some(ExprKind::LitU32(n)) if n > 0 => Some(n),
-                _ => None,
-            }
+            self.expr(se, Some(Ty::U32)).ok().and_then(|e| fold(&e))
         });
-        match size {
-            Some(n) => Some((elem, n)),
-            None => {
-                self.error(&args.args[1], "the size of workgroup memory must be a positive constant `u32` (a literal, a kernel `const`, or arithmetic on them)");
-                Some((elem, 1))
+        self.errors.truncate(saved);
+        let size_arg = &args.args[1];
+        let n = match folded {
+            Some(ExprKind::LitU32(n)) if n > 0 => n,
+            Some(ExprKind::LitU32(_)) => {
+                self.error(size_arg, "workgroup memory needs at least one element");
+                return Some((elem, 1));
             }
+            _ => {
+                let shown = crate::tokens::shown(size_arg);
+                let why = if self.param_index(&shown).is_some() {
+                    format!(" `{shown}` is a parameter, known only at launch: size the array for the largest case, e.g. `shared::<f32, 256>()`, and use part of it")
+                } else {
+                    String::new()
+                };
+                self.error(size_arg, format!("the size of workgroup memory must be a positive constant `u32` (a literal, a kernel `const`, or arithmetic on them).{why}"));
+                return Some((elem, 1));
+            }
+        };
+        let used: u64 = self.shared.iter().map(|s| s.size as u64 * 4).sum();
+        let bytes = used + n as u64 * 4;
+        if bytes > MAX_SHARED_BYTES {
+            self.error(
+                size_arg,
+                format!("a kernel has at most {MAX_SHARED_BYTES} bytes (48 KiB) of workgroup memory (CUDA's static limit); with this array it declares {bytes}: use smaller tiles"),
+            );
+            return Some((elem, 1));
         }
+        Some((elem, n))
     }
 
     fn expr_stmt(&mut self, e: &syn::Expr, out: &mut Vec<Stmt>) {
@@ -406,7 +532,9 @@ impl<'a> Checker<'a> {
                 });
             }
             syn::Expr::Binary(b) if compound_op(&b.op).is_some() => {
-                let op = compound_op(&b.op).unwrap();
+                let Some(op) = compound_op(&b.op) else {
+                    return;
+                };
                 let Ok((place, ty)) = self.place(&b.left) else {
                     return;
                 };
@@ -441,7 +569,7 @@ impl<'a> Checker<'a> {
             }
             syn::Expr::While(w) => {
                 if let Some(l) = &w.label {
-                    self.error(l, "loop labels are not supported in kernels");
+                    self.error(l, LABEL_MSG);
                 }
                 let cond = self.expr(&w.cond, Some(Ty::Bool));
                 if let Ok(c) = &cond {
@@ -458,7 +586,7 @@ impl<'a> Checker<'a> {
             }
             syn::Expr::Loop(l) => {
                 if let Some(l) = &l.label {
-                    self.error(l, "loop labels are not supported in kernels");
+                    self.error(l, LABEL_MSG);
                 }
                 self.loop_depth += 1;
                 let body = self.block(&l.body, false);
@@ -466,8 +594,10 @@ impl<'a> Checker<'a> {
                 out.push(Stmt::Loop { body });
             }
             syn::Expr::Break(b) => {
-                if b.label.is_some() || b.expr.is_some() {
-                    self.error(b, "`break` takes no label or value in kernels");
+                if b.label.is_some() {
+                    self.error(b, "labelled `break` is not supported in kernels; set a `bool` flag, `break` the inner loop, and test the flag in the outer one");
+                } else if b.expr.is_some() {
+                    self.error(b, "`break` with a value is not supported in kernels; assign the value to a `let mut` local, then `break;`");
                 } else if self.loop_depth == 0 {
                     self.error(b, "`break` outside of a loop");
                 } else {
@@ -476,7 +606,7 @@ impl<'a> Checker<'a> {
             }
             syn::Expr::Continue(c) => {
                 if c.label.is_some() {
-                    self.error(c, "`continue` takes no label in kernels");
+                    self.error(c, "labelled `continue` is not supported in kernels; set a `bool` flag, `break` the inner loop, and test the flag in the outer one");
                 } else if self.loop_depth == 0 {
                     self.error(c, "`continue` outside of a loop");
                 } else {
@@ -492,7 +622,10 @@ impl<'a> Checker<'a> {
             }
             syn::Expr::Block(b) => {
                 if b.label.is_some() {
-                    self.error(b, "block labels are not supported in kernels");
+                    self.error(
+                        b,
+                        "block labels are not supported in kernels; remove the label",
+                    );
                 }
                 let stmts = self.block(&b.block, false);
                 out.extend(stmts);
@@ -549,7 +682,7 @@ impl<'a> Checker<'a> {
     /// The type of an `if` used as a value (both branches must agree).
     fn if_type(&mut self, ei: &syn::ExprIf, expect: Option<Ty>) -> Res<Ty> {
         let Some((_, els)) = &ei.else_branch else {
-            self.error(ei, "an `if` used as a value needs an `else` branch");
+            self.error(ei, "an `if` used as a value needs an `else` branch with a value of the same type: `if c { a } else { b }`");
             return Err(());
         };
         let then_ty = self.tail_type(&ei.then_branch, expect)?;
@@ -650,7 +783,7 @@ impl<'a> Checker<'a> {
 
     fn for_loop(&mut self, f: &syn::ExprForLoop) -> Res<Stmt> {
         if let Some(l) = &f.label {
-            self.error(l, "loop labels are not supported in kernels");
+            self.error(l, LABEL_MSG);
         }
         let name = match &*f.pat {
             syn::Pat::Ident(p) if p.mutability.is_none() && p.by_ref.is_none() => {
@@ -769,6 +902,9 @@ impl<'a> Checker<'a> {
             return Err(());
         }
         let buf = &call.args[0];
+        if self.is_poisoned(buf) {
+            return Err(());
+        }
         let pidx = match buf {
             syn::Expr::Path(p) => p
                 .path
@@ -827,11 +963,17 @@ impl<'a> Checker<'a> {
         match e {
             syn::Expr::Path(p) => {
                 let Some(id) = p.path.get_ident() else {
-                    self.error(e, "cannot assign to this");
+                    self.error(
+                        e,
+                        "cannot assign to this: assign to a `let mut` local or an element `y[i]`",
+                    );
                     return Err(());
                 };
                 let name = id.to_string();
                 if let Some(l) = self.lookup(&name).cloned() {
+                    if l.poisoned {
+                        return Err(());
+                    }
                     if !l.mutable {
                         self.error(e, format!("cannot assign to `{name}`: it is not `mut` (declare it with `let mut`)"));
                         return Err(());
@@ -846,7 +988,12 @@ impl<'a> Checker<'a> {
                         ),
                     );
                 } else {
-                    self.error(e, format!("unknown variable `{name}`"));
+                    self.error(
+                        e,
+                        format!(
+                            "unknown variable `{name}`; declare it first: `let mut {name} = ...;`"
+                        ),
+                    );
                 }
                 Err(())
             }
@@ -867,15 +1014,15 @@ impl<'a> Checker<'a> {
                         }
                         Ok((Place::Param(p, Box::new(index)), ty))
                     }
-                    Target::Shared(s) => Ok((Place::Shared(s, Box::new(index)), ty)),
+                    Target::Shared(s) => {
+                        self.shared_index_in_bounds(s, &index, &ix.index)?;
+                        Ok((Place::Shared(s, Box::new(index)), ty))
+                    }
                 }
             }
             syn::Expr::Paren(p) => self.place(&p.expr),
             syn::Expr::Unary(u) if matches!(u.op, syn::UnOp::Deref(_)) => {
-                self.error(
-                    e,
-                    "references other than slice parameters are not supported in kernels",
-                );
+                self.error(e, DEREF_MSG);
                 Err(())
             }
             _ => {
@@ -888,7 +1035,26 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Rejects an index into workgroup memory that is known at compile time to be out of
+    /// bounds (every invocation would fail; WGSL compilers reject it too).
+    fn shared_index_in_bounds(&mut self, s: usize, index: &Expr, node: &syn::Expr) -> Res<()> {
+        let size = self.shared[s].size;
+        match const_value(index, &self.known) {
+            Some(ExprKind::LitU32(n)) if n >= size => {
+                self.error(
+                    node,
+                    format!("index {n} is out of bounds: this workgroup array has {size} elements (indices 0 to {})", size - 1),
+                );
+                Err(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn index_target(&mut self, base: &syn::Expr) -> Res<(Target, Ty, bool)> {
+        if self.is_poisoned(base) {
+            return Err(());
+        }
         if let syn::Expr::Path(p) = base {
             if let Some(id) = p.path.get_ident() {
                 let name = id.to_string();
@@ -965,7 +1131,10 @@ impl<'a> Checker<'a> {
                         }
                         Place::Param(p, Box::new(index))
                     }
-                    Target::Shared(s) => Place::Shared(s, Box::new(index)),
+                    Target::Shared(s) => {
+                        self.shared_index_in_bounds(s, &index, &ix.index)?;
+                        Place::Shared(s, Box::new(index))
+                    }
                 };
                 Ok(Expr {
                     kind: ExprKind::Load(place),
@@ -975,7 +1144,7 @@ impl<'a> Checker<'a> {
             syn::Expr::Field(f) => {
                 let base = self.expr(&f.base, None)?;
                 if base.ty != Ty::UVec3 {
-                    self.error(f, "only the id builtins (`global_id()`, …) have fields (`.x`, `.y`, `.z`); structs are not supported in kernels");
+                    self.error(f, "only the id builtins (`global_id()`, …) have fields (`.x`, `.y`, `.z`); structs are not supported in kernels: pass each field as its own parameter");
                     return Err(());
                 }
                 let comp = match &f.member {
@@ -1000,7 +1169,7 @@ impl<'a> Checker<'a> {
                     return Err(());
                 }
                 let Some((_, els)) = &ei.else_branch else {
-                    self.error(ei, "an `if` used as a value needs an `else` branch");
+                    self.error(ei, "an `if` used as a value needs an `else` branch with a value of the same type: `if c { a } else { b }`");
                     return Err(());
                 };
                 let cond = self.expr(&ei.cond, Some(Ty::Bool))?;
@@ -1008,14 +1177,20 @@ impl<'a> Checker<'a> {
                     self.error(&ei.cond, mismatch(Ty::Bool, cond.ty));
                     return Err(());
                 }
+                // `if_is_pure` made sure each branch is one expression.
+                let one = "an `if` used as a value has one expression per branch: `if c { a } else { b }`";
                 let Some(syn::Stmt::Expr(t, None)) = ei.then_branch.stmts.first() else {
-                    unreachable!()
+                    self.error(ei, one);
+                    return Err(());
                 };
                 let a = self.expr(t, expect)?;
                 let b = match &**els {
                     syn::Expr::Block(b) => match b.block.stmts.first() {
                         Some(syn::Stmt::Expr(t, None)) => self.expr(t, Some(a.ty))?,
-                        _ => unreachable!(),
+                        _ => {
+                            self.error(ei, one);
+                            return Err(());
+                        }
                     },
                     other => self.expr(other, Some(a.ty))?,
                 };
@@ -1046,14 +1221,15 @@ impl<'a> Checker<'a> {
             syn::Expr::Closure(_) => {
                 self.error(
                     e,
-                    "closures are not supported in kernels; write the code inline",
+                    "closures are not supported in kernels; write the code inline where it is used",
                 );
                 Err(())
             }
-            syn::Expr::Reference(_) => {
+            syn::Expr::Reference(r) => {
+                let inner = &r.expr;
                 self.error(
                     e,
-                    "references other than slice parameters are not supported in kernels",
+                    format!("references other than slice parameters are not supported in kernels; use the value itself: `{}`", crate::tokens::shown(inner)),
                 );
                 Err(())
             }
@@ -1064,16 +1240,54 @@ impl<'a> Checker<'a> {
                 );
                 Err(())
             }
-            syn::Expr::Tuple(_) | syn::Expr::Array(_) | syn::Expr::Repeat(_) => {
-                self.error(e, "tuples and arrays are not supported in kernels; for workgroup memory write `shared::<f32, 256>()`");
+            syn::Expr::Tuple(_) => {
+                self.error(
+                    e,
+                    "tuples are not supported in kernels; use one local per value",
+                );
+                Err(())
+            }
+            syn::Expr::Array(_) | syn::Expr::Repeat(_) => {
+                self.error(e, "local arrays are not supported in kernels; use separate locals, or workgroup memory shared by the workgroup: `let tile = shared::<f32, 256>();`");
                 Err(())
             }
             syn::Expr::Macro(m) => {
-                self.error(&m.mac, "macros are not supported in kernels");
+                self.error(&m.mac, macro_message(&m.mac));
                 Err(())
             }
             syn::Expr::Async(_) | syn::Expr::Await(_) => {
-                self.error(e, "`async`/`.await` are not supported in kernels");
+                self.error(
+                    e,
+                    "`async`/`.await` are not supported in kernels: a kernel runs to completion; remove them",
+                );
+                Err(())
+            }
+            syn::Expr::Match(_) => {
+                self.error(
+                    e,
+                    "`match` is not supported in kernels; write `if ... else if ... else` (or `select(c, a, b)` for a value)",
+                );
+                Err(())
+            }
+            syn::Expr::Let(_) => {
+                self.error(
+                    e,
+                    "`if let`/`while let` are not supported in kernels (there are no enums); compare values with `==`",
+                );
+                Err(())
+            }
+            syn::Expr::Try(_) => {
+                self.error(
+                    e,
+                    "`?` is not supported in kernels: a kernel has no errors to return; test the condition with `if` and `return;`",
+                );
+                Err(())
+            }
+            syn::Expr::Unsafe(_) => {
+                self.error(
+                    e,
+                    "`unsafe` blocks are not supported in kernels (and not needed: slices are bounds-checked on the host); remove `unsafe`",
+                );
                 Err(())
             }
             syn::Expr::Range(_) => {
@@ -1147,7 +1361,9 @@ impl<'a> Checker<'a> {
                         ExprKind::LitU32(v as u32)
                     }
                     Ty::I32 => {
-                        let s = if negate { -(v as i64) } else { v as i64 };
+                        // `v` is a u64: compare before negating, so no value can overflow.
+                        let s = i64::try_from(v).unwrap_or(i64::MAX);
+                        let s = if negate { -s } else { s };
                         if s < i32::MIN as i64 || s > i32::MAX as i64 {
                             self.error(i, "literal out of range for `i32`");
                             return Err(());
@@ -1196,11 +1412,14 @@ impl<'a> Checker<'a> {
             return Ok(Expr { kind, ty });
         }
         let Some(id) = p.path.get_ident() else {
-            self.error(p, "unknown path in a kernel");
+            self.error(p, format!("unknown path `{}` in a kernel; kernels know `f32::{{INFINITY, NEG_INFINITY, MAX, MIN, MIN_POSITIVE, EPSILON}}`, `i32::{{MAX, MIN}}`, `u32::{{MAX, MIN}}`; write other constants as literals or a kernel `const`", crate::tokens::shown(p)));
             return Err(());
         };
         let name = id.to_string();
         if let Some(l) = self.lookup(&name) {
+            if l.poisoned {
+                return Err(());
+            }
             return Ok(Expr {
                 kind: ExprKind::Local(l.mangled.clone()),
                 ty: l.ty,
@@ -1234,7 +1453,10 @@ impl<'a> Checker<'a> {
             );
             return Err(());
         }
-        self.error(p, format!("unknown variable `{name}`"));
+        self.error(
+            p,
+            format!("unknown variable `{name}`; declare it with `let` before its use"),
+        );
         Err(())
     }
 
@@ -1274,10 +1496,7 @@ impl<'a> Checker<'a> {
                 })
             }
             syn::UnOp::Deref(_) => {
-                self.error(
-                    u,
-                    "references other than slice parameters are not supported in kernels",
-                );
+                self.error(u, DEREF_MSG);
                 Err(())
             }
             _ => {
@@ -1315,6 +1534,13 @@ impl<'a> Checker<'a> {
                 }
             }
         };
+        let arith_or_compare = !matches!(op, BinOp::Shl | BinOp::Shr | BinOp::And | BinOp::Or);
+        if arith_or_compare && l.ty != r.ty && l.ty.is_num() && r.ty.is_num() {
+            let s = op.symbol();
+            let hint = conversion_hint(&b.left, l.ty, &b.right, r.ty);
+            self.error(b, format!("`{s}` needs two operands of the same type; found `{}` and `{}` (kernels have no implicit conversions): {hint}", l.ty.rust(), r.ty.rust()));
+            return Err(());
+        }
         let ty = self.check_binary(op, l.ty, r.ty, b)?;
         Ok(Expr {
             kind: ExprKind::Binary(op, Box::new(l), Box::new(r)),
@@ -1390,11 +1616,16 @@ impl<'a> Checker<'a> {
 
     fn call(&mut self, c: &syn::ExprCall, expect: Option<Ty>) -> Res<Expr> {
         let syn::Expr::Path(p) = &*c.func else {
-            self.error(&c.func, "only builtin functions can be called in kernels");
+            self.error(&c.func, "only builtin functions can be called in kernels, by name: `sqrt(x)`; closures and function values are not supported");
             return Err(());
         };
         let Some(id) = p.path.get_ident() else {
-            self.error(&c.func, format!("unknown function `{}`; kernels can call only builtins (math functions, id builtins, atomics, `barrier()`)", quote::quote!(#p)));
+            let last = p.path.segments.last().map(|s| s.ident.to_string());
+            let msg = match last {
+                Some(n) if MathFn::from_name(&n).is_some() => format!("call builtins by their plain name: `{n}(...)` (or as a method, `x.{n}()`)"),
+                _ => format!("unknown function `{}`; kernels can call only builtins (math functions, id builtins, atomics, `barrier()`)", crate::tokens::shown(p)),
+            };
+            self.error(&c.func, msg);
             return Err(());
         };
         let name = id.to_string();
@@ -1458,7 +1689,16 @@ impl<'a> Checker<'a> {
             }
             out.push(c);
             let a = self.value_args(&args[1..], expect)?;
-            let ty = a[0].ty;
+            let Some(ty) = a.first().map(|v| v.ty) else {
+                return Err(());
+            };
+            if ty == Ty::UVec3 {
+                self.error(
+                    node,
+                    "`select` chooses between scalars; select one component (`.x`) at a time",
+                );
+                return Err(());
+            }
             out.extend(a);
             return Ok(Expr {
                 kind: ExprKind::Math(f, out),
@@ -1466,7 +1706,9 @@ impl<'a> Checker<'a> {
             });
         }
         let a = self.value_args(args, expect)?;
-        let ty = a[0].ty;
+        let Some(ty) = a.first().map(|v| v.ty) else {
+            return Err(());
+        };
         if f.float_only() && ty != Ty::F32 {
             self.error(
                 node,
@@ -1495,19 +1737,25 @@ impl<'a> Checker<'a> {
     fn value_args(&mut self, args: &[&syn::Expr], expect: Option<Ty>) -> Res<Vec<Expr>> {
         let anchor = args.iter().position(|a| !is_untyped_lit(a));
         let mut ty = expect;
-        let mut out: Vec<Option<Expr>> = vec![None; args.len()];
+        let mut anchored = None;
         if let Some(i) = anchor {
             let v = self.expr(args[i], expect)?;
             ty = Some(v.ty);
-            out[i] = Some(v);
+            anchored = Some(v);
         }
+        let mut out = Vec::with_capacity(args.len());
         for (i, a) in args.iter().enumerate() {
-            if out[i].is_none() {
-                out[i] = Some(self.expr(a, ty)?);
+            match anchored.take() {
+                Some(v) if anchor == Some(i) => out.push(v),
+                other => {
+                    anchored = other;
+                    out.push(self.expr(a, ty)?);
+                }
             }
         }
-        let out: Vec<Expr> = out.into_iter().map(Option::unwrap).collect();
-        let t0 = out[0].ty;
+        let Some(t0) = out.first().map(|v| v.ty) else {
+            return Err(());
+        };
         for (a, v) in args.iter().zip(&out) {
             if v.ty != t0 {
                 self.error(a, format!("arguments must have the same type: `{}` and `{}` (no implicit conversions: use `as`)", t0.rust(), v.ty.rust()));
@@ -1518,6 +1766,9 @@ impl<'a> Checker<'a> {
     }
 
     fn method(&mut self, m: &syn::ExprMethodCall, expect: Option<Ty>) -> Res<Expr> {
+        if self.is_poisoned(&m.receiver) {
+            return Err(());
+        }
         let name = m.method.to_string();
         if m.turbofish.is_some() {
             self.error(m, "method calls in kernels take no turbofish");
@@ -1570,9 +1821,51 @@ impl<'a> Checker<'a> {
     }
 }
 
+const LABEL_MSG: &str = "loop labels are not supported in kernels; to leave an outer loop, set a `bool` flag, `break` the inner loop, and test the flag in the outer one";
+
+const DEREF_MSG: &str = "`*` is not supported in kernels: there are no references to follow (locals and scalar parameters are values, slices are indexed as `x[i]`); use the value itself";
+
+/// What to write instead of a macro in a kernel.
+fn macro_message(mac: &syn::Macro) -> String {
+    let name = mac
+        .path
+        .segments
+        .last()
+        .map(|s| s.ident.to_string())
+        .unwrap_or_default();
+    let instead = match name.as_str() {
+        "println" | "print" | "eprintln" | "eprint" | "dbg" | "format" | "write" | "writeln" => {
+            "kernels cannot print: write the value into a `&mut [T]` parameter and read it on the host"
+        }
+        "assert" | "assert_eq" | "assert_ne" | "debug_assert" | "debug_assert_eq"
+        | "debug_assert_ne" | "panic" | "unreachable" | "todo" | "unimplemented" => {
+            "kernels cannot panic: test the condition with `if` and `return;` (slice accesses are already bounds-checked on the host)"
+        }
+        "vec" => "kernels cannot allocate: use workgroup memory, `let tile = shared::<f32, 256>();`, or a `&mut [T]` parameter",
+        _ => "write the code inline",
+    };
+    format!("macros are not supported in kernels (`{name}!`); {instead}")
+}
+
 enum Target {
     Param(usize),
     Shared(usize),
+}
+
+/// "write `k as f32`": converts the operand written as a plain name (else the right one).
+fn conversion_hint(left: &syn::Expr, lt: Ty, right: &syn::Expr, rt: Ty) -> String {
+    let simple = |e: &syn::Expr| match e {
+        syn::Expr::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+        syn::Expr::Lit(l) => Some(crate::tokens::shown(l)),
+        _ => None,
+    };
+    if let Some(r) = simple(right) {
+        format!("write `{r} as {}`", lt.rust())
+    } else if let Some(l) = simple(left) {
+        format!("write `{l} as {}`", rt.rust())
+    } else {
+        format!("convert one side with `as`, e.g. `(...) as {}`", lt.rust())
+    }
 }
 
 fn mismatch(want: Ty, got: Ty) -> String {
@@ -1649,6 +1942,131 @@ fn compound_op(op: &syn::BinOp) -> Option<BinOp> {
         syn::BinOp::BitXorAssign(_) => BinOp::BitXor,
         syn::BinOp::ShlAssign(_) => BinOp::Shl,
         syn::BinOp::ShrAssign(_) => BinOp::Shr,
+        _ => return None,
+    })
+}
+
+/// What is known at compile time besides literals.
+#[derive(Default)]
+struct Known {
+    /// Values of immutable locals (by mangled name).
+    locals: HashMap<String, ExprKind>,
+    workgroup: [u32; 3],
+}
+
+/// The value of an integer or `bool` expression when it is known at compile time: from
+/// literals, consts and immutable locals with known values (`known`), through the operators
+/// and builtins a WGSL compiler also evaluates. Division and float conversions are left out
+/// (the emitters route them through helpers), so `None` means "not known here".
+fn const_value(e: &Expr, known: &Known) -> Option<ExprKind> {
+    use ExprKind::*;
+    let v = |x: &Expr| const_value(x, known);
+    Some(match &e.kind {
+        LitI32(_) | LitU32(_) | LitBool(_) => e.kind.clone(),
+        Local(n) => known.locals.get(n)?.clone(),
+        Field(b, c) if matches!(b.kind, Id(IdBuiltin::WorkgroupSize)) => {
+            LitU32(*known.workgroup.get(*c as usize)?)
+        }
+        Unary(op, a) => match (op, v(a)?) {
+            (UnOp::Neg, LitI32(x)) => LitI32(x.wrapping_neg()),
+            (UnOp::Not, LitI32(x)) => LitI32(!x),
+            (UnOp::Not, LitU32(x)) => LitU32(!x),
+            (UnOp::Not, LitBool(x)) => LitBool(!x),
+            _ => return None,
+        },
+        Binary(op, a, b) => match (v(a)?, v(b)?) {
+            (LitU32(a), LitU32(b)) => match op {
+                BinOp::Add => LitU32(a.wrapping_add(b)),
+                BinOp::Sub => LitU32(a.wrapping_sub(b)),
+                BinOp::Mul => LitU32(a.wrapping_mul(b)),
+                BinOp::BitAnd => LitU32(a & b),
+                BinOp::BitOr => LitU32(a | b),
+                BinOp::BitXor => LitU32(a ^ b),
+                BinOp::Shl => LitU32(a.wrapping_shl(b)),
+                BinOp::Shr => LitU32(a.wrapping_shr(b)),
+                BinOp::Eq => LitBool(a == b),
+                BinOp::Ne => LitBool(a != b),
+                BinOp::Lt => LitBool(a < b),
+                BinOp::Le => LitBool(a <= b),
+                BinOp::Gt => LitBool(a > b),
+                BinOp::Ge => LitBool(a >= b),
+                _ => return None,
+            },
+            (LitI32(a), LitI32(b)) => match op {
+                BinOp::Add => LitI32(a.wrapping_add(b)),
+                BinOp::Sub => LitI32(a.wrapping_sub(b)),
+                BinOp::Mul => LitI32(a.wrapping_mul(b)),
+                BinOp::BitAnd => LitI32(a & b),
+                BinOp::BitOr => LitI32(a | b),
+                BinOp::BitXor => LitI32(a ^ b),
+                BinOp::Eq => LitBool(a == b),
+                BinOp::Ne => LitBool(a != b),
+                BinOp::Lt => LitBool(a < b),
+                BinOp::Le => LitBool(a <= b),
+                BinOp::Gt => LitBool(a > b),
+                BinOp::Ge => LitBool(a >= b),
+                _ => return None,
+            },
+            (LitI32(a), LitU32(b)) => match op {
+                BinOp::Shl => LitI32(a.wrapping_shl(b)),
+                BinOp::Shr => LitI32(a.wrapping_shr(b)),
+                _ => return None,
+            },
+            (LitBool(a), LitBool(b)) => match op {
+                BinOp::And => LitBool(a && b),
+                BinOp::Or => LitBool(a || b),
+                BinOp::BitAnd => LitBool(a & b),
+                BinOp::BitOr => LitBool(a | b),
+                BinOp::BitXor | BinOp::Ne => LitBool(a != b),
+                BinOp::Eq => LitBool(a == b),
+                _ => return None,
+            },
+            _ => return None,
+        },
+        Cast(a, to) => match (v(a)?, to) {
+            (LitU32(x), Ty::U32) => LitU32(x),
+            (LitU32(x), Ty::I32) => LitI32(x as i32),
+            (LitI32(x), Ty::U32) => LitU32(x as u32),
+            (LitI32(x), Ty::I32) => LitI32(x),
+            (LitBool(x), Ty::U32) => LitU32(x as u32),
+            (LitBool(x), Ty::I32) => LitI32(x as i32),
+            _ => return None,
+        },
+        Math(f, args) => {
+            let vals: Vec<ExprKind> = args.iter().map(v).collect::<Option<_>>()?;
+            let ints: Option<Vec<i64>> = vals
+                .iter()
+                .map(|k| match k {
+                    LitU32(x) => Some(*x as i64),
+                    LitI32(x) => Some(*x as i64),
+                    _ => None,
+                })
+                .collect();
+            let back = |x: i64| match e.ty {
+                Ty::U32 => Some(LitU32(x as u32)),
+                Ty::I32 => Some(LitI32(x as i32)),
+                _ => None,
+            };
+            match (f, vals.as_slice(), ints.as_deref()) {
+                (MathFn::Select, [LitBool(c), a, b], _) => {
+                    if *c {
+                        a.clone()
+                    } else {
+                        b.clone()
+                    }
+                }
+                (MathFn::Min, _, Some([a, b])) => back(*a.min(b))?,
+                (MathFn::Max, _, Some([a, b])) => back(*a.max(b))?,
+                (MathFn::Clamp, _, Some([x, lo, hi])) => back(*x.max(lo).min(hi))?,
+                (MathFn::Abs, [LitI32(x)], _) => LitI32(x.wrapping_abs()),
+                _ => return None,
+            }
+        }
+        Cond(c, a, b) => match v(c)? {
+            LitBool(true) => v(a)?,
+            LitBool(false) => v(b)?,
+            _ => return None,
+        },
         _ => return None,
     })
 }

@@ -19,19 +19,14 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let func: syn::ItemFn = match syn::parse2(item) {
         Ok(f) => f,
         Err(e) => {
-            return syn::Error::new(e.span(), "`#[kernel]` applies to a function: `#[kernel(workgroup = 256)] pub fn name(...) { ... }`")
-                .to_compile_error()
+            let msg = format!("`#[kernel]` applies to a function: `#[kernel(workgroup = 256)] pub fn name(x: &[f32], y: &mut [f32]) {{ ... }}` ({e})");
+            return syn::Error::new(e.span(), msg).to_compile_error();
         }
     };
     match lower(args, &func) {
         Ok(kernel) => generate(&func, &kernel),
         Err((errors, params)) => {
-            let mut combined = errors.into_iter();
-            let mut first = combined.next().expect("errors are non-empty");
-            for e in combined {
-                first.combine(e);
-            }
-            let err = first.to_compile_error();
+            let err = combine(errors).to_compile_error();
             // Emit the launcher's signature anyway, so calls elsewhere do not add errors.
             let stub = stub(&func, &params);
             quote! { #err #stub }
@@ -39,13 +34,30 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// All errors as one, so every one of them is reported.
+fn combine(errors: Errors) -> syn::Error {
+    let mut it = errors.into_iter();
+    let Some(mut first) = it.next() else {
+        return syn::Error::new(
+            proc_macro2::Span::call_site(),
+            "internal error in `#[kernel]`: a kernel was rejected without a reason; please report it",
+        );
+    };
+    for e in it {
+        first.combine(e);
+    }
+    first
+}
+
 /// Parses and checks a kernel; on failure returns every error and the parameters understood.
 pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, Vec<Param>)> {
     let mut errors = Errors::new();
     let kargs = parse::args(args, &mut errors);
     parse::signature(&func.sig, &mut errors);
+    parse::kernel_name(&func.sig.ident, &mut errors);
     let atomic = atomic_params(&func.block);
-    let params = parse::params(&func.sig, &atomic, &mut errors);
+    let mut rejected = Vec::new();
+    let params = parse::params(&func.sig, &atomic, &mut errors, &mut rejected);
     let arg_words = params
         .iter()
         .map(|p| {
@@ -56,7 +68,10 @@ pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, V
             }
         })
         .sum();
-    let mut checker = check::Checker::new(&mut errors, params);
+    let mut checker = check::Checker::new(&mut errors, params, kargs.workgroup);
+    for name in &rejected {
+        checker.poison(name);
+    }
     let body = checker.block(&func.block, true);
     let (params, shared, has_barrier) = checker.finish();
     let kernel = Kernel {
@@ -239,10 +254,12 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
 fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
     let vis = &func.vis;
     let name = &func.sig.ident;
+    let name_str = name.to_string();
     let (sig, _) = launcher_parts(params);
     quote! {
         #[allow(non_snake_case, unused, clippy::all, missing_docs)]
         #vis mod #name {
+            pub const NAME: &str = #name_str;
             pub const WGSL: &str = "";
             pub const CUDA: &str = "";
             pub fn launch<C: ::graphed::Launch + ?Sized>(cx: &C, grid: impl ::core::convert::Into<::graphed::Grid>, #(#sig),*) -> ::graphed::Result<()> {
@@ -251,3 +268,6 @@ fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

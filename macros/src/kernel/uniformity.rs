@@ -22,12 +22,35 @@ pub fn check(kernel: &Kernel, errors: &mut Vec<syn::Error>) {
     };
     while a.changed {
         a.changed = false;
-        a.block(&kernel.body, false);
+        a.block(&kernel.body, None);
     }
     let mut found = Vec::new();
     a.report = Some(&mut found);
-    a.block(&kernel.body, false);
+    a.block(&kernel.body, None);
     errors.extend(found);
+}
+
+/// Why control flow at some point is non-uniform (`None`: it is uniform).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// Inside an `if` or loop whose condition is non-uniform.
+    Condition,
+    /// After a `return`/`break`/`continue` that only some invocations take.
+    EarlyExit,
+}
+
+type Nu = Option<Why>;
+
+/// `nu`, or a non-uniform condition when `cond_nu`.
+fn under(nu: Nu, cond_nu: bool) -> Nu {
+    nu.or(if cond_nu { Some(Why::Condition) } else { None })
+}
+
+fn barrier_message(why: Why) -> &'static str {
+    match why {
+        Why::Condition => "`barrier()` must be reached by every invocation of the workgroup together, but this one is inside an `if` or loop whose condition depends on the invocation id (or on memory that invocations write), so some invocations skip it; move `barrier()` out of that `if`/loop, or compute the condition from uniform values (scalar parameters, `len()`, `workgroup_id()`, constants)",
+        Why::EarlyExit => "`barrier()` must be reached by every invocation of the workgroup together, but some invocations may already have left through an earlier `return`, `break` or `continue` taken under a condition that depends on the invocation id; instead of leaving early, put the work in `if cond { ... }` and keep `barrier()` outside it",
+    }
 }
 
 struct Analysis<'k, 'e> {
@@ -52,29 +75,29 @@ impl Analysis<'_, '_> {
         }
     }
 
-    fn block(&mut self, stmts: &[Stmt], mut nu: bool) -> Exits {
+    fn block(&mut self, stmts: &[Stmt], mut nu: Nu) -> Exits {
         let mut exits = Exits::default();
         for s in stmts {
             let e = self.stmt(s, nu);
             exits.ret |= e.ret;
             exits.brk |= e.brk;
             if e.ret || e.brk {
-                nu = true;
+                nu = nu.or(Some(Why::EarlyExit));
             }
         }
         exits
     }
 
-    fn stmt(&mut self, s: &Stmt, nu: bool) -> Exits {
+    fn stmt(&mut self, s: &Stmt, nu: Nu) -> Exits {
         match s {
             Stmt::Let { name, init, .. } => {
-                if nu || init.as_ref().is_some_and(|e| !self.uniform(e)) {
+                if nu.is_some() || init.as_ref().is_some_and(|e| !self.uniform(e)) {
                     self.taint(name);
                 }
             }
             Stmt::Assign { place, value, .. } => {
                 if let Place::Local(name) = place {
-                    if nu || !self.uniform(value) {
+                    if nu.is_some() || !self.uniform(value) {
                         self.taint(name);
                     }
                 }
@@ -84,7 +107,7 @@ impl Analysis<'_, '_> {
             } => self.taint(name),
             Stmt::Atomic { .. } => {}
             Stmt::If { cond, then, els } => {
-                let inner = nu || !self.uniform(cond);
+                let inner = under(nu, !self.uniform(cond));
                 let a = self.block(then, inner);
                 let b = self.block(els, inner);
                 return Exits {
@@ -103,35 +126,32 @@ impl Analysis<'_, '_> {
                 let bounds_nu = !self.uniform(start)
                     || !self.uniform(end)
                     || step.as_ref().is_some_and(|s| !self.uniform(s));
-                if nu || bounds_nu {
+                if nu.is_some() || bounds_nu {
                     self.taint(var);
                 }
-                return self.loop_body(body, nu || bounds_nu);
+                return self.loop_body(body, under(nu, bounds_nu));
             }
             Stmt::While { cond, body } => {
                 let c = !self.uniform(cond);
-                return self.loop_body(body, nu || c);
+                return self.loop_body(body, under(nu, c));
             }
             Stmt::Loop { body } => return self.loop_body(body, nu),
             Stmt::Break | Stmt::Continue => {
                 return Exits {
                     ret: false,
-                    brk: nu,
+                    brk: nu.is_some(),
                 }
             }
             Stmt::Return => {
                 return Exits {
-                    ret: nu,
+                    ret: nu.is_some(),
                     brk: false,
                 }
             }
             Stmt::Barrier { span } => {
-                if nu {
+                if let Some(why) = nu {
                     if let Some(r) = self.report.as_deref_mut() {
-                        r.push(syn::Error::new(
-                            *span,
-                            "`barrier()` must be reached by every invocation of the workgroup together, but here it is under control flow that depends on the invocation id (or on memory invocations write); move it out of that `if`/loop, or compute the condition from uniform values",
-                        ));
+                        r.push(syn::Error::new(*span, barrier_message(why)));
                     }
                 }
             }
@@ -139,13 +159,18 @@ impl Analysis<'_, '_> {
         Exits::default()
     }
 
-    fn loop_body(&mut self, body: &[Stmt], nu: bool) -> Exits {
+    fn loop_body(&mut self, body: &[Stmt], nu: Nu) -> Exits {
         // A non-uniform exit anywhere in the body makes every iteration non-uniform. Probe
         // without reporting first, then walk for real.
         let report = self.report.take();
         let probe = self.block(body, nu);
         self.report = report;
-        let e = self.block(body, nu || probe.brk || probe.ret);
+        let exit = if probe.brk || probe.ret {
+            Some(Why::EarlyExit)
+        } else {
+            None
+        };
+        let e = self.block(body, nu.or(exit));
         Exits {
             ret: e.ret,
             brk: false,

@@ -1,0 +1,463 @@
+//! Unit tests of the `#[kernel]` front end on `proc_macro2` tokens: the IR of small kernels,
+//! and the errors (and only those) that bad kernels get.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::ir::*;
+
+fn lower(args: TokenStream, item: TokenStream) -> Result<Kernel, Vec<String>> {
+    let func: syn::ItemFn = syn::parse2(item).expect("test kernels are functions");
+    super::lower(args, &func).map_err(|(errors, _)| errors.iter().map(|e| e.to_string()).collect())
+}
+
+/// The errors of a kernel that must be rejected.
+fn errors(args: TokenStream, item: TokenStream) -> Vec<String> {
+    match lower(args, item) {
+        Ok(k) => panic!("kernel `{}` was accepted", k.name),
+        Err(e) => e,
+    }
+}
+
+fn assert_one_error(errs: &[String], needle: &str) {
+    assert_eq!(
+        errs.len(),
+        1,
+        "expected one error containing {needle:?}, got {errs:#?}"
+    );
+    assert!(
+        errs[0].contains(needle),
+        "{:?} does not contain {needle:?}",
+        errs[0]
+    );
+}
+
+#[test]
+fn axpy_lowers_to_the_expected_ir() {
+    let k = lower(
+        quote!(workgroup = 256),
+        quote! {
+            pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+                let i = global_id().x;
+                if i < y.len() {
+                    y[i] = a * x[i] + y[i];
+                }
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(k.name, "axpy");
+    assert_eq!(k.workgroup, [256, 1, 1]);
+    assert_eq!(k.arg_words, 5);
+    assert!(!k.has_barrier && k.shared.is_empty());
+    let p: Vec<(&str, usize, u32)> = k
+        .params
+        .iter()
+        .map(|p| (p.name.as_str(), p.word, p.binding))
+        .collect();
+    assert_eq!(p, [("a", 0, 0), ("x", 1, 1), ("y", 3, 2)]);
+    assert!(matches!(k.params[0].kind, ParamKind::Scalar(Ty::F32)));
+    assert!(matches!(
+        k.params[1].kind,
+        ParamKind::Slice {
+            elem: Ty::F32,
+            mutable: false,
+            atomic: false
+        }
+    ));
+    assert!(matches!(
+        k.params[2].kind,
+        ParamKind::Slice {
+            elem: Ty::F32,
+            mutable: true,
+            atomic: false
+        }
+    ));
+
+    let [Stmt::Let {
+        name: i,
+        ty: Ty::U32,
+        mutable: false,
+        init: Some(init),
+    }, Stmt::If { cond, then, els }] = k.body.as_slice()
+    else {
+        panic!("unexpected body {:#?}", k.body)
+    };
+    assert!(els.is_empty());
+    let ExprKind::Field(id, 0) = &init.kind else {
+        panic!("{init:?}")
+    };
+    assert!(matches!(id.kind, ExprKind::Id(IdBuiltin::GlobalId)));
+    let ExprKind::Binary(BinOp::Lt, l, r) = &cond.kind else {
+        panic!("{cond:?}")
+    };
+    assert!(matches!(&l.kind, ExprKind::Local(n) if n == i));
+    assert!(matches!(r.kind, ExprKind::Len(2)));
+    let [Stmt::Assign {
+        place: Place::Param(2, ix),
+        op: None,
+        value,
+        ty: Ty::F32,
+    }] = then.as_slice()
+    else {
+        panic!("{then:#?}")
+    };
+    assert!(matches!(&ix.kind, ExprKind::Local(n) if n == i));
+    let ExprKind::Binary(BinOp::Add, ax, yi) = &value.kind else {
+        panic!("{value:?}")
+    };
+    assert!(matches!(yi.kind, ExprKind::Load(Place::Param(2, _))));
+    let ExprKind::Binary(BinOp::Mul, a, xi) = &ax.kind else {
+        panic!("{ax:?}")
+    };
+    assert!(matches!(a.kind, ExprKind::Scalar(0)));
+    assert!(matches!(xi.kind, ExprKind::Load(Place::Param(1, _))));
+}
+
+#[test]
+fn shared_memory_atomics_and_consts() {
+    let k = lower(
+        quote!(workgroup = (16, 16)),
+        quote! {
+            fn hist(x: &[u32], bins: &mut [u32]) {
+                const N: u32 = 16 * 16;
+                let tile = shared::<u32, N>();
+                tile[local_id().x] = 0u32;
+                barrier();
+                let old = atomic_add(bins, x[global_id().x] % bins.len(), 1u32);
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(k.workgroup, [16, 16, 1]);
+    assert_eq!(k.shared.len(), 1);
+    assert_eq!((k.shared[0].elem, k.shared[0].size), (Ty::U32, 256));
+    assert!(k.has_barrier);
+    assert!(matches!(
+        k.params[1].kind,
+        ParamKind::Slice { atomic: true, .. }
+    ));
+    assert!(k.body.iter().any(|s| matches!(
+        s,
+        Stmt::Atomic {
+            result: Some(_),
+            op: AtomicOp::Add,
+            param: 1,
+            ..
+        }
+    )));
+}
+
+#[test]
+fn local_names_become_target_names() {
+    // Raw and non-ASCII names are valid Rust; WGSL and CUDA C get ASCII names that cannot
+    // start with `__`.
+    let k = lower(
+        quote!(workgroup = 64),
+        quote! {
+            fn names(y: &mut [f32]) {
+                let r#type = 1.0;
+                let é = 2.0;
+                let __x = r#type + é;
+                y[0u32] = __x;
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    for s in &k.body {
+        if let Stmt::Let { name, .. } = s {
+            assert!(
+                name.is_ascii() && !name.starts_with('_') && !name.contains('#'),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn workgroup_arguments() {
+    let body = quote!(
+        fn k(y: &mut [f32]) {
+            y[0u32] = 1.0;
+        }
+    );
+    for (args, shape) in [
+        (quote!(workgroup = 64), [64, 1, 1]),
+        (quote!(workgroup = (8, 8)), [8, 8, 1]),
+        (quote!(workgroup = (4, 4, 4)), [4, 4, 4]),
+        (quote!(workgroup = (1024)), [1024, 1, 1]),
+    ] {
+        assert_eq!(lower(args, body.clone()).unwrap().workgroup, shape);
+    }
+    for (args, msg) in [
+        (quote!(), "needs a workgroup shape"),
+        (quote!(workgroup = 0), "at least 1"),
+        (quote!(workgroup = (32, 0)), "at least 1"),
+        (quote!(workgroup = 2048), "at most 1024 invocations"),
+        (quote!(workgroup = (64, 32)), "this shape has 2048"),
+        (quote!(workgroup = 99999999999), "at most 1024 invocations"),
+        (quote!(workgroup = (2, 2, 2, 2)), "at most 3 dimensions"),
+        (quote!(workgroup = ()), "1 to 3 dimensions"),
+        (quote!(workgroup = (1, 1, 128)), "z dimension"),
+        (quote!(workgroup = N), "integer literal"),
+        (quote!(workgroup = -4), "integer literal"),
+        (quote!(workgroup), "needs a shape"),
+        (quote!(workgroup = 64, workgroup = 64), "given twice"),
+        (quote!(threads = 64), "unknown `#[kernel]` argument"),
+    ] {
+        assert_one_error(&errors(args, body.clone()), msg);
+    }
+}
+
+#[test]
+fn every_error_of_a_kernel_is_reported_together() {
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! {
+            fn messy<T>(k: i32, v: f64, x: &[f32], y: &mut [f32]) {
+                let i = global_id().x;
+                let a: f32 = 1;
+                let b = x[i] + k;
+                x[i] = 0.0;
+                let c = x.iter();
+                let d = |q: f32| q;
+                y[i] = helper(a);
+                y[i] = v;
+            }
+        },
+    );
+    let expected = [
+        "cannot be generic",
+        "`f64` is not supported",
+        "found an integer literal",
+        "write `k as f32`",
+        "read-only",
+        "method `iter`",
+        "closures",
+        "unknown function `helper`",
+    ];
+    assert_eq!(errs.len(), expected.len(), "{errs:#?}");
+    for (e, want) in errs.iter().zip(expected) {
+        assert!(e.contains(want), "{e:?} does not contain {want:?}");
+    }
+}
+
+#[test]
+fn a_failed_let_is_not_reported_again_at_its_uses() {
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! {
+            fn k(x: &[f32], y: &mut [f32]) {
+                let i = global_id().x;
+                let v = if x[i] > 0.0 { x[i] };
+                let (a, b) = (1.0, 2.0);
+                let w = x.iter();
+                y[i] = v + a + b + w;
+                y[i] = v;
+            }
+        },
+    );
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+}
+
+#[test]
+fn a_rejected_parameter_is_not_reported_again_at_its_uses() {
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! {
+            fn k(n: usize, y: &mut Vec<f32>) {
+                let i = global_id().x;
+                if i < y.len() {
+                    y[i] = n as f32;
+                }
+            }
+        },
+    );
+    assert_eq!(errs.len(), 2, "{errs:#?}");
+    assert!(errs[0].contains("use `u32`"), "{}", errs[0]);
+    assert!(errs[1].contains("write `&mut [f32]`"), "{}", errs[1]);
+}
+
+#[test]
+fn literals_out_of_range_are_errors() {
+    for lit in [
+        quote!(-9223372036854775808),
+        quote!(-18446744073709551615),
+        quote!(2147483648),
+        quote!(99999999999999999999999),
+    ] {
+        let errs = errors(
+            quote!(workgroup = 64),
+            quote! { fn k(y: &mut [i32]) { let a: i32 = #lit; y[0u32] = a; } },
+        );
+        assert_eq!(errs.len(), 1, "{lit}: {errs:#?}");
+    }
+    lower(
+        quote!(workgroup = 64),
+        quote! { fn k(y: &mut [i32]) { let a: i32 = -2147483648; y[0u32] = a; } },
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+}
+
+#[test]
+fn barrier_errors_say_why_the_barrier_is_not_uniform() {
+    let under_if = errors(
+        quote!(workgroup = 64),
+        quote! {
+            fn k(y: &mut [f32]) {
+                if local_id().x < 32u32 { barrier(); }
+            }
+        },
+    );
+    assert_one_error(&under_if, "inside an `if` or loop");
+    let after_return = errors(
+        quote!(workgroup = 64),
+        quote! {
+            fn k(y: &mut [f32]) {
+                if global_id().x >= y.len() { return; }
+                barrier();
+            }
+        },
+    );
+    assert_one_error(&after_return, "earlier `return`, `break` or `continue`");
+    let after_break = errors(
+        quote!(workgroup = 64),
+        quote! {
+            fn k(y: &mut [f32]) {
+                for j in 0u32..4u32 {
+                    if local_id().x == j { break; }
+                    barrier();
+                }
+            }
+        },
+    );
+    assert_one_error(&after_break, "earlier `return`, `break` or `continue`");
+    // Uniform control flow is fine.
+    lower(
+        quote!(workgroup = 64),
+        quote! {
+            fn k(n: u32, y: &mut [f32]) {
+                for j in 0u32..n {
+                    if workgroup_id().x > 0u32 { barrier(); }
+                }
+                if n > 3u32 { return; }
+                barrier();
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+}
+
+#[test]
+fn names_that_cuda_or_wgsl_cannot_take() {
+    let body = |name: TokenStream| quote!(fn #name(y: &mut [f32]) { y[0u32] = 1.0; });
+    assert_one_error(
+        &errors(quote!(workgroup = 64), body(quote!(float))),
+        "cannot be named `float`",
+    );
+    assert_one_error(
+        &errors(quote!(workgroup = 64), body(quote!(main))),
+        "cannot be named `main`",
+    );
+    assert_one_error(
+        &errors(quote!(workgroup = 64), body(quote!(__k))),
+        "cannot start with `__`",
+    );
+    assert_one_error(
+        &errors(quote!(workgroup = 64), body(quote!(gd_k))),
+        "cannot start with `gd_`",
+    );
+    assert_one_error(
+        &errors(quote!(workgroup = 64), body(quote!(r#k))),
+        "raw identifier",
+    );
+    let param = errors(
+        quote!(workgroup = 64),
+        quote!(
+            fn k(__y: &mut [f32]) {
+                __y[0u32] = 1.0;
+            }
+        ),
+    );
+    assert_one_error(
+        &param,
+        "a kernel parameter's name `__y` cannot start with `__`",
+    );
+}
+
+#[test]
+fn workgroup_memory_has_a_constant_bounded_size() {
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! { fn k(n: u32, y: &mut [f32]) { let t = shared::<f32, n>(); } },
+    );
+    assert_one_error(&errs, "`n` is a parameter");
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! { fn k(y: &mut [f32]) { let t = shared::<f32, 8192>(); let u = shared::<u32, 8192>(); } },
+    );
+    assert_one_error(&errs, "at most 49152 bytes");
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! { fn k(y: &mut [f32]) { let t = shared::<f32, { 0u32 - 1u32 }>(); } },
+    );
+    assert_one_error(&errs, "at most 49152 bytes");
+}
+
+#[test]
+fn macros_get_a_message_naming_what_to_do() {
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! { fn k(y: &mut [f32]) { assert!(y.len() > 0u32); println!("x"); let v = vec![1.0]; } },
+    );
+    assert_eq!(errs.len(), 3, "{errs:#?}");
+    assert!(errs[0].contains("cannot panic"));
+    assert!(errs[1].contains("cannot print"));
+    assert!(errs[2].contains("cannot allocate"));
+}
+
+#[test]
+fn expand_emits_a_launcher_stub_with_the_errors() {
+    let out = super::expand(
+        quote!(workgroup = 64),
+        quote! { pub fn k(a: f32, y: &mut [f32]) { y[0u32] = a + 1; } },
+    )
+    .to_string();
+    assert!(out.contains("compile_error"), "{out}");
+    assert!(out.contains("pub fn launch"), "{out}");
+    syn::parse_str::<syn::File>(&out).expect("the stub is valid Rust");
+}
+
+#[test]
+fn expand_of_a_valid_kernel_is_valid_rust() {
+    let out = super::expand(
+        quote!(workgroup = 64),
+        quote! {
+            /// Adds one.
+            pub fn inc(y: &mut [f32]) {
+                let i = global_id().x;
+                if i < y.len() { y[i] += 1.0; }
+            }
+        },
+    );
+    let file: syn::File = syn::parse2(out).expect("valid Rust");
+    let syn::Item::Mod(m) = &file.items[0] else {
+        panic!("a module")
+    };
+    assert_eq!(m.ident, "inc");
+}
+
+#[test]
+fn non_functions_are_rejected() {
+    let out = super::expand(
+        quote!(workgroup = 64),
+        quote!(
+            struct S;
+        ),
+    )
+    .to_string();
+    assert!(
+        out.contains("compile_error") && out.contains("applies to a function"),
+        "{out}"
+    );
+}

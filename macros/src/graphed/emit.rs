@@ -5,23 +5,10 @@ use quote::{format_ident, quote};
 
 use super::parse::{Role, Step};
 
-fn camel(name: &str) -> String {
-    name.split('_')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            let mut c = s.chars();
-            c.next()
-                .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect()
-}
-
 pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
     let vis = &func.vis;
-    let name = &func.sig.ident;
-    let name_str = name.to_string();
-    let ty = format_ident!("{}", camel(&name_str));
+    let name_str = step.base_name.clone();
+    let ty = &step.holder;
     let body_fn = format_ident!("__graphed_{}_body", name_str);
     let docs: Vec<&syn::Attribute> = func
         .attrs
@@ -117,9 +104,9 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
             })
             .collect();
         (
-            quote!((#(::graphed::Out<'__s, #outs>),*)),
+            quote!((#(::graphed::Out<'__s, #outs>,)*)),
             quote!(::std::vec![#(#fields),*]),
-            quote!((#(::graphed::Out::<#outs>::__new(&__outs[#idx])?),*)),
+            quote!((#(::graphed::Out::<#outs>::__new(&__outs[#idx])?,)*)),
         )
     };
     let args = quote! {

@@ -293,7 +293,7 @@ pub fn bias_act(act: u32, cols: u32, x: &[f32], b: &[f32], y: &mut [f32]) {
     }
 }
 
-/// Backward of [`bias_act`]: `dx = dy · f′(x + b)` and `db[c] = Σ_r dx[r, c]` (added to `db`
+/// Backward of [`bias_act`](mod@bias_act): `dx = dy · f′(x + b)` and `db[c] = Σ_r dx[r, c]` (added to `db`
 /// when `accumulate`). One invocation per column sums its rows in increasing order.
 #[kernel(workgroup = 256)]
 pub fn bias_act_backward(

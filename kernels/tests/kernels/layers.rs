@@ -1,6 +1,9 @@
 //! Linear layers and the MLP: forward and backward against f64, the MLP's gradients against
 //! f64 finite differences, gradient accumulation, and a recorded training step.
 
+// The holder `#[graphed]` generates wraps a `?` in `Ok(..)` (reported to the macro's owner).
+#![allow(clippy::needless_question_mark)]
+
 use graphed_kernels::elementwise::Act;
 use graphed_kernels::layers::{Linear, Mlp, MlpActivations};
 use graphed_kernels::loss;

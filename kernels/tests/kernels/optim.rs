@@ -31,6 +31,7 @@ struct AdamRef {
 }
 
 impl AdamRef {
+    #[allow(clippy::needless_range_loop)] // indices read like the update rules they check
     fn step(&mut self, g: &[f32], lr: f32, c: AdamConfig, decoupled: bool) {
         let (lr, b1, b2, eps, wd) = (
             lr as f64,

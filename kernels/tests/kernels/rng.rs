@@ -1,8 +1,12 @@
 //! Philox 4×32-10: known-answer vectors, device draws against the host reference, offsets
-//! in device memory, and dropout.
+//! in device memory, dropout, and fresh draws on every replay of a recorded step.
+
+// The holder `#[graphed]` generates wraps a `?` in `Ok(..)` (reported to the macro's owner).
+#![allow(clippy::needless_question_mark)]
 
 use graphed_kernels::rng::{self, Philox};
 use graphed_runtime::testing::on_every_backend;
+use graphed_runtime::{Buffer, Input, Output, Result, Step};
 use rand::Rng;
 
 use crate::common::{assert_close, assert_close_floor, floats, poisoned, rng, SIZES};
@@ -126,5 +130,62 @@ fn dropout_forward_and_backward() {
                 }
             }
         }
+    });
+}
+
+/// Dropout inside a recorded step: the generator's state is a `#[state]` buffer.
+#[graphed_macros::graphed]
+fn dropout_step(
+    cx: &mut Step,
+    #[state] rng_state: &mut Buffer<u32>,
+    x: &Input<f32>,
+    p: f32,
+) -> Result<(Output<f32>, Output<f32>)> {
+    let mut g = Philox::from_state(rng_state.clone())?;
+    let mut y = cx.output::<f32>(x.len())?;
+    let mut mask = cx.output::<f32>(x.len())?;
+    g.dropout(cx, p, x, &mut y, &mut mask)?;
+    Ok((y, mask))
+}
+
+#[test]
+fn a_replayed_step_draws_fresh_numbers_like_eager() {
+    let mut r = rng("a_replayed_step_draws_fresh_numbers_like_eager");
+    on_every_backend(|dev| {
+        let seed: u64 = r.random();
+        let n = 1000;
+        let xs = floats(&mut r, n, -1.0, 1.0);
+        let mut g_replay = Philox::new(dev, seed).unwrap();
+        let mut g_eager = Philox::new(dev, seed).unwrap();
+        let mut state_replay = g_replay.state().clone();
+        let mut state_eager = g_eager.state().clone();
+        let mut replayed = DropoutStep::new(dev).unwrap();
+        let mut eager = DropoutStep::new(dev).unwrap();
+        let mut masks = Vec::new();
+        for step in 0..4u64 {
+            let p = 0.2 + 0.1 * step as f32; // a per-step scalar
+            let (_, m1) = replayed.call(&mut state_replay, &xs[..], p).unwrap();
+            let m1 = m1.to_host().unwrap();
+            let (_, m2) = eager.eager(&mut state_eager, &xs[..], p).unwrap();
+            assert_eq!(
+                m1,
+                m2.to_host().unwrap(),
+                "step {step}: replay and eager masks differ"
+            );
+            let keep = 1.0 / (1.0 - p);
+            let want: Vec<f32> = rng::uniform_host(seed, step, n)
+                .iter()
+                .map(|&u| if u >= p { keep } else { 0.0 })
+                .collect();
+            assert_eq!(m1, want, "step {step}: draw {step} of the generator");
+            masks.push(m1);
+        }
+        assert_ne!(masks[0], masks[1], "a replay drew the same numbers again");
+        assert_eq!(replayed.stats().recordings, 1);
+        assert_eq!(replayed.stats().launches_per_replay, 2);
+        g_replay = Philox::from_state(state_replay).unwrap();
+        g_eager = Philox::from_state(state_eager).unwrap();
+        assert_eq!(g_replay.position().unwrap(), (seed, 4));
+        assert_eq!(g_eager.position().unwrap(), (seed, 4));
     });
 }

@@ -352,6 +352,13 @@ impl Wgsl<'_> {
     fn binary(&self, op: BinOp, t: Ty, a: &str, b: &Expr) -> String {
         let bs = self.expr(b);
         match op {
+            // A literal divisor other than 0 (and -1 for `i32`) needs no guard.
+            BinOp::Div | BinOp::Rem
+                if matches!(b.kind, ExprKind::LitU32(v) if v != 0)
+                    || matches!(b.kind, ExprKind::LitI32(v) if v != 0 && v != -1) =>
+            {
+                format!("({a} {} {bs})", op.symbol())
+            }
             BinOp::Div | BinOp::Rem if t.is_int() => {
                 let name = match (op, t) {
                     (BinOp::Div, Ty::I32) => "gd_div_i32",

@@ -22,10 +22,12 @@ pub struct RawBuffer {
 
 impl RawBuffer {
     pub(crate) fn new(device: Device, words: usize, mem: Memory) -> Self {
-        device
+        let now = device
             .inner
             .allocated
-            .fetch_add(words as u64 * 4, Ordering::Relaxed);
+            .fetch_add(words as u64 * 4, Ordering::Relaxed)
+            + words as u64 * 4;
+        device.inner.peak.fetch_max(now, Ordering::Relaxed);
         RawBuffer {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             words,

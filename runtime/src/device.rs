@@ -22,6 +22,7 @@ pub(crate) struct DeviceInner {
     pub(crate) id: u64,
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) allocated: AtomicU64,
+    pub(crate) peak: AtomicU64,
 }
 
 /// A handle to one device on one backend. Cheap to clone; buffers keep their device alive.
@@ -101,6 +102,7 @@ impl Device {
                 id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
                 backend,
                 allocated: AtomicU64::new(0),
+                peak: AtomicU64::new(0),
             }),
         }
     }
@@ -210,6 +212,18 @@ impl Device {
     /// Bytes currently allocated on this device by graphed.
     pub fn allocated_bytes(&self) -> u64 {
         self.inner.allocated.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes allocated at once since the device opened or [`Device::reset_peak`].
+    pub fn peak_allocated_bytes(&self) -> u64 {
+        self.inner.peak.load(Ordering::Relaxed)
+    }
+
+    /// Restarts [`Device::peak_allocated_bytes`] from the current allocation.
+    pub fn reset_peak(&self) {
+        self.inner
+            .peak
+            .store(self.allocated_bytes(), Ordering::Relaxed);
     }
 
     /// (free, total) bytes of device memory as the driver reports them (CUDA only).

@@ -213,6 +213,15 @@ impl Step {
         }
     }
 
+    /// An output holding a copy of `src` as it is at this point of the step (e.g. a
+    /// gradient before it is clipped or reset). The copy is part of the recording, so what
+    /// the caller receives is this step's value, borrowed until the next call.
+    pub fn snapshot<T: Element>(&self, src: &Buffer<T>) -> Result<Output<T>> {
+        let mut out = self.output::<T>(src.len())?;
+        self.copy(src, &mut out)?;
+        Ok(out)
+    }
+
     /// Sets every element of `dst` to `value` as part of the step.
     pub fn fill<T: Element>(&self, dst: &mut Buffer<T>, value: T) -> Result<()> {
         let args = fill_args(&dst.raw_view(), value.to_bits());

@@ -254,7 +254,7 @@ impl CudaBackend {
         args_ptr: sys::CUdeviceptr,
         bindings: &[RawView],
     ) -> Result<()> {
-        if grid.iter().any(|&g| g == 0) {
+        if grid.contains(&0) {
             return Ok(());
         }
         let mut ptrs: Vec<sys::CUdeviceptr> = Vec::with_capacity(bindings.len() + 1);

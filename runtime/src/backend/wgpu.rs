@@ -253,7 +253,7 @@ impl Backend for WgpuBackend {
     fn alloc(&self, words: usize) -> Result<Memory> {
         let bytes = (words.max(1) * 4) as u64;
         if bytes > self.limits.max_buffer_size
-            || bytes > self.limits.max_storage_buffer_binding_size as u64
+            || bytes > self.limits.max_storage_buffer_binding_size
         {
             return Err(Error::OutOfMemory {
                 backend: NAME,

@@ -6,6 +6,8 @@
 
 use proc_macro::TokenStream;
 
+#[cfg(test)]
+mod fuzz;
 mod graphed;
 mod kernel;
 mod tokens;

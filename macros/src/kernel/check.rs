@@ -28,6 +28,7 @@ struct Local {
 
 pub struct Checker<'a> {
     errors: &'a mut Errors,
+    kernel_name: String,
     params: Vec<Param>,
     shared: Vec<Shared>,
     shared_names: HashMap<String, usize>,
@@ -45,9 +46,15 @@ fn err(errors: &mut Errors, node: impl quote::ToTokens, msg: impl std::fmt::Disp
 }
 
 impl<'a> Checker<'a> {
-    pub fn new(errors: &'a mut Errors, params: Vec<Param>, workgroup: [u32; 3]) -> Self {
+    pub fn new(
+        errors: &'a mut Errors,
+        kernel_name: String,
+        params: Vec<Param>,
+        workgroup: [u32; 3],
+    ) -> Self {
         Checker {
             errors,
+            kernel_name,
             params,
             shared: Vec::new(),
             shared_names: HashMap::new(),
@@ -1657,6 +1664,7 @@ impl<'a> Checker<'a> {
             "shared" => self.error(c, "workgroup memory is declared at the top of the kernel: `let tile = shared::<f32, 256>();`"),
             n if AtomicOp::from_name(n).is_some() => self.error(c, "an atomic is a statement or a `let` initializer: `let old = atomic_add(y, i, 1u32);`"),
             n if self.lookup(n).is_some() || self.param_index(n).is_some() => self.error(&c.func, format!("`{n}` is not a function")),
+            n if n == self.kernel_name => self.error(&c.func, format!("a kernel cannot call itself: GPUs have no recursion; rewrite `{n}` with a loop, or launch it again from the host")),
             _ => self.error(&c.func, format!("unknown function `{name}`; kernels can call only builtins (math functions, id builtins, atomics, `barrier()`); helper functions and recursion are not supported")),
         }
         Err(())

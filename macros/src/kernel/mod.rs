@@ -68,7 +68,12 @@ pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, V
             }
         })
         .sum();
-    let mut checker = check::Checker::new(&mut errors, params, kargs.workgroup);
+    let mut checker = check::Checker::new(
+        &mut errors,
+        func.sig.ident.to_string(),
+        params,
+        kargs.workgroup,
+    );
     for name in &rejected {
         checker.poison(name);
     }

@@ -405,6 +405,15 @@ fn workgroup_memory_has_a_constant_bounded_size() {
 }
 
 #[test]
+fn recursion_is_named_as_such() {
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! { fn walk(n: u32, y: &mut [u32]) { if n > 0u32 { walk(n - 1u32, y); } } },
+    );
+    assert_one_error(&errs, "a kernel cannot call itself");
+}
+
+#[test]
 fn macros_get_a_message_naming_what_to_do() {
     let errs = errors(
         quote!(workgroup = 64),

@@ -1,0 +1,9 @@
+use graphed::prelude::*;
+
+#[kernel(workgroup = 64)]
+pub async fn copy(x: &[f32], y: &mut [f32]) {
+    let i = global_id().x;
+    y[i] = x[i];
+}
+
+fn main() {}

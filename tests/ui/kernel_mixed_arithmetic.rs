@@ -1,0 +1,9 @@
+use graphed::prelude::*;
+
+#[kernel(workgroup = 64)]
+pub fn offset(k: i32, x: &[f32], y: &mut [f32]) {
+    let i = global_id().x;
+    y[i] = x[i] + k;
+}
+
+fn main() {}

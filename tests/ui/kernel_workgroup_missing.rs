@@ -1,0 +1,8 @@
+use graphed::prelude::*;
+
+#[kernel]
+pub fn fill(y: &mut [f32]) {
+    y[global_id().x] = 1.0;
+}
+
+fn main() {}

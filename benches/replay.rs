@@ -87,7 +87,12 @@ fn measure(steps: usize, mut step: impl FnMut(), sync: impl Fn()) -> (f64, f64, 
         cpu += t.elapsed().as_secs_f64();
         sync();
     }
-    (walls[2], walls[0], walls[4], cpu * 1e6 / (bursts * 8) as f64)
+    (
+        walls[2],
+        walls[0],
+        walls[4],
+        cpu * 1e6 / (bursts * 8) as f64,
+    )
 }
 
 fn steps_for(kind: BackendKind, n: usize, quick: bool) -> usize {
@@ -278,6 +283,134 @@ mod raw {
     }
 }
 
+/// The reference MLP workloads of `shared/bench/torch_mlp_step.py`: one step = forward, mean
+/// softmax cross-entropy, backward, AdamW (lr 1e-3, PyTorch defaults), fp32.
+fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
+    use graphed::train::{Classifier, TrainStep};
+    let sizes: [(&str, usize, Vec<usize>); 2] = [
+        ("mlp-S", 64, vec![784, 256, 256, 10]),
+        ("mlp-M", 512, vec![1024, 1024, 1024, 1024, 1024, 10]),
+    ];
+    for (name, batch, widths) in sizes.iter() {
+        let flops =
+            6.0 * *batch as f64 * widths.windows(2).map(|w| (w[0] * w[1]) as f64).sum::<f64>();
+        let gflop = flops / 1e9;
+        let steps = match dev.kind() {
+            BackendKind::Cuda => 300,
+            BackendKind::Wgpu if dev.adapter().contains("llvmpipe") => {
+                if *name == "mlp-M" {
+                    2
+                } else {
+                    10
+                }
+            }
+            BackendKind::Wgpu => 100,
+            BackendKind::Host => {
+                if *name == "mlp-M" {
+                    continue;
+                } else {
+                    2
+                }
+            }
+        };
+        let steps = if quick { (steps / 5).max(2) } else { steps };
+        let x: Vec<f32> = (0..batch * widths[0])
+            .map(|i| ((i * 2654435761usize) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let labels: Vec<u32> = (0..*batch).map(|i| ((i * 7) % 10) as u32).collect();
+        let mut model = Classifier::new(dev, widths, 0)?;
+        let mut eager_model = model.duplicate()?;
+        let mut step = TrainStep::new(dev)?;
+        let sync = || dev.synchronize().unwrap();
+        dev.synchronize()?;
+        dev.reset_peak();
+        let base = dev.allocated_bytes();
+        let (us, lo, hi, cpu) = measure(
+            steps,
+            || {
+                let m = &mut eager_model;
+                step.eager(
+                    &mut m.params,
+                    &mut m.grads,
+                    &mut m.moments,
+                    &mut m.count,
+                    &x[..],
+                    &labels[..],
+                    1e-3,
+                    &m.sizes,
+                )
+                .unwrap();
+            },
+            sync,
+        );
+        let eager_peak = dev.peak_allocated_bytes() - base;
+        let kernels = {
+            step.call(
+                &mut model.params,
+                &mut model.grads,
+                &mut model.moments,
+                &mut model.count,
+                &x[..],
+                &labels[..],
+                1e-3,
+                &model.sizes,
+            )?;
+            step.stats().launches_per_replay
+        };
+        rows.push(Row {
+            workload: name.to_string(),
+            backend: dev.kind().to_string(),
+            variant: "eager".into(),
+            n: kernels,
+            us_step: us,
+            spread: (lo, hi),
+            cpu_us: cpu,
+            nodes: kernels,
+            record_ms: None,
+        });
+        let st = step.stats();
+        let rec = st.last_record.unwrap().as_secs_f64() * 1e3
+            + st.last_lower.unwrap().as_secs_f64() * 1e3;
+        let (us, lo, hi, cpu) = measure(
+            steps,
+            || {
+                let m = &mut model;
+                step.call(
+                    &mut m.params,
+                    &mut m.grads,
+                    &mut m.moments,
+                    &mut m.count,
+                    &x[..],
+                    &labels[..],
+                    1e-3,
+                    &m.sizes,
+                )
+                .unwrap();
+            },
+            sync,
+        );
+        eprintln!(
+            "{name} on {}: {kernels} kernels/step, {:.1} GFLOP/s replayed; static bytes {} vs eager peak {} (model state excluded)",
+            dev.kind(),
+            gflop / (us * 1e-6),
+            step.stats().static_bytes,
+            eager_peak
+        );
+        rows.push(Row {
+            workload: name.to_string(),
+            backend: dev.kind().to_string(),
+            variant: "replay".into(),
+            n: kernels,
+            us_step: us,
+            spread: (lo, hi),
+            cpu_us: cpu,
+            nodes: kernels,
+            record_ms: Some(rec),
+        });
+    }
+    Ok(())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -321,6 +454,7 @@ fn main() {
         for w in &workloads {
             match w.as_str() {
                 "launch" => launch_workload(&dev, quick, &mut rows).unwrap(),
+                "mlp" => mlp_workload(&dev, quick, &mut rows).unwrap(),
                 other => eprintln!("workload {other} is not implemented yet"),
             }
         }

@@ -5,9 +5,13 @@
 //! on a host backend with no GPU at all. See the README for the kernel language and the rules
 //! that keep replay correct.
 
+extern crate self as graphed;
+
 pub use graphed_kernels as kernels;
 pub use graphed_macros::{graphed, kernel};
 pub use graphed_runtime::*;
+
+pub mod train;
 
 /// The names most programs need.
 pub mod prelude {

@@ -4,12 +4,15 @@
 //! # The step counter
 //!
 //! Each optimizer keeps its step count in device memory, so a recorded step replays with the
-//! right bias corrections. One launch both advances it and updates every parameter: the
-//! optimizer always launches the same number `G` of workgroups (a power of two fixed at
-//! construction), invocation 0 of each adds 1 to a `u32` counter atomically, and every
-//! workgroup takes `t = old / G + 1`. All `G` adds of step `s` return values in
-//! `[(s−1)·G, s·G)`, whatever their order, so every workgroup agrees on `t = s`. The counter
-//! wraps after `2³²/G` steps (at least 16 777 216), and [`Adam::steps`] reads it.
+//! right bias corrections. One launch both advances it and updates every parameter. The
+//! count is two `u32` words, `[arrivals, steps]`. The optimizer always launches the same
+//! number `G ≤ 1024` of workgroups (fixed at construction); invocation 0 of each adds 1 to
+//! `arrivals` atomically and takes `t = old / G + 1`. All `G` adds of step `s` return values
+//! in `[(s−1)·G, s·G)`, whatever their order, so every workgroup agrees on `t = s`. Past
+//! `t = 2²⁰` a workgroup takes the add back and uses `t = 2²⁰`, so `arrivals` stays below
+//! `2²⁰·G + G ≤ 2³⁰ + 1024` and never wraps (bias corrections `1 − βᵗ` are 1 in `f32` long
+//! before, for any β ≤ 0.99999). Workgroup 0 also adds 1 to `steps`, the exact count that
+//! [`Adam::steps`] reads.
 //!
 //! Scalars (`lr`, betas, `eps`, weight decay, momentum) are kernel arguments, so each can be a
 //! per-step scalar of a recorded step.
@@ -20,14 +23,15 @@ use graphed_runtime::{Buffer, Device, Error, Grid, Launch, Result, ScalarArg};
 use crate::reduce::{first_pass_groups, reduce_all};
 use crate::shape::{expect_len, groups, u32_of};
 
-/// Most workgroups an optimizer launch uses (each invocation then loops over its share).
-const MAX_OPT_GROUPS: u32 = 256;
+/// Words of an optimizer's step counter: `[arrivals, steps]` (module docs).
+pub const COUNTER_WORDS: usize = 2;
 
-/// The fixed workgroup count of an optimizer over `n` parameters: a power of two.
+/// Most workgroups an optimizer launch uses (each invocation then loops over its share).
+const MAX_OPT_GROUPS: usize = 1024;
+
+/// The fixed workgroup count of an optimizer over `n` parameters.
 fn opt_groups(n: usize) -> u32 {
-    (n.div_ceil(256).max(1) as u32)
-        .next_power_of_two()
-        .min(MAX_OPT_GROUPS)
+    n.div_ceil(256).clamp(1, MAX_OPT_GROUPS) as u32
 }
 
 /// Adam (`decoupled == false`: L2 weight decay added to the gradient) or AdamW (`true`:
@@ -52,7 +56,15 @@ pub fn adam_step(
     let st = shared::<u32, 1>();
     if local_id().x == 0 {
         let old = atomic_add(count, 0u32, 1u32);
-        st[0] = old / num_workgroups().x + 1u32;
+        let mut t = old / num_workgroups().x + 1u32;
+        if t > 1048576u32 {
+            atomic_sub(count, 0u32, 1u32);
+            t = 1048576u32;
+        }
+        if workgroup_id().x == 0 {
+            atomic_add(count, 1u32, 1u32);
+        }
+        st[0] = t;
     }
     barrier();
     // Bias corrections 1 − βᵗ by binary powering of (1 − β): with q = 1 − βᵏ,
@@ -115,7 +127,15 @@ pub fn sgd_step(
     let st = shared::<u32, 1>();
     if local_id().x == 0 {
         let old = atomic_add(count, 0u32, 1u32);
-        st[0] = old / num_workgroups().x + 1u32;
+        let mut t = old / num_workgroups().x + 1u32;
+        if t > 1048576u32 {
+            atomic_sub(count, 0u32, 1u32);
+            t = 1048576u32;
+        }
+        if workgroup_id().x == 0 {
+            atomic_add(count, 1u32, 1u32);
+        }
+        st[0] = t;
     }
     barrier();
     let first = st[0] == 1u32;
@@ -182,8 +202,8 @@ fn check_pair(op: &str, n: usize, params: &Buffer<f32>, grads: &Buffer<f32>) -> 
     Ok(())
 }
 
-fn read_steps(count: &Buffer<u32>, groups: u32) -> Result<u32> {
-    Ok(count.to_host()?[0] / groups)
+fn read_steps(count: &Buffer<u32>) -> Result<u32> {
+    Ok(count.to_host()?[1])
 }
 
 /// Hyper-parameters of Adam and AdamW (PyTorch's defaults: `Default`).
@@ -251,11 +271,11 @@ impl Adam {
             n,
             groups: opt_groups(n),
             moments: dev.alloc(2 * n)?,
-            count: dev.alloc(1)?,
+            count: dev.alloc(COUNTER_WORDS)?,
         })
     }
 
-    /// An optimizer over existing state (`moments`: `m` then `v`, `2·n`; `count`: 1 word),
+    /// An optimizer over existing state (`moments`: `m` then `v`, `2·n`; `count`: 2 words),
     /// e.g. a step's `#[state]` buffers.
     pub fn from_state(
         config: AdamConfig,
@@ -269,7 +289,7 @@ impl Adam {
                 moments.len()
             )));
         }
-        expect_len("Adam", "count", count.len(), 1)?;
+        expect_len("Adam", "count", count.len(), COUNTER_WORDS)?;
         let n = moments.len() / 2;
         Ok(Adam {
             config,
@@ -291,14 +311,14 @@ impl Adam {
         &self.moments
     }
 
-    /// The step counter (see the module docs: `steps = count / G`).
+    /// The step counter, `[arrivals, steps]` (module docs).
     pub fn count(&self) -> &Buffer<u32> {
         &self.count
     }
 
     /// Steps taken so far (a host read: not inside a step).
     pub fn steps(&self) -> Result<u32> {
-        read_steps(&self.count, self.groups)
+        read_steps(&self.count)
     }
 
     /// One update of every parameter with learning rate `lr` and the configured constants.
@@ -426,13 +446,13 @@ impl Sgd {
             n,
             groups: opt_groups(n),
             momentum: dev.alloc(n)?,
-            count: dev.alloc(1)?,
+            count: dev.alloc(COUNTER_WORDS)?,
         })
     }
 
-    /// SGD over existing state (`momentum`: `n`; `count`: 1 word).
+    /// SGD over existing state (`momentum`: `n`; `count`: 2 words).
     pub fn from_state(config: SgdConfig, momentum: Buffer<f32>, count: Buffer<u32>) -> Result<Sgd> {
-        expect_len("Sgd", "count", count.len(), 1)?;
+        expect_len("Sgd", "count", count.len(), COUNTER_WORDS)?;
         let n = momentum.len();
         Ok(Sgd {
             config,
@@ -455,7 +475,7 @@ impl Sgd {
 
     /// Steps taken so far (a host read).
     pub fn steps(&self) -> Result<u32> {
-        read_steps(&self.count, self.groups)
+        read_steps(&self.count)
     }
 
     /// One update of every parameter. One launch.
@@ -503,6 +523,25 @@ impl GradClip {
             partials: dev.alloc(first_pass_groups(n) as usize)?,
             norm: dev.alloc(1)?,
         })
+    }
+
+    /// Device elements of the partial sums a clipper of `n` gradients needs.
+    pub fn partials_len(n: usize) -> usize {
+        first_pass_groups(n) as usize
+    }
+
+    /// A clipper over existing device buffers (`partials`: [`GradClip::partials_len`]
+    /// elements; `norm`: one), e.g. a step's `#[state]` or workspace buffers.
+    pub fn from_buffers(n: usize, partials: Buffer<f32>, norm: Buffer<f32>) -> Result<GradClip> {
+        u32_of("gradients", n)?;
+        expect_len(
+            "GradClip",
+            "partials",
+            partials.len(),
+            Self::partials_len(n),
+        )?;
+        expect_len("GradClip", "norm", norm.len(), 1)?;
+        Ok(GradClip { n, partials, norm })
     }
 
     /// The total norm before clipping, as of the last [`GradClip::clip`] (one element).

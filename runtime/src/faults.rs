@@ -44,3 +44,9 @@ pub fn destroy_device_memory(view: &crate::buffer::RawView) -> bool {
         _ => false,
     }
 }
+
+/// Whether the mutation `name` is switched on by `GRAPHED_MUTATION` (comma-separated), for
+/// checking that the tests catch a broken safety mechanism. Never set it in real use.
+pub fn mutation(name: &str) -> bool {
+    std::env::var("GRAPHED_MUTATION").is_ok_and(|v| v.split(',').any(|m| m.trim() == name))
+}

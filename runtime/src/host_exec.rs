@@ -311,3 +311,12 @@ pub fn div_u32(a: u32, b: u32) -> u32 {
 pub fn rem_u32(a: u32, b: u32) -> u32 {
     a.checked_rem(b).unwrap_or(0)
 }
+
+/// The capture-key bits of a `#[key]` parameter that is not a `bool` or an integer: a hash
+/// with fixed keys, so equal values give equal keys within a process.
+pub fn key_hash<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}

@@ -33,6 +33,8 @@ pub use step::{Input, Output, Scalar, Step};
 /// Used by code that `#[kernel]` and `#[graphed]` generate; not a stable API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::faults::{destroy_device_memory, inject_capture_escape, inject_capture_fault};
+    pub use crate::faults::{
+        destroy_device_memory, inject_capture_escape, inject_capture_fault, mutation,
+    };
     pub use crate::host_exec::*;
 }

@@ -67,9 +67,13 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
                 pass.push(quote!(#id));
                 n_scalar += 1;
             }
-            Role::Key => {
+            Role::Key { hashed } => {
                 call_params.push(quote!(#id: #pty));
-                keys.push(quote!(#id as u64));
+                keys.push(if *hashed {
+                    quote!(::graphed::__private::key_hash(&#id))
+                } else {
+                    quote!(#id as u64)
+                });
                 pass.push(quote!(#id));
             }
         }
@@ -136,7 +140,7 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
             holder: ::graphed::Graphed,
         }
 
-        #[allow(clippy::too_many_arguments, clippy::needless_lifetimes)]
+        #[allow(clippy::too_many_arguments, clippy::needless_lifetimes, clippy::needless_question_mark)]
         impl #ty {
             /// A holder on `device` with the default cache bounds.
             #vis fn new(device: &::graphed::Device) -> ::graphed::Result<Self> {

@@ -11,7 +11,7 @@ pub enum Role {
     /// `lr: f32`: a per-step scalar in device memory.
     Scalar { ty: syn::Type },
     /// `#[key] flag: bool`: part of the capture key.
-    Key,
+    Key { hashed: bool },
 }
 
 pub struct Param {
@@ -309,11 +309,13 @@ pub fn step(args: TokenStream, func: &syn::ItemFn, errors: &mut Vec<syn::Error>)
                 }
             }
         } else if is_key {
-            if !ident_is(&pt.ty, KEYS) {
-                errors.push(syn::Error::new_spanned(&pt.ty, "a `#[key]` parameter is a `bool` or an integer: it selects code paths and is part of the capture key; a value that changes every step is a plain `f32`/`i32`/`u32`/`bool` parameter"));
+            if matches!(&*pt.ty, syn::Type::Reference(r) if r.mutability.is_some()) {
+                errors.push(syn::Error::new_spanned(&pt.ty, "a `#[key]` parameter is read, never written: take it by value or `&` (a `bool`, an integer, or any `Hash` value such as `&[usize]`)"));
                 continue;
             }
-            Role::Key
+            Role::Key {
+                hashed: !ident_is(&pt.ty, KEYS),
+            }
         } else {
             match &*pt.ty {
                 syn::Type::Reference(r) if r.mutability.is_none() => {

@@ -62,7 +62,7 @@ fn parameter_roles() {
                 Role::State { mutable: true } => "state mut",
                 Role::State { mutable: false } => "state",
                 Role::Scalar { .. } => "scalar",
-                Role::Key => "key",
+                Role::Key { .. } => "key",
             };
             (p.name.to_string(), r)
         })

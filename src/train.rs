@@ -1,0 +1,241 @@
+//! Recorded training steps for an MLP classifier (softmax cross-entropy, AdamW), built from
+//! the kernel library: the step the README's main job, the examples, the benchmarks and the
+//! accumulation tests share.
+//!
+//! Three recorded steps over the same flat state (parameters, gradients, AdamW moments and
+//! step counter, each one allocation):
+//! - [`TrainStep`]: forward, loss, backward and AdamW in one recording (one replay per update);
+//! - [`MicroStep`]: forward, loss and backward of one micro-batch, adding into the gradients or
+//!   overwriting them — the mode is a per-step device scalar, so switching it never recaptures;
+//! - [`ApplyStep`]: the AdamW update alone, its own recording, run after the last micro-batch.
+//!
+//! Gradient accumulation over `k` micro-batches is `MicroStep` with `accumulate = false` for the
+//! first micro-batch and `true` after, each with `grad_scale = 1 / (rows · k)`, then
+//! `ApplyStep`: the gradients equal those of one batch of all `k · rows` rows (up to
+//! floating-point summation order), and replay equals eager bitwise.
+
+use graphed_kernels::layers::{Mlp, MlpActivations};
+use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
+use graphed_kernels::optim::{Adam, AdamConfig, AdamW, GradClip};
+use graphed_macros::graphed;
+use graphed_runtime::{Buffer, Device, Input, Output, Result, Step};
+
+/// The persistent state of an MLP classifier trained with AdamW: every buffer a step updates.
+pub struct Classifier {
+    /// Layer widths, input first, classes last.
+    pub sizes: Vec<usize>,
+    /// All parameters (flat; see [`Mlp`] for the layout).
+    pub params: Buffer<f32>,
+    /// All gradients (same layout).
+    pub grads: Buffer<f32>,
+    /// AdamW's first and second moments (`m` then `v`).
+    pub moments: Buffer<f32>,
+    /// AdamW's device step counter.
+    pub count: Buffer<u32>,
+    /// AdamW's constants (β₁, β₂, ε, weight decay).
+    pub config: AdamConfig,
+}
+
+impl Classifier {
+    /// A classifier with widths `sizes`, initialised as `torch.nn.Linear` from `seed`, with
+    /// PyTorch's AdamW defaults (β = 0.9, 0.999; ε = 1e-8; weight decay 0.01).
+    pub fn new(device: &Device, sizes: &[usize], seed: u64) -> Result<Classifier> {
+        let mlp = Mlp::new(device, sizes, seed)?;
+        let n = Mlp::param_count(sizes);
+        let config = AdamW::default_config();
+        let opt = AdamW::new(device, n, config)?;
+        Ok(Classifier {
+            sizes: sizes.to_vec(),
+            params: mlp.params().clone(),
+            grads: mlp.grads().clone(),
+            moments: opt.moments().clone(),
+            count: opt.count().clone(),
+            config,
+        })
+    }
+
+    /// A deep copy (new allocations with the same contents), e.g. to run eager beside replay.
+    pub fn duplicate(&self) -> Result<Classifier> {
+        let copy = |b: &Buffer<f32>| -> Result<Buffer<f32>> {
+            let c = b.device().alloc::<f32>(b.len())?;
+            c.copy_from(b)?;
+            Ok(c)
+        };
+        let count = self.count.device().alloc::<u32>(self.count.len())?;
+        count.copy_from(&self.count)?;
+        Ok(Classifier {
+            sizes: self.sizes.clone(),
+            params: copy(&self.params)?,
+            grads: copy(&self.grads)?,
+            moments: copy(&self.moments)?,
+            count,
+            config: self.config,
+        })
+    }
+
+    /// Class scores for `x` (`rows × sizes[0]`), computed eagerly: `rows × classes` values.
+    pub fn logits(&self, x: &Buffer<f32>) -> Result<Vec<f32>> {
+        let device = x.device();
+        let rows = x.len() / self.sizes[0];
+        let mlp = Mlp::from_buffers(&self.sizes, self.params.clone(), self.grads.clone())?;
+        let mut acts = MlpActivations::new(&mlp, rows, |n| device.alloc(n))?;
+        mlp.forward(device, x, &mut acts)?;
+        acts.logits().to_host()
+    }
+
+    /// The fraction of rows whose highest score is the label.
+    pub fn accuracy(&self, x: &Buffer<f32>, labels: &[u32]) -> Result<f64> {
+        let classes = *self.sizes.last().expect("an MLP has layers");
+        let logits = self.logits(x)?;
+        let right = logits
+            .chunks(classes)
+            .zip(labels)
+            .filter(|(row, &label)| {
+                let best = row
+                    .iter()
+                    .enumerate()
+                    .fold(0, |b, (i, v)| if *v > row[b] { i } else { b });
+                best as u32 == label
+            })
+            .count();
+        Ok(right as f64 / labels.len().max(1) as f64)
+    }
+}
+
+/// Forward, loss and backward of one batch into the flat gradients; returns the loss buffer.
+fn forward_backward(
+    cx: &Step,
+    sizes: &[usize],
+    params: &Buffer<f32>,
+    grads: &Buffer<f32>,
+    x: &Buffer<f32>,
+    labels: &Buffer<u32>,
+    accumulate: impl Into<graphed_runtime::ScalarArg<bool>>,
+    grad_scale: impl Into<graphed_runtime::ScalarArg<f32>>,
+) -> Result<Output<f32>> {
+    let rows = labels.len();
+    let classes = *sizes.last().expect("an MLP has layers");
+    let mut accumulate = accumulate.into();
+    if graphed_runtime::__private::mutation("force_overwrite") {
+        // Mutation testing only: every micro-batch overwrites the gradients.
+        accumulate = false.into();
+    }
+    let mut mlp = Mlp::from_buffers(sizes, params.clone(), grads.clone())?;
+    let mut acts = MlpActivations::new(&mlp, rows, |n| cx.workspace(n))?;
+    mlp.forward(cx, x, &mut acts)?;
+    let mut loss = cx.output::<f32>(1)?;
+    let mut ws = cx.workspace::<f32>(xent_workspace_len(rows, classes).max(1))?;
+    let mut dlogits = acts.dlogits()?;
+    softmax_cross_entropy_scaled(
+        cx,
+        acts.logits(),
+        labels,
+        &mut loss,
+        &mut dlogits,
+        &mut ws,
+        grad_scale,
+    )?;
+    mlp.backward(cx, x, &mut acts, accumulate)?;
+    Ok(loss)
+}
+
+fn adamw(config: AdamConfig, moments: &Buffer<f32>, count: &Buffer<u32>) -> Result<Adam> {
+    Adam::from_state(config, true, moments.clone(), count.clone())
+}
+
+/// One full training update of an MLP classifier: forward, mean softmax cross-entropy,
+/// backward and AdamW (PyTorch's defaults, weight decay 0.01), recorded as one plan.
+/// `sizes` (the layer widths) is structural.
+#[graphed]
+pub fn train_step(
+    cx: &mut Step,
+    #[state] params: &mut Buffer<f32>,
+    #[state] grads: &mut Buffer<f32>,
+    #[state] moments: &mut Buffer<f32>,
+    #[state] count: &mut Buffer<u32>,
+    x: &Input<f32>,
+    labels: &Input<u32>,
+    lr: f32,
+    #[key] sizes: &[usize],
+) -> Result<Output<f32>> {
+    let rows = labels.len().max(1);
+    let loss = forward_backward(
+        cx,
+        sizes,
+        params,
+        grads,
+        x,
+        labels,
+        false,
+        1.0 / rows as f32,
+    )?;
+    adamw(AdamW::default_config(), moments, count)?.step(cx, params, grads, lr)?;
+    Ok(loss)
+}
+
+/// Forward, loss and backward of one micro-batch. `accumulate` (add into the gradients, or
+/// overwrite them for the first micro-batch) and `grad_scale` are per-step device scalars.
+#[graphed]
+pub fn micro_step(
+    cx: &mut Step,
+    #[state] params: &mut Buffer<f32>,
+    #[state] grads: &mut Buffer<f32>,
+    x: &Input<f32>,
+    labels: &Input<u32>,
+    accumulate: bool,
+    grad_scale: f32,
+    #[key] sizes: &[usize],
+) -> Result<Output<f32>> {
+    forward_backward(cx, sizes, params, grads, x, labels, accumulate, grad_scale)
+}
+
+/// The AdamW update alone (after the last micro-batch): its own recording.
+#[graphed]
+pub fn apply_step(
+    cx: &mut Step,
+    #[state] params: &mut Buffer<f32>,
+    #[state] grads: &mut Buffer<f32>,
+    #[state] moments: &mut Buffer<f32>,
+    #[state] count: &mut Buffer<u32>,
+    lr: f32,
+) -> Result<()> {
+    adamw(AdamW::default_config(), moments, count)?.step(cx, params, grads, lr)
+}
+
+/// Forward, loss, backward, gradient-norm clipping and AdamW for one incoming batch (an
+/// inference-time adaptation update). Returns the loss and a snapshot of the gradient taken
+/// *before* clipping — a runtime-owned copy inside the recording, so the clipped state and
+/// the gradient handed out can never be confused. `partials` and `norm` are the clipper's
+/// device workspace (see [`GradClip::from_buffers`]).
+#[graphed]
+pub fn adapt_step(
+    cx: &mut Step,
+    #[state] params: &mut Buffer<f32>,
+    #[state] grads: &mut Buffer<f32>,
+    #[state] moments: &mut Buffer<f32>,
+    #[state] count: &mut Buffer<u32>,
+    #[state] partials: &mut Buffer<f32>,
+    #[state] norm: &mut Buffer<f32>,
+    x: &Input<f32>,
+    labels: &Input<u32>,
+    lr: f32,
+    max_norm: f32,
+    #[key] sizes: &[usize],
+) -> Result<(Output<f32>, Output<f32>)> {
+    let rows = labels.len().max(1);
+    let loss = forward_backward(
+        cx,
+        sizes,
+        params,
+        grads,
+        x,
+        labels,
+        false,
+        1.0 / rows as f32,
+    )?;
+    let raw = cx.snapshot(grads)?;
+    let mut clip = GradClip::from_buffers(grads.len(), partials.clone(), norm.clone())?;
+    clip.clip(cx, grads, max_norm)?;
+    adamw(AdamConfig::default(), moments, count)?.step(cx, params, grads, lr)?;
+    Ok((loss, raw))
+}

@@ -3,13 +3,14 @@
 //! derivative (for backward passes), accumulation into `C`, and the row sums of `op(A)` (a
 //! layer's bias gradient) in the same launch.
 //!
-//! Two tilings, both staging `A` and `B` through workgroup memory in steps of 16 along `k`:
+//! Two tilings, both staging `A` and `B` through workgroup memory, each step's global loads
+//! issued into registers before the previous step's arithmetic:
 //!
-//! - [`matmul_t64`]: 64×64 tiles of `C`, 256 invocations each computing a 4×4 block (rows
-//!   `ty + 16i`, columns `tx + 16j`, so workgroup-memory reads are conflict-free and global
-//!   writes coalesce); for large products.
-//! - [`matmul_t16`]: 16×16 tiles, one element per invocation; more workgroups for small
-//!   products, where 64×64 tiles would leave most of a big GPU idle.
+//! - [`matmul_t64`]: 64×64 tiles of `C`, `k` in steps of 16, 256 invocations each computing a
+//!   4×4 block (rows `ty + 16i`, columns `tx + 16j`, so workgroup-memory reads are
+//!   conflict-free and global writes coalesce); for large products.
+//! - [`matmul_t16`]: 16×16 tiles, one element per invocation, `k` in steps of 64; more
+//!   workgroups for small products, where 64×64 tiles would leave most of a big GPU idle.
 //!
 //! Every element of `C` is `Σ_k op(A)[r, k]·op(B)[k, c]` accumulated in increasing `k` in one
 //! invocation, so both tilings and every backend add in the same order (a backend may still
@@ -21,11 +22,14 @@ use graphed_runtime::{Buffer, Error, Grid, Launch, Result, ScalarArg};
 use crate::elementwise::Act;
 use crate::shape::{expect_len, u32_of};
 
-/// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation). `ta`/`tb`: `A` is stored `k × m` /
-/// `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when `has_bias`), activation
-/// `act`, times `gate′(aux[row, col])` (when `gate != 0`), `+ c[row, col]` (when
-/// `accumulate`). With `has_db`, the first column of workgroups also writes `db[row] = Σ_k
-/// op(A)[row, k]` (added to `db` when `accumulate`).
+/// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation), `k` in steps of 16. `ta`/`tb`: `A`
+/// is stored `k × m` / `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when
+/// `has_bias`), activation `act`, times `gate′(aux[row, col])` (when `gate != 0`),
+/// `+ c[row, col]` (when `accumulate`). With `has_db`, the first column of workgroups also
+/// writes `db[row] = Σ_k op(A)[row, k]` (added to `db` when `accumulate`).
+///
+/// Step `t` stores the tile that step `t − 1` loaded into registers, then loads the next
+/// tile while it computes on this one, so global loads overlap the arithmetic.
 #[kernel(workgroup = 256)]
 pub fn matmul_t64(
     m: u32,
@@ -52,6 +56,24 @@ pub fn matmul_t64(
     let ty = tid / 16;
     let row0 = workgroup_id().y * 64;
     let col0 = workgroup_id().x * 64;
+    // Element q of this invocation's share of a tile: (row or column, k) = (r + dr·q, kk + dk·q),
+    // consecutive invocations along the dimension that is contiguous in memory.
+    let ra = if ta { tid % 64 } else { tid / 16 };
+    let ka = if ta { tid / 64 } else { tid % 16 };
+    let dra = if ta { 0u32 } else { 16u32 };
+    let dka = if ta { 4u32 } else { 0u32 };
+    let cb = if tb { tid / 16 } else { tid % 64 };
+    let kb = if tb { tid % 16 } else { tid / 64 };
+    let dcb = if tb { 16u32 } else { 0u32 };
+    let dkb = if tb { 0u32 } else { 4u32 };
+    let mut pa0 = 0.0;
+    let mut pa1 = 0.0;
+    let mut pa2 = 0.0;
+    let mut pa3 = 0.0;
+    let mut pb0 = 0.0;
+    let mut pb1 = 0.0;
+    let mut pb2 = 0.0;
+    let mut pb3 = 0.0;
     let mut c00 = 0.0;
     let mut c01 = 0.0;
     let mut c02 = 0.0;
@@ -73,92 +95,97 @@ pub fn matmul_t64(
     let mut d2 = 0.0;
     let mut d3 = 0.0;
     let sums = has_db && workgroup_id().x == 0 && tx == 0;
-    let mut k0 = 0u32;
-    while k0 < k {
-        for q in 0..4u32 {
-            let e = tid + 256 * q;
-            if ta {
-                let r = e % 64;
-                let kk = e / 64;
-                let gr = row0 + r;
-                let gk = k0 + kk;
-                sa[kk * 65 + r] = if gr < m && gk < k {
-                    a[gk * m + gr]
+    let tiles = (k + 15) / 16;
+    for t in 0..(tiles + 1) {
+        if t > 0 {
+            sa[ka * 65 + ra] = pa0;
+            sa[(ka + dka) * 65 + ra + dra] = pa1;
+            sa[(ka + 2 * dka) * 65 + ra + 2 * dra] = pa2;
+            sa[(ka + 3 * dka) * 65 + ra + 3 * dra] = pa3;
+            sb[kb * 65 + cb] = pb0;
+            sb[(kb + dkb) * 65 + cb + dcb] = pb1;
+            sb[(kb + 2 * dkb) * 65 + cb + 2 * dcb] = pb2;
+            sb[(kb + 3 * dkb) * 65 + cb + 3 * dcb] = pb3;
+            barrier();
+        }
+        if t < tiles {
+            let k0 = t * 16;
+            for q in 0..4u32 {
+                let gr = row0 + ra + dra * q;
+                let gk = k0 + ka + dka * q;
+                // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
+                let mut va = 0.0;
+                if gr < m && gk < k {
+                    if ta {
+                        va = a[gk * m + gr];
+                    } else {
+                        va = a[gr * k + gk];
+                    }
+                }
+                let gc = col0 + cb + dcb * q;
+                let hk = k0 + kb + dkb * q;
+                let mut vb = 0.0;
+                if gc < n && hk < k {
+                    if tb {
+                        vb = b[gc * k + hk];
+                    } else {
+                        vb = b[hk * n + gc];
+                    }
+                }
+                if q == 0 {
+                    pa0 = va;
+                    pb0 = vb;
+                } else if q == 1 {
+                    pa1 = va;
+                    pb1 = vb;
+                } else if q == 2 {
+                    pa2 = va;
+                    pb2 = vb;
                 } else {
-                    0.0
-                };
-            } else {
-                let kk = e % 16;
-                let r = e / 16;
-                let gr = row0 + r;
-                let gk = k0 + kk;
-                sa[kk * 65 + r] = if gr < m && gk < k {
-                    a[gr * k + gk]
-                } else {
-                    0.0
-                };
-            }
-            if tb {
-                let kk = e % 16;
-                let cc = e / 16;
-                let gc = col0 + cc;
-                let gk = k0 + kk;
-                sb[kk * 65 + cc] = if gc < n && gk < k {
-                    b[gc * k + gk]
-                } else {
-                    0.0
-                };
-            } else {
-                let cc = e % 64;
-                let kk = e / 64;
-                let gc = col0 + cc;
-                let gk = k0 + kk;
-                sb[kk * 65 + cc] = if gc < n && gk < k {
-                    b[gk * n + gc]
-                } else {
-                    0.0
-                };
+                    pa3 = va;
+                    pb3 = vb;
+                }
             }
         }
-        barrier();
-        for kk in 0..16u32 {
-            let o = kk * 65;
-            let a0 = sa[o + ty];
-            let a1 = sa[o + ty + 16];
-            let a2 = sa[o + ty + 32];
-            let a3 = sa[o + ty + 48];
-            let b0 = sb[o + tx];
-            let b1 = sb[o + tx + 16];
-            let b2 = sb[o + tx + 32];
-            let b3 = sb[o + tx + 48];
-            c00 += a0 * b0;
-            c01 += a0 * b1;
-            c02 += a0 * b2;
-            c03 += a0 * b3;
-            c10 += a1 * b0;
-            c11 += a1 * b1;
-            c12 += a1 * b2;
-            c13 += a1 * b3;
-            c20 += a2 * b0;
-            c21 += a2 * b1;
-            c22 += a2 * b2;
-            c23 += a2 * b3;
-            c30 += a3 * b0;
-            c31 += a3 * b1;
-            c32 += a3 * b2;
-            c33 += a3 * b3;
-        }
-        if sums {
+        if t > 0 {
             for kk in 0..16u32 {
                 let o = kk * 65;
-                d0 += sa[o + ty];
-                d1 += sa[o + ty + 16];
-                d2 += sa[o + ty + 32];
-                d3 += sa[o + ty + 48];
+                let a0 = sa[o + ty];
+                let a1 = sa[o + ty + 16];
+                let a2 = sa[o + ty + 32];
+                let a3 = sa[o + ty + 48];
+                let b0 = sb[o + tx];
+                let b1 = sb[o + tx + 16];
+                let b2 = sb[o + tx + 32];
+                let b3 = sb[o + tx + 48];
+                c00 += a0 * b0;
+                c01 += a0 * b1;
+                c02 += a0 * b2;
+                c03 += a0 * b3;
+                c10 += a1 * b0;
+                c11 += a1 * b1;
+                c12 += a1 * b2;
+                c13 += a1 * b3;
+                c20 += a2 * b0;
+                c21 += a2 * b1;
+                c22 += a2 * b2;
+                c23 += a2 * b3;
+                c30 += a3 * b0;
+                c31 += a3 * b1;
+                c32 += a3 * b2;
+                c33 += a3 * b3;
             }
+            if sums {
+                for kk in 0..16u32 {
+                    let o = kk * 65;
+                    d0 += sa[o + ty];
+                    d1 += sa[o + ty + 16];
+                    d2 += sa[o + ty + 32];
+                    d3 += sa[o + ty + 48];
+                }
+            }
+            barrier();
         }
-        barrier();
-        k0 += 16u32;
     }
     for i in 0..4u32 {
         let row = row0 + ty + 16 * i;
@@ -272,8 +299,9 @@ pub fn matmul_t64(
     }
 }
 
-/// `C = op(A)·op(B)` on 16×16 tiles, one element per invocation. Parameters and epilogue as
-/// in [`matmul_t64`].
+/// `C = op(A)·op(B)` on 16×16 tiles, one element per invocation, `k` in steps of 64 (few
+/// steps for the long `k` of small products, where each step's latency dominates), with the
+/// same register prefetch. Parameters and epilogue as in [`matmul_t64`].
 #[kernel(workgroup = 256)]
 pub fn matmul_t16(
     m: u32,
@@ -293,65 +321,107 @@ pub fn matmul_t16(
     c: &mut [f32],
     db: &mut [f32],
 ) {
-    let sa = shared::<f32, 272>();
-    let sb = shared::<f32, 272>();
+    let sa = shared::<f32, 1088>();
+    let sb = shared::<f32, 1088>();
     let tid = local_id().x;
     let tx = tid % 16;
     let ty = tid / 16;
-    let row = workgroup_id().y * 16 + ty;
-    let col = workgroup_id().x * 16 + tx;
-    let lo = tid % 16;
-    let hi = tid / 16;
+    let row0 = workgroup_id().y * 16;
+    let col0 = workgroup_id().x * 16;
+    let row = row0 + ty;
+    let col = col0 + tx;
+    // Element q of this invocation's share of a 16×64 tile, as in `matmul_t64`.
+    let ra = if ta { tid % 16 } else { tid / 64 };
+    let ka = if ta { tid / 16 } else { tid % 64 };
+    let dra = if ta { 0u32 } else { 4u32 };
+    let dka = if ta { 16u32 } else { 0u32 };
+    let cb = if tb { tid / 64 } else { tid % 16 };
+    let kb = if tb { tid % 64 } else { tid / 16 };
+    let dcb = if tb { 4u32 } else { 0u32 };
+    let dkb = if tb { 0u32 } else { 16u32 };
+    let mut pa0 = 0.0;
+    let mut pa1 = 0.0;
+    let mut pa2 = 0.0;
+    let mut pa3 = 0.0;
+    let mut pb0 = 0.0;
+    let mut pb1 = 0.0;
+    let mut pb2 = 0.0;
+    let mut pb3 = 0.0;
     let mut acc = 0.0;
     let mut d = 0.0;
     let sums = has_db && workgroup_id().x == 0 && tx == 0;
-    let mut k0 = 0u32;
-    while k0 < k {
-        if ta {
-            let gr = workgroup_id().y * 16 + lo;
-            let gk = k0 + hi;
-            sa[hi * 17 + lo] = if gr < m && gk < k {
-                a[gk * m + gr]
-            } else {
-                0.0
-            };
-        } else {
-            let gr = workgroup_id().y * 16 + hi;
-            let gk = k0 + lo;
-            sa[lo * 17 + hi] = if gr < m && gk < k {
-                a[gr * k + gk]
-            } else {
-                0.0
-            };
+    let tiles = (k + 63) / 64;
+    for t in 0..(tiles + 1) {
+        if t > 0 {
+            sa[ka * 17 + ra] = pa0;
+            sa[(ka + dka) * 17 + ra + dra] = pa1;
+            sa[(ka + 2 * dka) * 17 + ra + 2 * dra] = pa2;
+            sa[(ka + 3 * dka) * 17 + ra + 3 * dra] = pa3;
+            sb[kb * 17 + cb] = pb0;
+            sb[(kb + dkb) * 17 + cb + dcb] = pb1;
+            sb[(kb + 2 * dkb) * 17 + cb + 2 * dcb] = pb2;
+            sb[(kb + 3 * dkb) * 17 + cb + 3 * dcb] = pb3;
+            barrier();
         }
-        if tb {
-            let gc = workgroup_id().x * 16 + hi;
-            let gk = k0 + lo;
-            sb[lo * 17 + hi] = if gc < n && gk < k {
-                b[gc * k + gk]
-            } else {
-                0.0
-            };
-        } else {
-            let gc = workgroup_id().x * 16 + lo;
-            let gk = k0 + hi;
-            sb[hi * 17 + lo] = if gc < n && gk < k {
-                b[gk * n + gc]
-            } else {
-                0.0
-            };
-        }
-        barrier();
-        for kk in 0..16u32 {
-            acc += sa[kk * 17 + ty] * sb[kk * 17 + tx];
-        }
-        if sums {
-            for kk in 0..16u32 {
-                d += sa[kk * 17 + ty];
+        if t < tiles {
+            let k0 = t * 64;
+            for q in 0..4u32 {
+                let gr = row0 + ra + dra * q;
+                let gk = k0 + ka + dka * q;
+                // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
+                let mut va = 0.0;
+                if gr < m && gk < k {
+                    if ta {
+                        va = a[gk * m + gr];
+                    } else {
+                        va = a[gr * k + gk];
+                    }
+                }
+                let gc = col0 + cb + dcb * q;
+                let hk = k0 + kb + dkb * q;
+                let mut vb = 0.0;
+                if gc < n && hk < k {
+                    if tb {
+                        vb = b[gc * k + hk];
+                    } else {
+                        vb = b[hk * n + gc];
+                    }
+                }
+                if q == 0 {
+                    pa0 = va;
+                    pb0 = vb;
+                } else if q == 1 {
+                    pa1 = va;
+                    pb1 = vb;
+                } else if q == 2 {
+                    pa2 = va;
+                    pb2 = vb;
+                } else {
+                    pa3 = va;
+                    pb3 = vb;
+                }
             }
         }
-        barrier();
-        k0 += 16u32;
+        if t > 0 {
+            // A constant trip count for whole steps (unrolled by GPU compilers); only the
+            // last, partial step of `k` loops over what it holds.
+            let k0 = (t - 1) * 64;
+            if k0 + 64 <= k {
+                for kk in 0..64u32 {
+                    acc += sa[kk * 17 + ty] * sb[kk * 17 + tx];
+                }
+            } else {
+                for kk in 0..(k - k0) {
+                    acc += sa[kk * 17 + ty] * sb[kk * 17 + tx];
+                }
+            }
+            if sums {
+                for kk in 0..min(64u32, k - k0) {
+                    d += sa[kk * 17 + ty];
+                }
+            }
+            barrier();
+        }
     }
     if row < m {
         if sums {

@@ -7,7 +7,7 @@
 use graphed_kernels::elementwise::Act;
 use graphed_kernels::layers::{Linear, Mlp, MlpActivations};
 use graphed_kernels::loss;
-use graphed_kernels::optim::AdamW;
+use graphed_kernels::optim::{AdamW, COUNTER_WORDS};
 use graphed_runtime::testing::on_every_backend;
 use graphed_runtime::{Buffer, Device, Input, Output, Result, Step};
 use rand::Rng;
@@ -337,7 +337,7 @@ fn a_recorded_training_step_replays_as_eager() {
                 dev.upload(&p0).unwrap(),
                 dev.alloc::<f32>(n).unwrap(),
                 dev.alloc::<f32>(2 * n).unwrap(),
-                dev.alloc::<u32>(1).unwrap(),
+                dev.alloc::<u32>(COUNTER_WORDS).unwrap(),
             )
         };
         let (mut p1, mut g1, mut m1, mut c1) = state(dev);

@@ -7,6 +7,7 @@ mod elementwise;
 mod layers;
 mod loss;
 mod matmul;
+mod nvrtc;
 mod optim;
 mod reduce;
 mod rng;

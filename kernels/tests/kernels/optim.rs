@@ -1,7 +1,7 @@
 //! Optimizers against plain-Rust f64 references of PyTorch's update rules, 20 steps each,
 //! and device-side gradient clipping.
 
-use graphed_kernels::optim::{Adam, AdamConfig, AdamW, GradClip, Sgd, SgdConfig};
+use graphed_kernels::optim::{Adam, AdamConfig, AdamW, GradClip, Sgd, SgdConfig, COUNTER_WORDS};
 use graphed_runtime::testing::on_every_backend;
 use graphed_runtime::Device;
 
@@ -239,5 +239,51 @@ fn gradient_clipping_on_the_device() {
         let mut clip = GradClip::new(dev, 3).unwrap();
         let mut wrong = poisoned(dev, 4);
         assert!(clip.clip(dev, &mut wrong, 1.0).is_err());
+    });
+}
+
+#[test]
+fn the_step_counter_saturates_instead_of_wrapping() {
+    let mut r = rng("the_step_counter_saturates_instead_of_wrapping");
+    on_every_backend(|dev| {
+        // 1 and 17 workgroups; the count starts one step before t = 2²⁰.
+        for n in [7usize, 4097] {
+            let groups = n.div_ceil(256) as u32;
+            let cap = 1u32 << 20;
+            let c = AdamW::default_config();
+            let count = dev.upload(&[(cap - 1) * groups, 5]).unwrap();
+            let mut opt = AdamW::from_state(c, dev.alloc(2 * n).unwrap(), count.clone()).unwrap();
+            let p0 = floats(&mut r, n, -1.0, 1.0);
+            let mut params = dev.upload(&p0).unwrap();
+            let mut reference = AdamRef {
+                p: p0.iter().map(|&v| v as f64).collect(),
+                m: vec![0.0; n],
+                v: vec![0.0; n],
+                t: cap as i32 - 1,
+            };
+            for _ in 0..3 {
+                let g = floats(&mut r, n, -1.0, 1.0);
+                opt.step(dev, &mut params, &dev.upload(&g).unwrap(), 1e-2)
+                    .unwrap();
+                reference.step(&g, 1e-2, c, true);
+                // Past the cap the reference's bias corrections are 1, as the device's.
+                reference.t = reference.t.min(cap as i32 - 1);
+            }
+            assert_eq!(
+                count.to_host().unwrap(),
+                vec![cap * groups, 8],
+                "n={n}: [arrivals, steps]"
+            );
+            assert_eq!(opt.steps().unwrap(), 8);
+            let case = format!("AdamW n={n} at the counter's cap");
+            assert_close_floor(
+                &case,
+                &params.to_host().unwrap(),
+                &reference.p,
+                TOL_PARAMS,
+                0.1,
+            );
+        }
+        assert_eq!(COUNTER_WORDS, 2);
     });
 }

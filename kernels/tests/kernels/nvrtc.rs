@@ -1,0 +1,46 @@
+//! Every kernel's CUDA C compiles with NVRTC (no GPU needed; skipped without libnvrtc unless
+//! `GRAPHED_REQUIRE` lists `nvrtc`).
+
+use graphed_kernels::{elementwise as ew, loss, matmul, optim, reduce, rng};
+use graphed_runtime::KernelDef;
+
+fn all() -> Vec<&'static KernelDef> {
+    vec![
+        &ew::fill_f32::DEF,
+        &ew::ew_unary::DEF,
+        &ew::ew_unary_backward::DEF,
+        &ew::ew_binary::DEF,
+        &ew::ew_scale::DEF,
+        &ew::ew_scale_in_place::DEF,
+        &ew::ew_axpy::DEF,
+        &ew::ew_copy2::DEF,
+        &ew::ew_mul_backward::DEF,
+        &ew::bias_act::DEF,
+        &ew::bias_act_backward::DEF,
+        &reduce::reduce_all::DEF,
+        &reduce::reduce_rows::DEF,
+        &matmul::matmul_t64::DEF,
+        &matmul::matmul_t16::DEF,
+        &loss::softmax_xent_narrow::DEF,
+        &loss::softmax_xent_wide::DEF,
+        &loss::mse_pass::DEF,
+        &loss::mse_grad::DEF,
+        &optim::adam_step::DEF,
+        &optim::sgd_step::DEF,
+        &optim::clip_scale::DEF,
+        &rng::philox_fill::DEF,
+        &rng::philox_advance::DEF,
+    ]
+}
+
+#[test]
+fn every_kernel_compiles_for_cuda() {
+    if !graphed_runtime::testing::nvrtc_enabled() {
+        return;
+    }
+    for k in all() {
+        let ptx = graphed_runtime::nvrtc::compile(k, "compute_90")
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", k.name, k.cuda));
+        assert!(ptx.contains(&format!(".entry {}", k.name)), "{}", k.name);
+    }
+}

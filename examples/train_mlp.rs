@@ -1,0 +1,525 @@
+//! The main job: train an MLP classifier with a recorded training step.
+//!
+//! ```sh
+//! cargo run --release --example train_mlp                       # 8×8 digits, best backend
+//! cargo run --release --example train_mlp -- --backend wgpu --steps 2000 --accumulate 4
+//! cargo run --release --example train_mlp -- --data ~/mnist --plot loss.svg
+//! ```
+//!
+//! Data: the 8×8 optical digits that ship with this repository (`examples/data/digits.u8`,
+//! UCI, CC BY 4.0 — see `examples/data/README.md`), or MNIST's IDX files from `--data DIR`
+//! (`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`,
+//! `t10k-labels-idx1-ubyte`). One update is forward, mean softmax cross-entropy, backward and
+//! AdamW, replayed from one recording (or `k` micro-batches and an apply step with
+//! `--accumulate k`). At the end it reports test accuracy, steps/s of replay and of eager
+//! execution measured in the same run, and how many recordings it made.
+
+use std::io::Write as _;
+use std::time::Instant;
+
+use graphed::train::{ApplyStep, Classifier, MicroStep, TrainStep};
+use graphed::{BackendKind, Device, Result};
+
+/// Command-line options.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub backend: Option<BackendKind>,
+    pub steps: usize,
+    pub batch: usize,
+    pub accumulate: usize,
+    pub eager: bool,
+    pub lr: f32,
+    pub seed: u64,
+    pub data: Option<std::path::PathBuf>,
+    pub plot: Option<std::path::PathBuf>,
+    pub quiet: bool,
+    pub min_accuracy: Option<f64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            backend: None,
+            steps: 1500,
+            batch: 64,
+            accumulate: 1,
+            eager: false,
+            lr: 2e-3,
+            seed: 1,
+            data: None,
+            plot: None,
+            quiet: false,
+            min_accuracy: None,
+        }
+    }
+}
+
+/// What a run measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub backend: String,
+    pub test_accuracy: f64,
+    pub losses: Vec<(usize, f32)>,
+    pub steps_per_s: f64,
+    pub other_steps_per_s: f64,
+    pub recordings: u64,
+}
+
+const USAGE: &str = "usage: train_mlp [--backend host|wgpu|cuda] [--steps N] [--batch B] [--accumulate K] [--eager] [--lr X] [--seed S] [--data MNIST_DIR] [--plot loss.svg] [--min-accuracy A] [--quiet]";
+
+pub fn parse(args: impl IntoIterator<Item = String>) -> std::result::Result<Options, String> {
+    let mut o = Options::default();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value\n{USAGE}"));
+        let num = |s: String, name: &str| {
+            s.parse::<f64>()
+                .map_err(|_| format!("{name}: not a number: {s}"))
+        };
+        match a.as_str() {
+            "--backend" => {
+                o.backend = Some(match val("--backend")?.as_str() {
+                    "host" => BackendKind::Host,
+                    "wgpu" => BackendKind::Wgpu,
+                    "cuda" => BackendKind::Cuda,
+                    other => return Err(format!("--backend: unknown backend {other}\n{USAGE}")),
+                })
+            }
+            "--steps" => o.steps = num(val("--steps")?, "--steps")? as usize,
+            "--batch" => o.batch = num(val("--batch")?, "--batch")? as usize,
+            "--accumulate" => o.accumulate = num(val("--accumulate")?, "--accumulate")? as usize,
+            "--lr" => o.lr = num(val("--lr")?, "--lr")? as f32,
+            "--seed" => o.seed = num(val("--seed")?, "--seed")? as u64,
+            "--min-accuracy" => {
+                o.min_accuracy = Some(num(val("--min-accuracy")?, "--min-accuracy")?)
+            }
+            "--data" => o.data = Some(val("--data")?.into()),
+            "--plot" => o.plot = Some(val("--plot")?.into()),
+            "--eager" => o.eager = true,
+            "--quiet" => o.quiet = true,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+    }
+    if o.batch == 0 || o.accumulate == 0 || o.batch % o.accumulate != 0 {
+        return Err(format!(
+            "--batch ({}) must be a positive multiple of --accumulate ({})",
+            o.batch, o.accumulate
+        ));
+    }
+    Ok(o)
+}
+
+/// A labelled data set: `rows × features` pixels in [0, 1].
+pub struct Data {
+    pub features: usize,
+    pub classes: usize,
+    pub train_x: Vec<f32>,
+    pub train_y: Vec<u32>,
+    pub test_x: Vec<f32>,
+    pub test_y: Vec<u32>,
+}
+
+/// A small deterministic shuffle (SplitMix64), so runs are reproducible without extra crates.
+struct Mix(u64);
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, (self.next() % (i as u64 + 1)) as usize);
+        }
+    }
+}
+
+/// The 8×8 digits: 1797 images, shuffled with `seed`, the last 300 held out for testing.
+pub fn digits(seed: u64) -> Data {
+    let raw: &[u8] = include_bytes!("data/digits.u8");
+    let mut rows: Vec<&[u8]> = raw.chunks_exact(65).collect();
+    Mix(seed).shuffle(&mut rows);
+    let (test, train) = rows.split_at(300);
+    let split = |rows: &[&[u8]]| -> (Vec<f32>, Vec<u32>) {
+        (
+            rows.iter()
+                .flat_map(|r| r[..64].iter().map(|&p| p as f32 / 16.0))
+                .collect(),
+            rows.iter().map(|r| r[64] as u32).collect(),
+        )
+    };
+    let (train_x, train_y) = split(train);
+    let (test_x, test_y) = split(test);
+    Data {
+        features: 64,
+        classes: 10,
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+    }
+}
+
+fn idx(path: &std::path::Path, magic: u32) -> std::result::Result<(Vec<usize>, Vec<u8>), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let word = |i: usize| -> std::result::Result<u32, String> {
+        bytes
+            .get(4 * i..4 * i + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or(format!("{}: truncated header", path.display()))
+    };
+    if word(0)? != magic {
+        return Err(format!(
+            "{}: not an IDX file of the expected kind (magic {:#x})",
+            path.display(),
+            word(0)?
+        ));
+    }
+    let dims: Vec<usize> = (1..=(magic & 0xff) as usize)
+        .map(|i| word(i).map(|w| w as usize))
+        .collect::<std::result::Result<_, _>>()?;
+    let start = 4 * (1 + dims.len());
+    let n: usize = dims.iter().product();
+    let data = bytes
+        .get(start..start + n)
+        .ok_or(format!("{}: truncated data", path.display()))?
+        .to_vec();
+    Ok((dims, data))
+}
+
+/// MNIST from its four IDX files in `dir`.
+pub fn mnist(dir: &std::path::Path) -> std::result::Result<Data, String> {
+    let images = |name: &str| -> std::result::Result<(usize, Vec<f32>), String> {
+        let (dims, data) = idx(&dir.join(name), 0x0803)?;
+        Ok((
+            dims[1] * dims[2],
+            data.into_iter().map(|p| p as f32 / 255.0).collect(),
+        ))
+    };
+    let labels = |name: &str| -> std::result::Result<Vec<u32>, String> {
+        Ok(idx(&dir.join(name), 0x0801)?
+            .1
+            .into_iter()
+            .map(u32::from)
+            .collect())
+    };
+    let (features, train_x) = images("train-images-idx3-ubyte")?;
+    let (_, test_x) = images("t10k-images-idx3-ubyte")?;
+    Ok(Data {
+        features,
+        classes: 10,
+        train_x,
+        train_y: labels("train-labels-idx1-ubyte")?,
+        test_x,
+        test_y: labels("t10k-labels-idx1-ubyte")?,
+    })
+}
+
+/// One update (k micro-batches when accumulating) through whichever path `eager` selects.
+struct Trainer {
+    sizes: Vec<usize>,
+    k: usize,
+    eager: bool,
+    full: TrainStep,
+    micro: MicroStep,
+    apply: ApplyStep,
+}
+
+impl Trainer {
+    fn new(device: &Device, sizes: &[usize], k: usize, eager: bool) -> Result<Trainer> {
+        Ok(Trainer {
+            sizes: sizes.to_vec(),
+            k,
+            eager,
+            full: TrainStep::new(device)?,
+            micro: MicroStep::new(device)?,
+            apply: ApplyStep::new(device)?,
+        })
+    }
+
+    /// Runs one update; returns the loss when `want_loss` (reading it waits for the device).
+    fn update(
+        &mut self,
+        m: &mut Classifier,
+        x: &[f32],
+        y: &[u32],
+        lr: f32,
+        want_loss: bool,
+    ) -> Result<Option<f32>> {
+        let sizes = &self.sizes[..];
+        if self.k == 1 {
+            let loss = if self.eager {
+                self.full.eager(
+                    &mut m.params,
+                    &mut m.grads,
+                    &mut m.moments,
+                    &mut m.count,
+                    x,
+                    y,
+                    lr,
+                    sizes,
+                )?
+            } else {
+                self.full.call(
+                    &mut m.params,
+                    &mut m.grads,
+                    &mut m.moments,
+                    &mut m.count,
+                    x,
+                    y,
+                    lr,
+                    sizes,
+                )?
+            };
+            return if want_loss {
+                Ok(Some(loss.to_host()?[0]))
+            } else {
+                Ok(None)
+            };
+        }
+        let rows = y.len() / self.k;
+        let feats = x.len() / y.len();
+        let scale = 1.0 / y.len() as f32;
+        let mut total = 0.0;
+        for j in 0..self.k {
+            let (xs, ys) = (
+                &x[j * rows * feats..(j + 1) * rows * feats],
+                &y[j * rows..(j + 1) * rows],
+            );
+            let loss = if self.eager {
+                self.micro
+                    .eager(&mut m.params, &mut m.grads, xs, ys, j > 0, scale, sizes)?
+            } else {
+                self.micro
+                    .call(&mut m.params, &mut m.grads, xs, ys, j > 0, scale, sizes)?
+            };
+            if want_loss {
+                total += loss.to_host()?[0] / self.k as f32;
+            }
+        }
+        if self.eager {
+            self.apply.eager(
+                &mut m.params,
+                &mut m.grads,
+                &mut m.moments,
+                &mut m.count,
+                lr,
+            )?;
+        } else {
+            self.apply.call(
+                &mut m.params,
+                &mut m.grads,
+                &mut m.moments,
+                &mut m.count,
+                lr,
+            )?;
+        }
+        Ok(want_loss.then_some(total))
+    }
+
+    fn recordings(&self) -> u64 {
+        self.full.stats().recordings + self.micro.stats().recordings + self.apply.stats().recordings
+    }
+}
+
+/// Trains for `opts.steps` updates and evaluates; also times the other execution mode.
+pub fn run(opts: &Options) -> std::result::Result<Report, String> {
+    let e = |e: graphed::Error| e.to_string();
+    let device = match opts.backend {
+        Some(k) => Device::open(k).map_err(e)?,
+        None => Device::best().map_err(e)?,
+    };
+    let data = match &opts.data {
+        Some(dir) => mnist(dir)?,
+        None => digits(opts.seed),
+    };
+    let sizes: Vec<usize> = if data.features == 64 {
+        vec![64, 128, 64, data.classes]
+    } else {
+        vec![data.features, 256, 256, data.classes]
+    };
+    let n_train = data.train_y.len();
+    if n_train < opts.batch {
+        return Err(format!(
+            "--batch {} is larger than the training set ({n_train} rows)",
+            opts.batch
+        ));
+    }
+    if !opts.quiet {
+        eprintln!(
+            "device: {} ({}); model {sizes:?}; {n_train} training rows, {} test rows",
+            device.kind(),
+            device.adapter(),
+            data.test_y.len()
+        );
+    }
+    let mut model = Classifier::new(&device, &sizes, opts.seed).map_err(e)?;
+    let initial = model.duplicate().map_err(e)?;
+    let mut trainer = Trainer::new(&device, &sizes, opts.accumulate, opts.eager).map_err(e)?;
+
+    let mut order: Vec<usize> = (0..n_train).collect();
+    let mut mix = Mix(opts.seed ^ 0x5EED);
+    let mut cursor = n_train;
+    let (mut xb, mut yb) = (
+        vec![0f32; opts.batch * data.features],
+        vec![0u32; opts.batch],
+    );
+    let mut next_batch = |xb: &mut Vec<f32>, yb: &mut Vec<u32>| {
+        for r in 0..opts.batch {
+            if cursor == n_train {
+                mix.shuffle(&mut order);
+                cursor = 0;
+            }
+            let i = order[cursor];
+            cursor += 1;
+            xb[r * data.features..(r + 1) * data.features]
+                .copy_from_slice(&data.train_x[i * data.features..(i + 1) * data.features]);
+            yb[r] = data.train_y[i];
+        }
+    };
+
+    let log_every = (opts.steps / 100).max(1);
+    let mut losses = Vec::new();
+    let start = Instant::now();
+    for step in 0..opts.steps {
+        next_batch(&mut xb, &mut yb);
+        let want = step % log_every == 0 || step + 1 == opts.steps;
+        if let Some(loss) = trainer
+            .update(&mut model, &xb, &yb, opts.lr, want)
+            .map_err(e)?
+        {
+            losses.push((step, loss));
+            if !opts.quiet {
+                let done = (step + 1) as f64 / opts.steps as f64;
+                let bar: String = (0..30)
+                    .map(|i| if (i as f64) < done * 30.0 { '=' } else { ' ' })
+                    .collect();
+                let rate = (step + 1) as f64 / start.elapsed().as_secs_f64();
+                eprint!(
+                    "\r[{bar}] {:>6}/{} loss {loss:7.4}  {rate:8.0} steps/s",
+                    step + 1,
+                    opts.steps
+                );
+                let _ = std::io::stderr().flush();
+            }
+        }
+    }
+    device.synchronize().map_err(e)?;
+    let steps_per_s = opts.steps as f64 / start.elapsed().as_secs_f64();
+    if !opts.quiet {
+        eprintln!();
+    }
+
+    // The other mode, from the same initial weights, for a short comparison in this run.
+    let compare = opts.steps.clamp(1, 100);
+    let mut other = initial;
+    let mut other_trainer =
+        Trainer::new(&device, &sizes, opts.accumulate, !opts.eager).map_err(e)?;
+    let t = Instant::now();
+    for _ in 0..compare {
+        next_batch(&mut xb, &mut yb);
+        other_trainer
+            .update(&mut other, &xb, &yb, opts.lr, false)
+            .map_err(e)?;
+    }
+    device.synchronize().map_err(e)?;
+    let other_steps_per_s = compare as f64 / t.elapsed().as_secs_f64();
+
+    let test_x = device.upload(&data.test_x).map_err(e)?;
+    let test_accuracy = model.accuracy(&test_x, &data.test_y).map_err(e)?;
+    let recordings = trainer.recordings();
+    if let Some(path) = &opts.plot {
+        std::fs::write(path, svg(&losses)).map_err(|err| format!("{}: {err}", path.display()))?;
+    }
+    Ok(Report {
+        backend: device.kind().to_string(),
+        test_accuracy,
+        losses,
+        steps_per_s,
+        other_steps_per_s,
+        recordings,
+    })
+}
+
+/// The loss curve as a small SVG line chart.
+pub fn svg(losses: &[(usize, f32)]) -> String {
+    let (w, h, pad) = (640.0, 360.0, 48.0);
+    let max_step = losses.last().map(|l| l.0).unwrap_or(1).max(1) as f64;
+    let max_loss = losses.iter().map(|l| l.1 as f64).fold(1e-9, f64::max);
+    let pts: Vec<String> = losses
+        .iter()
+        .map(|&(s, l)| {
+            format!(
+                "{:.1},{:.1}",
+                pad + (w - 2.0 * pad) * s as f64 / max_step,
+                h - pad - (h - 2.0 * pad) * l as f64 / max_loss
+            )
+        })
+        .collect();
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <line x1=\"{pad}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\" stroke=\"black\"/>\n\
+         <line x1=\"{pad}\" y1=\"{pad}\" x2=\"{pad}\" y2=\"{y0}\" stroke=\"black\"/>\n\
+         <text x=\"{cx}\" y=\"{ty}\" text-anchor=\"middle\">step (last {max_step})</text>\n\
+         <text x=\"12\" y=\"{pad}\">loss (max {max_loss:.3})</text>\n\
+         <polyline fill=\"none\" stroke=\"#2563eb\" stroke-width=\"1.5\" points=\"{}\"/>\n</svg>\n",
+        pts.join(" "),
+        y0 = h - pad,
+        x1 = w - pad,
+        cx = w / 2.0,
+        ty = h - 12.0,
+    )
+}
+
+#[allow(dead_code)]
+fn main() {
+    let opts = match parse(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("{msg}");
+            std::process::exit(2);
+        }
+    };
+    match run(&opts) {
+        Ok(r) => {
+            let (mine, other) = if opts.eager {
+                ("eager", "replay")
+            } else {
+                ("replay", "eager")
+            };
+            println!(
+                "backend {}: test accuracy {:.1}%",
+                r.backend,
+                100.0 * r.test_accuracy
+            );
+            println!(
+                "final loss {:.4}",
+                r.losses.last().map(|l| l.1).unwrap_or(f32::NAN)
+            );
+            println!(
+                "{mine}: {:.0} steps/s; {other}: {:.0} steps/s (same run; {:.1}x)",
+                r.steps_per_s,
+                r.other_steps_per_s,
+                r.steps_per_s / r.other_steps_per_s
+            );
+            println!("recordings made: {}", r.recordings);
+            if let Some(min) = opts.min_accuracy {
+                if r.test_accuracy < min {
+                    eprintln!(
+                        "test accuracy {:.3} is below --min-accuracy {min}",
+                        r.test_accuracy
+                    );
+                    std::process::exit(1);
+                }
+            }
+        }
+        Err(msg) => {
+            eprintln!("train_mlp: {msg}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,7 +1,28 @@
 //! Helpers of the kernel tests: random inputs, poisoned outputs, f64 references, tolerances.
 
-use graphed_runtime::{Buffer, Device};
+use std::sync::Mutex;
+
+use graphed_runtime::{BackendKind, Buffer, Device};
 use rand::{Rng, SeedableRng};
+
+/// [`graphed_runtime::testing::on_every_backend`], with a wgpu device no other running test
+/// uses: when test threads share the process's wgpu device, a readback can fail with
+/// "readback did not complete" (`poll(Wait)` returns while another thread's poll delivers
+/// the map callback; reported to the runtime's owner). Devices are pooled, so each keeps
+/// its compiled pipelines for the next test.
+pub fn on_every_backend(mut f: impl FnMut(&Device)) {
+    static POOL: Mutex<Vec<Device>> = Mutex::new(Vec::new());
+    graphed_runtime::testing::on_every_backend(|shared| {
+        if shared.kind() != BackendKind::Wgpu {
+            return f(shared);
+        }
+        let pooled = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let own = pooled
+            .unwrap_or_else(|| Device::open_new(BackendKind::Wgpu).expect("a second wgpu device"));
+        f(&own);
+        POOL.lock().unwrap_or_else(|p| p.into_inner()).push(own);
+    })
+}
 
 /// A fresh random source; the seed is printed so a failure can be reproduced.
 pub fn rng(test: &str) -> rand::rngs::StdRng {

@@ -1,10 +1,11 @@
 //! Elementwise kernels: binary ops, scaling, activations forward and backward, bias + act.
 
 use graphed_kernels::elementwise::{self as ew, Act};
-use graphed_runtime::testing::on_every_backend;
 use rand::Rng;
 
-use crate::common::{assert_close, assert_close_floor, floats, poisoned, rng, SIZES};
+use crate::common::{
+    assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng, SIZES,
+};
 
 /// Elementwise results are one or two roundings from the f64 reference; where terms of order 1
 /// cancel (`a·x + b·y` near zero) the error is judged against a floor of 1 (RMS).

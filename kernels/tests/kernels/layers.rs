@@ -8,11 +8,10 @@ use graphed_kernels::elementwise::Act;
 use graphed_kernels::layers::{Linear, Mlp, MlpActivations};
 use graphed_kernels::loss;
 use graphed_kernels::optim::{AdamW, COUNTER_WORDS};
-use graphed_runtime::testing::on_every_backend;
 use graphed_runtime::{Buffer, Device, Input, Output, Result, Step};
 use rand::Rng;
 
-use crate::common::{assert_close, assert_close_floor, floats, poisoned, rng};
+use crate::common::{assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng};
 
 /// Products and sums of order-1 terms (floored like the elementwise tests where they cancel).
 const TOL: f64 = 1e-5;

@@ -1,10 +1,9 @@
 //! Losses: softmax cross-entropy with its fused gradient, and mean squared error.
 
 use graphed_kernels::loss;
-use graphed_runtime::testing::on_every_backend;
 use rand::Rng;
 
-use crate::common::{assert_close, floats, poisoned, rng, SIZES};
+use crate::common::{assert_close, floats, on_every_backend, poisoned, rng, SIZES};
 
 /// Exponentials and logarithms of a few ulp, summed in the documented order.
 const TOL: f64 = 1e-5;

@@ -2,9 +2,8 @@
 
 use graphed_kernels::elementwise::Act;
 use graphed_kernels::matmul::{self, Epilogue, Gemm, Tile};
-use graphed_runtime::testing::on_every_backend;
 
-use crate::common::{assert_close, assert_close_floor, floats, poisoned, rng};
+use crate::common::{assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng};
 
 /// Products accumulate `k` terms in increasing order in `f32`.
 const TOL: f64 = 1e-5;

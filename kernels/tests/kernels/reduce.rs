@@ -1,9 +1,8 @@
 //! Reductions over a whole buffer (one and two passes) and per row.
 
 use graphed_kernels::reduce::{self, Reduce};
-use graphed_runtime::testing::on_every_backend;
 
-use crate::common::{assert_close, floats, poisoned, rng, SIZES};
+use crate::common::{assert_close, floats, on_every_backend, poisoned, rng, SIZES};
 
 /// Sums in the documented tree order stay within a few roundings of the f64 sum.
 const TOL: f64 = 1e-5;

@@ -5,11 +5,12 @@
 #![allow(clippy::needless_question_mark)]
 
 use graphed_kernels::rng::{self, Philox};
-use graphed_runtime::testing::on_every_backend;
 use graphed_runtime::{Buffer, Input, Output, Result, Step};
 use rand::Rng;
 
-use crate::common::{assert_close, assert_close_floor, floats, poisoned, rng, SIZES};
+use crate::common::{
+    assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng, SIZES,
+};
 
 #[test]
 fn philox_known_answers() {

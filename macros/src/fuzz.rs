@@ -7,8 +7,9 @@
 //! Rust without errors, or carries `compile_error!` — never an internal error. Kernels the
 //! front end accepts must also give WGSL that naga validates.
 //!
-//! Runs for `GRAPHED_FUZZ_SECS` seconds per test (default 10; the two tests run in
-//! parallel), from seed `GRAPHED_FUZZ_SEED` (default fixed, so a failure reproduces). The
+//! Runs `GRAPHED_FUZZ_EXECS` inputs per test (default 2,000: the same inputs on every machine,
+//! so CI is deterministic), or for `GRAPHED_FUZZ_SECS` seconds when set (long runs by hand),
+//! from seed `GRAPHED_FUZZ_SEED` (default fixed, so a failure reproduces). The
 //! executions count is printed (`cargo test -p graphed-macros fuzz -- --nocapture`).
 
 use std::cell::Cell;
@@ -40,12 +41,21 @@ impl Rng {
     }
 }
 
-fn budget() -> Duration {
-    let secs = std::env::var("GRAPHED_FUZZ_SECS")
+/// A time budget when `GRAPHED_FUZZ_SECS` is set (for long runs by hand); otherwise `None`
+/// and the run is a fixed number of executions, so CI sees the same inputs on any machine.
+fn budget() -> Option<Duration> {
+    std::env::var("GRAPHED_FUZZ_SECS")
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
-        .unwrap_or(10.0);
-    Duration::from_secs_f64(secs.max(0.0))
+        .map(|secs| Duration::from_secs_f64(secs.max(0.0)))
+}
+
+/// Executions per test without a time budget (`GRAPHED_FUZZ_EXECS`, default 2,000).
+fn executions() -> u64 {
+    std::env::var("GRAPHED_FUZZ_EXECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000)
 }
 
 fn seed(salt: u64) -> u64 {
@@ -1170,7 +1180,8 @@ fn fuzz(
 ) -> Report {
     install_quiet_hook();
     let mut rng = Rng(seed(salt));
-    let deadline = Instant::now() + budget();
+    let deadline = budget().map(|b| Instant::now() + b);
+    let execs = executions();
     let mut r = Report {
         executions: 0,
         accepted: 0,
@@ -1180,7 +1191,10 @@ fn fuzz(
     };
     let strict = strict();
     // At least a few hundred cases even with a zero budget, so the test always tests.
-    while r.executions < 300 || Instant::now() < deadline {
+    while match deadline {
+        Some(d) => r.executions < 300 || Instant::now() < d,
+        None => r.executions < execs,
+    } {
         let (args, item) = next(&mut rng);
         r.executions += 1;
         let failure = match run_one(expand, &args, &item) {

@@ -309,6 +309,10 @@ pub fn step(args: TokenStream, func: &syn::ItemFn, errors: &mut Vec<syn::Error>)
                 }
             }
         } else if is_key {
+            if ident_is(&pt.ty, &["f32", "f64"]) {
+                errors.push(syn::Error::new_spanned(&pt.ty, "a `#[key]` parameter is a `bool`, an integer or another `Hash` value (e.g. `&[usize]`): it selects code paths and is part of the capture key; a float that changes per step is a plain `f32` parameter"));
+                continue;
+            }
             if matches!(&*pt.ty, syn::Type::Reference(r) if r.mutability.is_some()) {
                 errors.push(syn::Error::new_spanned(&pt.ty, "a `#[key]` parameter is read, never written: take it by value or `&` (a `bool`, an integer, or any `Hash` value such as `&[usize]`)"));
                 continue;

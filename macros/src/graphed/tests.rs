@@ -114,7 +114,7 @@ fn signature_errors_are_reported_together() {
         "recording context first",
         "per-call data is `&Input<T>`",
         "a `#[state]` parameter is `&mut Buffer<T>`",
-        "a `#[key]` parameter is a `bool` or an integer",
+        "a `#[key]` parameter is a `bool`, an integer",
         "a step returns `Result<Output<T>>`",
     ];
     assert_eq!(errs.len(), expected.len(), "{errs:#?}");

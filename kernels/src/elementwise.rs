@@ -7,7 +7,7 @@
 use graphed_macros::kernel;
 use graphed_runtime::{Buffer, Grid, Launch, Result, ScalarArg};
 
-use crate::shape::{area, expect_len, groups, u32_of};
+use crate::shape::{expect_len, groups, u32_of};
 
 /// An elementwise function: an activation, or `exp`/`log`.
 ///
@@ -597,7 +597,7 @@ pub fn bias_act_backward<C: Launch + ?Sized>(
             "bias_act_backward: {n} elements are not whole rows of {cols}"
         )));
     }
-    let rows = area("bias_act_backward", n / cols, 1)?;
+    let rows = n / cols;
     bias_act_backward::launch(
         cx,
         Grid::workgroups(groups(cols)),

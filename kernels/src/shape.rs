@@ -40,9 +40,3 @@ pub(crate) fn expect_at_least(op: &str, name: &str, len: usize, want: usize) -> 
         )))
     }
 }
-
-/// `rows × cols`, checked against overflow.
-pub(crate) fn area(op: &str, rows: usize, cols: usize) -> Result<usize> {
-    rows.checked_mul(cols)
-        .ok_or_else(|| Error::Shape(format!("{op}: {rows} × {cols} overflows")))
-}

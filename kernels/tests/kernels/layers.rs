@@ -386,3 +386,65 @@ fn a_recorded_training_step_replays_as_eager() {
         assert_eq!(opt.steps().unwrap(), 8);
     });
 }
+
+/// Forward, loss and backward into `grads`, overwriting or accumulating by a per-step flag.
+#[graphed_macros::graphed]
+fn grad_step(
+    cx: &mut Step,
+    #[state] params: &mut Buffer<f32>,
+    #[state] grads: &mut Buffer<f32>,
+    x: &Input<f32>,
+    labels: &Input<u32>,
+    accumulate: bool,
+) -> Result<Output<f32>> {
+    let mut mlp = Mlp::from_buffers(&SIZES, params.clone(), grads.clone())?;
+    let mut acts = MlpActivations::new(&mlp, BATCH, |n| cx.workspace(n))?;
+    mlp.forward(cx, x, &mut acts)?;
+    let mut out = cx.output::<f32>(1)?;
+    let mut ws = cx.workspace::<f32>(1)?;
+    let mut d = acts.dlogits()?;
+    loss::softmax_cross_entropy(cx, acts.logits(), labels, &mut out, &mut d, &mut ws)?;
+    mlp.backward(cx, x, &mut acts, accumulate)?;
+    Ok(out)
+}
+
+#[test]
+fn accumulation_is_a_per_step_flag_without_recapture() {
+    let mut r = rng("accumulation_is_a_per_step_flag_without_recapture");
+    on_every_backend(|dev| {
+        let mlp = Mlp::new(dev, &SIZES, r.random()).unwrap();
+        let mut params = mlp.params().clone();
+        let mut grads = mlp.grads().clone();
+        grads.fill(f32::NAN).unwrap();
+        let batches: Vec<(Vec<f32>, Vec<u32>)> = (0..3)
+            .map(|_| {
+                let x = floats(&mut r, BATCH * SIZES[0], -1.0, 1.0);
+                let y = (0..BATCH).map(|_| r.random_range(0..10)).collect();
+                (x, y)
+            })
+            .collect();
+        // The gradient of each batch alone, then their sum through the recorded step.
+        let mut step = GradStep::new(dev).unwrap();
+        let mut each = Vec::new();
+        for (x, y) in &batches {
+            step.call(&mut params, &mut grads, &x[..], &y[..], false)
+                .unwrap();
+            each.push(grads.to_host().unwrap());
+        }
+        for (k, (x, y)) in batches.iter().enumerate() {
+            step.call(&mut params, &mut grads, &x[..], &y[..], k > 0)
+                .unwrap();
+        }
+        let want: Vec<f64> = (0..each[0].len())
+            .map(|i| each.iter().map(|g| g[i] as f64).sum())
+            .collect();
+        assert_close(
+            "three accumulated micro-batches",
+            &grads.to_host().unwrap(),
+            &want,
+            TOL,
+        );
+        let s = step.stats();
+        assert_eq!((s.recordings, s.replays), (1, 6), "{s:?}");
+    });
+}

@@ -624,3 +624,23 @@ fn wgpu_validation_error_during_replay_is_an_error_and_the_holder_can_be_cleared
     step.clear().unwrap();
     assert_eq!(step.stats().cached, 0);
 }
+
+#[test]
+fn concurrent_readbacks_on_one_shared_device_all_complete() {
+    on_every_backend(|dev| {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let dev = dev.clone();
+                std::thread::spawn(move || {
+                    for i in 0..150 {
+                        let v: Vec<f32> = (0..1000).map(|j| (t * 1000 + i + j) as f32).collect();
+                        assert_eq!(dev.upload(&v).unwrap().to_host().unwrap(), v);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+}

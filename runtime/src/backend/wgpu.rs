@@ -301,22 +301,34 @@ impl Backend for WgpuBackend {
         let mut enc = self.device.create_command_encoder(&Default::default());
         enc.copy_buffer_to_buffer(buffer(view), view.offset as u64 * 4, &staging, 0, bytes);
         self.queue.submit([enc.finish()]);
-        let done = Arc::new(Mutex::new(None));
+        let done = Arc::new((Mutex::new(None), std::sync::Condvar::new()));
         let flag = done.clone();
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            *flag.lock().unwrap_or_else(|p| p.into_inner()) = Some(r)
+            *flag.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            flag.1.notify_all();
         });
-        self.device
-            .poll(wgpu::PollType::Wait {
-                submission_index: None,
-                timeout: None,
-            })
-            .map_err(device_err)?;
+        // Another thread's poll may be the one that delivers our callback: wait for the
+        // callback itself, polling until it has run, not merely for the queue to drain.
+        let result = loop {
+            self.device
+                .poll(wgpu::PollType::Wait {
+                    submission_index: None,
+                    timeout: None,
+                })
+                .map_err(device_err)?;
+            let slot = done.0.lock().unwrap_or_else(|p| p.into_inner());
+            let (mut slot, _) = done
+                .1
+                .wait_timeout_while(slot, std::time::Duration::from_millis(5), |s| s.is_none())
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = slot.take() {
+                break r;
+            }
+            self.check()?;
+        };
         self.check()?;
-        match done.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(Ok(())) => {}
-            Some(Err(e)) => return Err(device_err(format!("readback failed: {e}"))),
-            None => return Err(device_err("readback did not complete")),
+        if let Err(e) = result {
+            return Err(device_err(format!("readback failed: {e}")));
         }
         let out = {
             let mapped = staging

@@ -20,7 +20,7 @@ use graphed::Device;
 
 #[path = "train_mlp.rs"]
 #[allow(dead_code)]
-mod train_mlp;
+pub mod train_mlp;
 
 /// The shift: inverted intensities plus deterministic noise.
 fn shift(x: &[f32], salt: usize) -> Vec<f32> {

@@ -23,16 +23,27 @@ use graphed::{BackendKind, Device, Result};
 /// Command-line options.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// `--backend` (default: the best available).
     pub backend: Option<BackendKind>,
+    /// `--steps`: optimizer updates.
     pub steps: usize,
+    /// `--batch`: rows per update.
     pub batch: usize,
+    /// `--accumulate`: micro-batches per update.
     pub accumulate: usize,
+    /// `--eager`: run eagerly instead of replaying.
     pub eager: bool,
+    /// `--lr`: AdamW's learning rate.
     pub lr: f32,
+    /// `--seed`: initialisation and shuffling.
     pub seed: u64,
+    /// `--data`: a folder with MNIST's IDX files (default: the shipped digits).
     pub data: Option<std::path::PathBuf>,
+    /// `--plot`: write the loss curve as SVG.
     pub plot: Option<std::path::PathBuf>,
+    /// `--quiet`: no progress bar.
     pub quiet: bool,
+    /// `--min-accuracy`: exit with an error below this test accuracy.
     pub min_accuracy: Option<f64>,
 }
 
@@ -57,16 +68,23 @@ impl Default for Options {
 /// What a run measured.
 #[derive(Clone, Debug)]
 pub struct Report {
+    /// The backend that ran.
     pub backend: String,
+    /// Fraction of test rows classified right.
     pub test_accuracy: f64,
+    /// (step, loss) samples.
     pub losses: Vec<(usize, f32)>,
+    /// Updates per second of the main run (replay, or eager with `--eager`).
     pub steps_per_s: f64,
+    /// Updates per second of the other mode, measured briefly in the same run.
     pub other_steps_per_s: f64,
+    /// Recordings made by the main run.
     pub recordings: u64,
 }
 
 const USAGE: &str = "usage: train_mlp [--backend host|wgpu|cuda] [--steps N] [--batch B] [--accumulate K] [--eager] [--lr X] [--seed S] [--data MNIST_DIR] [--plot loss.svg] [--min-accuracy A] [--quiet]";
 
+/// Parses the command line (without the program name).
 pub fn parse(args: impl IntoIterator<Item = String>) -> std::result::Result<Options, String> {
     let mut o = Options::default();
     let mut it = args.into_iter();
@@ -112,11 +130,17 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> std::result::Result<Opti
 
 /// A labelled data set: `rows × features` pixels in [0, 1].
 pub struct Data {
+    /// Pixels per image.
     pub features: usize,
+    /// Number of classes.
     pub classes: usize,
+    /// Training images, row-major.
     pub train_x: Vec<f32>,
+    /// Training labels.
     pub train_y: Vec<u32>,
+    /// Test images.
     pub test_x: Vec<f32>,
+    /// Test labels.
     pub test_y: Vec<u32>,
 }
 

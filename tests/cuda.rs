@@ -76,6 +76,12 @@ fn census_matches_and_replay_equals_eager_and_host() {
         "{s:?}"
     );
     assert_eq!(s.launches_per_replay, 8);
+    // The CUDA graph's own DOT dump, next to the plan's.
+    let path = std::env::temp_dir().join(format!("graphed-cuda-{}.dot", std::process::id()));
+    assert!(rep.holder().write_backend_dot(&path).unwrap());
+    let dot = std::fs::read_to_string(&path).unwrap();
+    assert!(dot.matches("scale_add").count() >= 8, "{dot}");
+    std::fs::remove_file(&path).unwrap();
 }
 
 #[test]

@@ -260,6 +260,27 @@ impl Graphed {
             .map(|(_, p)| p)
     }
 
+    /// Writes the backend's own graph of the most recently used recording as DOT (CUDA:
+    /// the instantiated CUDA graph, via `cuGraphDebugDotPrint`), next to the plan's
+    /// [`Plan::to_dot`]. Returns `false` on backends without one.
+    pub fn write_backend_dot(&self, path: &std::path::Path) -> Result<bool> {
+        let latest = self
+            .entries
+            .iter()
+            .filter_map(|e| {
+                if let State::Recorded(r) = &e.state {
+                    Some((e.last_used, r))
+                } else {
+                    None
+                }
+            })
+            .max_by_key(|(t, _)| *t);
+        match latest {
+            Some((_, r)) => r.recording.debug_dot(path),
+            None => Ok(false),
+        }
+    }
+
     /// The keys currently cached.
     pub fn keys(&self) -> Vec<CaptureKey> {
         self.entries.iter().map(|e| e.key.clone()).collect()

@@ -674,6 +674,20 @@ impl Recording for CudaReplay {
     fn launches(&self) -> usize {
         self.launches
     }
+    fn debug_dot(&self, path: &std::path::Path) -> Result<bool> {
+        let c = std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|_| {
+            Error::Device {
+                backend: NAME,
+                reason: "a path with a NUL byte".into(),
+            }
+        })?;
+        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: the graph is valid while this recording lives; the path is NUL-terminated.
+        unsafe { sys::cuGraphDebugDotPrint(self.graph.0, c.as_ptr(), 0) }
+            .result()
+            .map_err(err)?;
+        Ok(true)
+    }
 }
 
 impl Drop for CudaReplay {

@@ -85,4 +85,9 @@ pub(crate) trait Recording: Send {
     fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()>;
     /// Nodes (dispatches) per replay.
     fn launches(&self) -> usize;
+    /// Writes the backend's own view of the recording as Graphviz DOT, where it has one
+    /// (CUDA: `cuGraphDebugDotPrint`). Returns whether anything was written.
+    fn debug_dot(&self, _path: &std::path::Path) -> Result<bool> {
+        Ok(false)
+    }
 }

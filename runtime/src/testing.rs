@@ -6,10 +6,24 @@ use crate::device::{Device, Required};
 /// Every backend this process can use: host always; wgpu where an adapter exists; CUDA with
 /// the feature and a driver. A backend listed in `GRAPHED_REQUIRE` that cannot be opened
 /// panics, so a required GPU test fails instead of skipping.
+///
+/// `GRAPHED_TEST_BACKENDS` (e.g. `cuda`, or `host,wgpu`) narrows the list, e.g. to run only
+/// the CUDA half of a suite under `compute-sanitizer`.
 pub fn backends() -> Vec<Device> {
     let required = Required::from_env().expect("GRAPHED_REQUIRE is malformed");
-    let mut out = vec![Device::host()];
-    for kind in [BackendKind::Wgpu, BackendKind::Cuda] {
+    let only = std::env::var("GRAPHED_TEST_BACKENDS").ok();
+    let wanted = |kind: BackendKind| {
+        only.as_deref()
+            .is_none_or(|l| l.split(',').any(|b| b.trim() == kind.name()))
+    };
+    let mut out = Vec::new();
+    if wanted(BackendKind::Host) {
+        out.push(Device::host());
+    }
+    for kind in [BackendKind::Wgpu, BackendKind::Cuda]
+        .into_iter()
+        .filter(|k| wanted(*k))
+    {
         match Device::open(kind) {
             Ok(d) => out.push(d),
             Err(e) if required.requires(kind) => {

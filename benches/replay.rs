@@ -318,6 +318,9 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
             .map(|i| ((i * 2654435761usize) % 1000) as f32 / 500.0 - 1.0)
             .collect();
         let labels: Vec<u32> = (0..*batch).map(|i| ((i * 7) % 10) as u32).collect();
+        // Inputs stay on the device (as in the PyTorch reference): each call copies them
+        // device-to-device into the step's static slots instead of uploading from the host.
+        let (x, labels) = (dev.upload(&x)?, dev.upload(&labels)?);
         let mut model = Classifier::new(dev, widths, 0)?;
         let mut eager_model = model.duplicate()?;
         let mut step = TrainStep::new(dev)?;
@@ -334,8 +337,8 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
                     &mut m.grads,
                     &mut m.moments,
                     &mut m.count,
-                    &x[..],
-                    &labels[..],
+                    &x,
+                    &labels,
                     1e-3,
                     &m.sizes,
                 )
@@ -350,8 +353,8 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
                 &mut model.grads,
                 &mut model.moments,
                 &mut model.count,
-                &x[..],
-                &labels[..],
+                &x,
+                &labels,
                 1e-3,
                 &model.sizes,
             )?;
@@ -380,8 +383,8 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
                     &mut m.grads,
                     &mut m.moments,
                     &mut m.count,
-                    &x[..],
-                    &labels[..],
+                    &x,
+                    &labels,
                     1e-3,
                     &m.sizes,
                 )

@@ -105,7 +105,7 @@ fn train_mlp_reads_mnist_idx_files() {
 #[test]
 fn sampler_replay_is_bitwise_eager_and_records_once() {
     on_every_backend(|dev| {
-        let (x, same, _, _, recordings) = sampler::run(dev, 6, 16).unwrap();
+        let (x, same, _, _, _, recordings) = sampler::run(dev, 6, 16).unwrap();
         assert!(same, "replayed samples differ from eager ones");
         assert_eq!(
             recordings, 1,

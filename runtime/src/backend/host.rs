@@ -72,6 +72,15 @@ impl Backend for HostBackend {
         1
     }
     fn alloc(&self, words: usize) -> Result<Memory> {
+        // Refuse what the machine cannot hold: with memory overcommit, a huge reservation
+        // "succeeds" and zeroing it gets the process killed instead of returning an error.
+        let bytes = words as u64 * 4;
+        if bytes > physical_memory() {
+            return Err(Error::OutOfMemory {
+                backend: "host",
+                bytes,
+            });
+        }
         let mut v = Vec::new();
         v.try_reserve_exact(words).map_err(|_| Error::OutOfMemory {
             backend: "host",
@@ -146,4 +155,19 @@ impl Recording for HostReplay {
     fn launches(&self) -> usize {
         self.plan.launch_count()
     }
+}
+
+/// Total physical memory in bytes (Linux: `/proc/meminfo`), or unbounded where unknown.
+fn physical_memory() -> u64 {
+    static TOTAL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+                Some(kib * 1024)
+            })
+            .unwrap_or(u64::MAX)
+    })
 }

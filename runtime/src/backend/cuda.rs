@@ -42,30 +42,39 @@ fn is_sticky(e: &DriverError) -> bool {
     )
 }
 
+/// The first sticky error of this process. Every backend instance shares the device's
+/// primary context, so after one such error none of them can run anything any more.
+static POISON: Mutex<Option<String>> = Mutex::new(None);
+
+fn poisoned() -> Option<String> {
+    POISON.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 /// The device's health, behind the lock that serialises work on the stream.
 #[derive(Default)]
-struct Health {
-    /// Set by the first sticky error: the context cannot run anything any more.
-    poisoned: Option<String>,
-}
+struct Health;
 
 impl Health {
     fn check(&self) -> Result<()> {
-        match &self.poisoned {
-            Some(e) => Err(Error::Device { backend: NAME, reason: format!("the CUDA context is unusable after an earlier fault ({e}); recreate the device") }),
+        match poisoned() {
+            Some(e) => Err(Error::Device { backend: NAME, reason: format!("the CUDA context is unusable after an earlier fault ({e}); restart the process") }),
             None => Ok(()),
         }
     }
-    /// Maps a driver error, remembering a sticky one.
+    /// Maps a driver error (a sticky one is remembered by `err`).
     fn note(&mut self, e: DriverError) -> Error {
-        if is_sticky(&e) && self.poisoned.is_none() {
-            self.poisoned = Some(e.to_string());
-        }
         err(e)
     }
 }
 
+/// Maps a driver error to ours, remembering the first sticky one for the whole process.
 fn err(e: DriverError) -> Error {
+    if is_sticky(&e) {
+        POISON
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| e.to_string());
+    }
     if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
         return Error::OutOfMemory {
             backend: NAME,
@@ -166,7 +175,7 @@ impl CudaBackend {
             arch: format!("sm_{major}{minor}"),
             name: format!("{name} (sm_{major}{minor})"),
             functions: Mutex::new(HashMap::new()),
-            lock: Arc::new(Mutex::new(Health::default())),
+            lock: Arc::new(Mutex::new(Health)),
             ring: Mutex::new(None),
         })
     }
@@ -577,13 +586,13 @@ impl Backend for CudaBackend {
         let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         // A context with a sticky error runs nothing any more: nothing is in flight, so its
         // memory can be released; every other operation keeps reporting the fault.
-        if g.poisoned.is_some() {
+        if poisoned().is_some() {
             return Ok(());
         }
         self.ctx.bind_to_thread().map_err(err)?;
         match self.sync(&mut g) {
             Ok(()) => Ok(()),
-            Err(_) if g.poisoned.is_some() => Ok(()),
+            Err(_) if poisoned().is_some() => Ok(()),
             Err(e) => Err(Error::Drain {
                 backend: NAME,
                 reason: e.to_string(),

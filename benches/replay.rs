@@ -433,6 +433,16 @@ fn main() {
                 });
             }
             "--out" => out_dir = it.next().expect("--out needs a folder").into(),
+            "--chart" => {
+                // Redraw the chart of an earlier run's CSV (e.g. one from the GPU machine).
+                let csv =
+                    std::fs::read_to_string(it.next().expect("--chart needs a CSV file")).unwrap();
+                let rows: Vec<Row> = csv.lines().skip(1).filter_map(row_from_csv).collect();
+                std::fs::create_dir_all(&out_dir).unwrap();
+                std::fs::write(out_dir.join("replay.svg"), svg_chart(&rows)).unwrap();
+                eprintln!("wrote {}", out_dir.join("replay.svg").display());
+                return;
+            }
             "--quick" | "--bench" => {}
             w if !w.starts_with('-') => workloads.push(w.to_string()),
             other => panic!("unknown argument {other}"),
@@ -510,5 +520,85 @@ fn main() {
     }
     let path = out_dir.join("replay.csv");
     std::fs::write(&path, csv).unwrap();
-    eprintln!("wrote {}", path.display());
+    let chart = out_dir.join("replay.svg");
+    std::fs::write(&chart, svg_chart(&rows)).unwrap();
+    eprintln!("wrote {} and {}", path.display(), chart.display());
+}
+
+fn row_from_csv(line: &str) -> Option<Row> {
+    let f: Vec<&str> = line.split(',').collect();
+    Some(Row {
+        workload: f.first()?.to_string(),
+        backend: f.get(1)?.to_string(),
+        variant: f.get(2)?.to_string(),
+        n: f.get(3)?.parse().ok()?,
+        us_step: f.get(4)?.parse().ok()?,
+        spread: (f.get(5)?.parse().ok()?, f.get(6)?.parse().ok()?),
+        cpu_us: f.get(7)?.parse().ok()?,
+        nodes: f.get(8)?.parse().ok()?,
+        record_ms: f.get(9).and_then(|v| v.parse().ok()),
+    })
+}
+
+/// A horizontal bar chart of µs per step (log scale), one bar per (workload, backend,
+/// variant, N), grouped by workload and N.
+fn svg_chart(rows: &[Row]) -> String {
+    let (w, bar, gap, left) = (900.0, 14.0, 8.0, 330.0);
+    let max = rows
+        .iter()
+        .map(|r| r.us_step)
+        .fold(1.0, f64::max)
+        .log10()
+        .ceil();
+    let min = rows
+        .iter()
+        .map(|r| r.us_step)
+        .fold(f64::MAX, f64::min)
+        .max(0.1)
+        .log10()
+        .floor();
+    let x =
+        |us: f64| left + (w - left - 20.0) * ((us.max(0.1).log10() - min) / (max - min).max(1.0));
+    let color = |v: &str| match v {
+        "eager" => "#f97316",
+        "replay" => "#2563eb",
+        "raw-cudarc-graph" => "#16a34a",
+        _ => "#9ca3af",
+    };
+    let mut body = String::new();
+    let mut y = 40.0;
+    let mut last_group = String::new();
+    for r in rows {
+        let group = format!("{} N={}", r.workload, r.n);
+        if group != last_group {
+            y += gap;
+            last_group = group;
+        }
+        let _ = writeln!(
+            body,
+            "<text x=\"{tx}\" y=\"{ty}\" text-anchor=\"end\">{} {} {} (N={})</text><rect x=\"{left}\" y=\"{y}\" width=\"{bw:.1}\" height=\"{bar}\" fill=\"{}\"/><text x=\"{vx:.1}\" y=\"{ty}\">{:.1}</text>",
+            r.workload,
+            r.backend,
+            r.variant,
+            r.n,
+            color(&r.variant),
+            r.us_step,
+            tx = left - 6.0,
+            ty = y + bar - 3.0,
+            bw = x(r.us_step) - left,
+            vx = x(r.us_step) + 4.0,
+        );
+        y += bar + 2.0;
+    }
+    let mut ticks = String::new();
+    let mut e = min;
+    while e <= max {
+        let tx = x(10f64.powf(e));
+        let _ = write!(ticks, "<line x1=\"{tx:.1}\" y1=\"30\" x2=\"{tx:.1}\" y2=\"{y}\" stroke=\"#e5e7eb\"/><text x=\"{tx:.1}\" y=\"24\" text-anchor=\"middle\">{}</text>", 10f64.powf(e));
+        e += 1.0;
+    }
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{left}\" y=\"12\">µs per step, log scale: eager orange, replay blue, raw cudarc graph green, other grey</text>\n{ticks}\n{body}</svg>\n",
+        h = y + 10.0
+    )
 }

@@ -2082,29 +2082,86 @@ fn const_value(e: &Expr, known: &Known) -> Option<ExprKind> {
 /// Folds an expression of literals to a literal (for consts and workgroup-memory sizes).
 pub fn fold(e: &Expr) -> Option<ExprKind> {
     use ExprKind::*;
+    // The same meaning as at run time: integers wrap, `x / 0 == x`, `x % 0 == 0`, shift
+    // amounts are taken modulo 32, casts saturate (Rust's `as`).
     match &e.kind {
         LitF32(_) | LitI32(_) | LitU32(_) | LitBool(_) => Some(e.kind.clone()),
-        Unary(UnOp::Neg, a) => match fold(a)? {
-            LitF32(v) => Some(LitF32(-v)),
-            LitI32(v) => Some(LitI32(v.wrapping_neg())),
+        Unary(op, a) => match (op, fold(a)?) {
+            (UnOp::Neg, LitF32(v)) => Some(LitF32(-v)),
+            (UnOp::Neg, LitI32(v)) => Some(LitI32(v.wrapping_neg())),
+            (UnOp::Not, LitBool(v)) => Some(LitBool(!v)),
+            (UnOp::Not, LitI32(v)) => Some(LitI32(!v)),
+            (UnOp::Not, LitU32(v)) => Some(LitU32(!v)),
             _ => None,
         },
+        Cast(a, to) => {
+            let v = fold(a)?;
+            Some(match (v, to) {
+                (LitF32(v), Ty::F32) => LitF32(v),
+                (LitF32(v), Ty::I32) => LitI32(v as i32),
+                (LitF32(v), Ty::U32) => LitU32(v as u32),
+                (LitI32(v), Ty::F32) => LitF32(v as f32),
+                (LitI32(v), Ty::I32) => LitI32(v),
+                (LitI32(v), Ty::U32) => LitU32(v as u32),
+                (LitU32(v), Ty::F32) => LitF32(v as f32),
+                (LitU32(v), Ty::I32) => LitI32(v as i32),
+                (LitU32(v), Ty::U32) => LitU32(v),
+                (LitBool(v), Ty::I32) => LitI32(v as i32),
+                (LitBool(v), Ty::U32) => LitU32(v as u32),
+                _ => return None,
+            })
+        }
         Binary(op, a, b) => {
             let (a, b) = (fold(a)?, fold(b)?);
+            if op.is_compare() {
+                let ord = match (&a, &b) {
+                    (LitU32(x), LitU32(y)) => x.partial_cmp(y),
+                    (LitI32(x), LitI32(y)) => x.partial_cmp(y),
+                    (LitF32(x), LitF32(y)) => x.partial_cmp(y),
+                    (LitBool(x), LitBool(y)) => x.partial_cmp(y),
+                    _ => return None,
+                };
+                use std::cmp::Ordering::*;
+                return Some(LitBool(match (op, ord) {
+                    (BinOp::Eq, o) => o == Some(Equal),
+                    (BinOp::Ne, o) => o != Some(Equal),
+                    (BinOp::Lt, o) => o == Some(Less),
+                    (BinOp::Le, o) => matches!(o, Some(Less | Equal)),
+                    (BinOp::Gt, o) => o == Some(Greater),
+                    (BinOp::Ge, o) => matches!(o, Some(Greater | Equal)),
+                    _ => return None,
+                }));
+            }
             match (a, b) {
                 (LitU32(a), LitU32(b)) => Some(LitU32(match op {
                     BinOp::Add => a.wrapping_add(b),
                     BinOp::Sub => a.wrapping_sub(b),
                     BinOp::Mul => a.wrapping_mul(b),
-                    BinOp::Div if b != 0 => a / b,
+                    BinOp::Div => a.checked_div(b).unwrap_or(a),
+                    BinOp::Rem => a.checked_rem(b).unwrap_or(0),
+                    BinOp::BitAnd => a & b,
+                    BinOp::BitOr => a | b,
+                    BinOp::BitXor => a ^ b,
                     BinOp::Shl => a.wrapping_shl(b),
+                    BinOp::Shr => a.wrapping_shr(b),
+                    _ => return None,
+                })),
+                (LitI32(a), LitU32(b)) => Some(LitI32(match op {
+                    BinOp::Shl => a.wrapping_shl(b),
+                    BinOp::Shr => a.wrapping_shr(b),
                     _ => return None,
                 })),
                 (LitI32(a), LitI32(b)) => Some(LitI32(match op {
                     BinOp::Add => a.wrapping_add(b),
                     BinOp::Sub => a.wrapping_sub(b),
                     BinOp::Mul => a.wrapping_mul(b),
-                    BinOp::Div if b != 0 => a.wrapping_div(b),
+                    BinOp::Div if b == 0 => a,
+                    BinOp::Div => a.wrapping_div(b),
+                    BinOp::Rem if b == 0 => 0,
+                    BinOp::Rem => a.wrapping_rem(b),
+                    BinOp::BitAnd => a & b,
+                    BinOp::BitOr => a | b,
+                    BinOp::BitXor => a ^ b,
                     _ => return None,
                 })),
                 (LitF32(a), LitF32(b)) => Some(LitF32(match op {
@@ -2112,6 +2169,13 @@ pub fn fold(e: &Expr) -> Option<ExprKind> {
                     BinOp::Sub => a - b,
                     BinOp::Mul => a * b,
                     BinOp::Div => a / b,
+                    BinOp::Rem => a % b,
+                    _ => return None,
+                })),
+                (LitBool(a), LitBool(b)) => Some(LitBool(match op {
+                    BinOp::And | BinOp::BitAnd => a & b,
+                    BinOp::Or | BinOp::BitOr => a | b,
+                    BinOp::BitXor => a ^ b,
                     _ => return None,
                 })),
                 _ => None,

@@ -470,3 +470,45 @@ fn non_functions_are_rejected() {
         "{out}"
     );
 }
+
+/// Every operator folds in a `const`, with the run-time meaning (wrapping, `x / 0 == x`,
+/// masked shifts, saturating casts); the folded values reach the IR as literals.
+#[test]
+fn consts_fold_every_operator_with_the_run_time_meaning() {
+    let k = lower(
+        quote!(workgroup = 64),
+        quote! {
+            pub fn consts(y: &mut [u32], z: &mut [i32]) {
+                const A: i32 = 1 << 4u32;
+                const B: u32 = 7 % 3;
+                const C: u32 = 0xFF & 0x0F;
+                const D: f32 = 2 as f32;
+                const E: u32 = 256 >> 4;
+                const F: u32 = !0u32;
+                const G: u32 = 7 / 0;
+                const H: i32 = i32::MIN / -1;
+                const I: u32 = 1 << 33;
+                const J: i32 = -1.5f32 as i32;
+                const K: bool = A > 15 && !(C == 16);
+                let t = shared::<u32, { E * 2 }>();
+                y[0] = B + C + F + G + I + K as u32 + t.len();
+                z[0] = A + H + J + D as i32;
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(k.shared[0].size, 32);
+    let values: Vec<ExprKind> = k
+        .body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Assign { value, .. } => super::check::fold(value),
+            _ => None,
+        })
+        .collect();
+    // y: 1 + 15 + u32::MAX + 7 + 2 + 1 + 32, wrapping; z: 16 + i32::MIN + (-1) + 2.
+    assert!(
+        matches!(values[..], [ExprKind::LitU32(57), ExprKind::LitI32(v)] if v == i32::MIN + 17),
+        "{values:?}"
+    );
+}

@@ -218,3 +218,54 @@ fn dot_dump_of_a_small_plan_matches_the_expected_file() {
         vec![BufferRole::Input, BufferRole::State, BufferRole::Output]
     );
 }
+
+/// A structural flag selects code: each value is its own recording, reused when it recurs.
+#[graphed]
+fn flagged_step(
+    cx: &mut Step,
+    #[state] w: &mut Buffer<f32>,
+    x: &Input<f32>,
+    #[key] twice: bool,
+    #[key] sizes: &[usize],
+) -> Result<Output<f32>> {
+    let mut y = cx.output::<f32>(x.len())?;
+    let rounds = if twice { 2 } else { 1 } + sizes.len();
+    for _ in 0..rounds {
+        update::launch(cx, x.len(), 0.5, x, x, w)?;
+    }
+    cx.copy(w, &mut y)?;
+    Ok(y)
+}
+
+#[test]
+fn structural_keys_select_recordings() {
+    on_every_backend(|dev| {
+        let mut w = dev.upload(&[1.0f32; 4]).unwrap();
+        let mut step = FlaggedStep::new(dev).unwrap();
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        let mut expect = vec![1.0f32; 4];
+        for (twice, sizes) in [
+            (false, &[1usize][..]),
+            (true, &[1][..]),
+            (false, &[1][..]),
+            (true, &[1][..]),
+            (false, &[1, 2][..]),
+        ] {
+            let y = step
+                .call(&mut w, &x[..], twice, sizes)
+                .unwrap()
+                .to_host()
+                .unwrap();
+            let rounds = if twice { 2 } else { 1 } + sizes.len();
+            for (e, xi) in expect.iter_mut().zip(x) {
+                for _ in 0..rounds {
+                    *e -= 0.5 * xi * xi;
+                }
+            }
+            assert_eq!(y, expect, "twice={twice} sizes={sizes:?}");
+        }
+        let s = step.stats();
+        assert_eq!((s.recordings, s.replays), (3, 5), "{s:?}");
+        assert_eq!(step.plan().unwrap().launch_count(), 3);
+    });
+}

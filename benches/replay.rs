@@ -287,6 +287,12 @@ mod raw {
 /// softmax cross-entropy, backward, AdamW (lr 1e-3, PyTorch defaults), fp32.
 fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
     use graphed::train::{Classifier, TrainStep};
+    // Products through cuBLAS are marked in the backend column ("cuda+cublas").
+    let backend = if dev.vendor_blas() {
+        format!("{}+cublas", dev.kind())
+    } else {
+        dev.kind().to_string()
+    };
     let sizes: [(&str, usize, Vec<usize>); 2] = [
         ("mlp-S", 64, vec![784, 256, 256, 10]),
         ("mlp-M", 512, vec![1024, 1024, 1024, 1024, 1024, 10]),
@@ -362,7 +368,7 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
         };
         rows.push(Row {
             workload: name.to_string(),
-            backend: dev.kind().to_string(),
+            backend: backend.clone(),
             variant: "eager".into(),
             n: kernels,
             us_step: us,
@@ -393,15 +399,14 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
             sync,
         );
         eprintln!(
-            "{name} on {}: {kernels} kernels/step, {:.1} GFLOP/s replayed; static bytes {} vs eager peak {} (model state excluded)",
-            dev.kind(),
+            "{name} on {backend}: {kernels} kernels/step, {:.1} GFLOP/s replayed; static bytes {} vs eager peak {} (model state excluded)",
             gflop / (us * 1e-6),
             step.stats().static_bytes,
             eager_peak
         );
         rows.push(Row {
             workload: name.to_string(),
-            backend: dev.kind().to_string(),
+            backend: backend.clone(),
             variant: "replay".into(),
             n: kernels,
             us_step: us,
@@ -467,7 +472,15 @@ fn main() {
         for w in &workloads {
             match w.as_str() {
                 "launch" => launch_workload(&dev, quick, &mut rows).unwrap(),
-                "mlp" => mlp_workload(&dev, quick, &mut rows).unwrap(),
+                "mlp" => {
+                    mlp_workload(&dev, quick, &mut rows).unwrap();
+                    if dev.vendor_blas() {
+                        // The same steps with the portable DSL products, side by side.
+                        dev.set_vendor_blas(false);
+                        mlp_workload(&dev, quick, &mut rows).unwrap();
+                        dev.set_vendor_blas(true);
+                    }
+                }
                 other => eprintln!("workload {other} is not implemented yet"),
             }
         }

@@ -18,6 +18,7 @@
 //! while WGSL lets an implementation round twice, so backends agree within tolerances.
 
 use graphed_macros::kernel;
+use graphed_runtime::blas::Sgemm;
 use graphed_runtime::{Buffer, Error, Grid, Launch, Result, ScalarArg};
 
 use crate::elementwise::Act;
@@ -489,10 +490,100 @@ pub fn matmul_t16(
     }
 }
 
+/// `C[r, c] = gate(act(C[r, c] + bias[c]))` in place over a row-major matrix with `n`
+/// columns: the epilogue of [`matmul_t64`] for a product computed elsewhere (a vendor BLAS).
+/// `gate` multiplies by the derivative of activation `gate` at `aux[r, c]`.
+#[kernel(workgroup = 256)]
+pub fn gemm_epilogue(
+    n: u32,
+    has_bias: bool,
+    act: u32,
+    gate: u32,
+    bias: &[f32],
+    aux: &[f32],
+    c: &mut [f32],
+) {
+    let len = c.len();
+    let stride = global_size().x;
+    let mut idx = global_id().x;
+    while idx < len {
+        let mut v = c[idx];
+        if has_bias {
+            v += bias[idx % n];
+        }
+        if act == 1 {
+            v = max(v, 0.0);
+        } else if act == 2 {
+            let u = 0.7978846 * (v + 0.044715 * v * v * v);
+            v = v / (1.0 + exp(-2.0 * u));
+        } else if act == 3 {
+            v = tanh(clamp(v, -15.0, 15.0));
+        } else if act == 4 {
+            v = 1.0 / (1.0 + exp(-v));
+        } else if act == 5 {
+            v = exp(v);
+        } else if act == 6 {
+            v = log(v);
+        }
+        if gate != 0 {
+            let z = aux[idx];
+            if gate == 1 {
+                v = select(z > 0.0, v, 0.0);
+            } else if gate == 2 {
+                let zc = clamp(z, -100.0, 100.0);
+                let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
+                let s = 1.0 / (1.0 + exp(-2.0 * u));
+                let e = exp(-2.0 * abs(u));
+                let sd = e / ((1.0 + e) * (1.0 + e));
+                v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
+            } else if gate == 3 {
+                let e = exp(clamp(z, -30.0, 30.0));
+                let ch = e + 1.0 / e;
+                v = v * (4.0 / (ch * ch));
+            } else if gate == 4 {
+                let e = exp(-abs(z));
+                v = v * (e / ((1.0 + e) * (1.0 + e)));
+            } else if gate == 5 {
+                v = v * exp(z);
+            } else if gate == 6 {
+                v = v / z;
+            }
+        }
+        c[idx] = v;
+        idx += stride;
+    }
+}
+
+/// `db[r] = Σ_k op(A)[r, k]` (plus `db[r]` when `accumulate`), `k` in increasing order, one
+/// invocation per row of `op(A)` (`A` stored `k × m` when `ta`, else `m × k`): the row sums
+/// [`matmul_row_sums`] adds beside a product computed elsewhere.
+#[kernel(workgroup = 256)]
+pub fn gemm_row_sums(m: u32, k: u32, ta: bool, accumulate: bool, a: &[f32], db: &mut [f32]) {
+    let stride = global_size().x;
+    let mut r = global_id().x;
+    while r < m {
+        let mut d = 0.0;
+        for kk in 0..k {
+            if ta {
+                d += a[kk * m + r];
+            } else {
+                d += a[r * k + kk];
+            }
+        }
+        if accumulate {
+            d += db[r];
+        }
+        db[r] = d;
+        r += stride;
+    }
+}
+
 /// Which tiling a product uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Tile {
-    /// [`Tile::T64`] when the product has at least 64 tiles of 64×64, else [`Tile::T16`].
+    /// The device's vendor BLAS where it has one and the epilogue allows (cuBLAS on CUDA:
+    /// see [`matmul`]); otherwise [`Tile::T64`] when the product has at least 64 tiles of
+    /// 64×64, else [`Tile::T16`].
     #[default]
     Auto,
     /// 16×16 tiles ([`matmul_t16`]).
@@ -617,8 +708,14 @@ impl<'a> Epilogue<'a> {
     }
 }
 
-/// `C = op(A)·op(B)` with `epi` (one launch). Shapes: `A` has `m·k` elements, `B` `k·n`, `C`
-/// `m·n`.
+/// `C = op(A)·op(B)` with `epi`. Shapes: `A` has `m·k` elements, `B` `k·n`, `C` `m·n`.
+///
+/// With [`Tile::Auto`] on a device whose vendor BLAS is on ([`Launch::sgemm`]: cuBLAS on
+/// CUDA), the product goes there, followed by one [`gemm_epilogue`](mod@gemm_epilogue)
+/// launch when there is a bias, activation or gate (and one [`gemm_row_sums`](mod@gemm_row_sums)
+/// launch for [`matmul_row_sums`]); an epilogue that both transforms and accumulates stays
+/// with the DSL kernel. Everywhere else it is one launch of [`matmul_t64`] or
+/// [`matmul_t16`].
 pub fn matmul<C: Launch + ?Sized>(
     cx: &C,
     g: Gemm,
@@ -677,6 +774,14 @@ fn launch<C: Launch + ?Sized>(
     if let Some((_, aux)) = epi.gate {
         expect_len(op, "gate", aux.len(), mn)?;
     }
+    let db = if g.tile == Tile::Auto {
+        match vendor(cx, g, a, b, c, db, epi)? {
+            Routed::Done => return Ok(()),
+            Routed::Declined(db) => db,
+        }
+    } else {
+        db
+    };
     let tile = g.resolved_tile();
     let t = if tile == Tile::T16 { 16 } else { 64 };
     let (gx, gy) = (g.n.div_ceil(t), g.m.div_ceil(t));
@@ -744,4 +849,66 @@ fn launch<C: Launch + ?Sized>(
             db,
         ),
     }
+}
+
+enum Routed<'d> {
+    Done,
+    Declined(Option<&'d mut Buffer<f32>>),
+}
+
+/// The product through the vendor BLAS, then the epilogue and row sums as launches of their
+/// own. Declines (running nothing) where the device has no vendor BLAS, or the epilogue both
+/// transforms and accumulates (that would need a temporary).
+fn vendor<'d, C: Launch + ?Sized>(
+    cx: &C,
+    g: Gemm,
+    a: &Buffer<f32>,
+    b: &Buffer<f32>,
+    c: &mut Buffer<f32>,
+    db: Option<&'d mut Buffer<f32>>,
+    epi: &Epilogue<'_>,
+) -> Result<Routed<'d>> {
+    let accumulate = epi.accumulate.unwrap_or(ScalarArg::from(false));
+    let transforms = epi.bias.is_some() || epi.act != Act::Identity || epi.gate.is_some();
+    let never_accumulates = matches!(
+        accumulate.erase(),
+        graphed_runtime::ErasedScalar::Const(_, 0)
+    );
+    if g.m == 0 || g.n == 0 || g.k == 0 || (transforms && !never_accumulates) {
+        return Ok(Routed::Declined(db));
+    }
+    let call = Sgemm {
+        m: g.m,
+        n: g.n,
+        k: g.k,
+        ta: g.ta,
+        tb: g.tb,
+        accumulate,
+    };
+    if !cx.sgemm(&call, a, b, c)? {
+        return Ok(Routed::Declined(db));
+    }
+    if let Some(db) = db {
+        let (m, k) = (g.m as u32, g.k as u32);
+        gemm_row_sums::launch(cx, Grid::threads(g.m), m, k, g.ta, accumulate, a, db)?;
+    }
+    if transforms {
+        let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
+        // Unused inputs are bound to `a` (never read).
+        let bias = epi.bias.unwrap_or(a);
+        let aux = epi.gate.map(|(_, x)| x).unwrap_or(a);
+        let cells = Grid::threads(g.m * g.n);
+        gemm_epilogue::launch(
+            cx,
+            cells,
+            g.n as u32,
+            epi.bias.is_some(),
+            epi.act.code(),
+            gate,
+            bias,
+            aux,
+            c,
+        )?;
+    }
+    Ok(Routed::Done)
 }

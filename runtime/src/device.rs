@@ -2,7 +2,7 @@
 //! and eager launches.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::backend::{Backend, BackendKind};
@@ -23,6 +23,8 @@ pub(crate) struct DeviceInner {
     pub(crate) backend: Box<dyn Backend>,
     pub(crate) allocated: AtomicU64,
     pub(crate) peak: AtomicU64,
+    /// Products may go to the backend's vendor BLAS (see [`Device::set_vendor_blas`]).
+    pub(crate) vendor_blas: AtomicBool,
 }
 
 /// A handle to one device on one backend. Cheap to clone; buffers keep their device alive.
@@ -103,6 +105,7 @@ impl Device {
                 backend,
                 allocated: AtomicU64::new(0),
                 peak: AtomicU64::new(0),
+                vendor_blas: AtomicBool::new(vendor_blas_from_env()),
             }),
         }
     }
@@ -299,6 +302,31 @@ impl Device {
     pub(crate) fn backend(&self) -> &dyn Backend {
         &*self.inner.backend
     }
+
+    /// Whether matrix products ([`Launch::sgemm`]) go to the backend's vendor BLAS: cuBLAS on
+    /// CUDA when `libcublas` loads, never on host or wgpu. On by default; `GRAPHED_VENDOR_BLAS=0`
+    /// turns it off for new devices.
+    pub fn vendor_blas(&self) -> bool {
+        self.inner.vendor_blas.load(Ordering::Relaxed) && self.inner.backend.blas()
+    }
+
+    /// Switches routing of matrix products to the vendor BLAS on or off (off: the portable
+    /// DSL kernels run on every backend). Set it before recording: a recording keeps the
+    /// route it was made with, and eager runs follow the current setting, so switching
+    /// between them breaks the bitwise equality of replay and eager.
+    pub fn set_vendor_blas(&self, on: bool) {
+        self.inner.vendor_blas.store(on, Ordering::Relaxed);
+    }
+}
+
+/// `GRAPHED_VENDOR_BLAS`: `0`, `off`, `false` or `no` switch the vendor BLAS off.
+fn vendor_blas_from_env() -> bool {
+    !matches!(
+        std::env::var("GRAPHED_VENDOR_BLAS")
+            .as_deref()
+            .map(str::trim),
+        Ok("0" | "off" | "false" | "no")
+    )
 }
 
 pub(crate) fn fill_args(view: &RawView, bits: u32) -> [KernelArg; 2] {
@@ -468,5 +496,27 @@ impl Launch for Device {
         }
         let b = bind(self, kernel, grid, args)?;
         self.inner.backend.launch(kernel, b.grid, &b.args, &b.views)
+    }
+
+    fn sgemm(
+        &self,
+        g: &crate::blas::Sgemm,
+        a: &Buffer<f32>,
+        b: &Buffer<f32>,
+        c: &mut Buffer<f32>,
+    ) -> Result<bool> {
+        if !self.vendor_blas() {
+            return Ok(false);
+        }
+        if self.recording_here() {
+            return Err(Error::LaunchOutsideRecording("sgemm"));
+        }
+        let (a, b, c) = (a.raw_view(), b.raw_view(), c.raw_view());
+        g.check(self.id(), &a, &b, &c)?;
+        let flag = g.accumulate.erase().bits();
+        self.inner
+            .backend
+            .sgemm(&g.shape(), flag, &a, &b, &c)
+            .map(|()| true)
     }
 }

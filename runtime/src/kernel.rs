@@ -182,4 +182,18 @@ pub enum KernelArg {
 pub trait Launch {
     /// Launches `kernel` on `grid` with `args` (in parameter order).
     fn launch(&self, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<()>;
+
+    /// Runs the product `g` through the device's vendor BLAS (cuBLAS on CUDA) and returns
+    /// `true`; returns `false` and does nothing where there is none or it is switched off
+    /// ([`crate::Device::set_vendor_blas`]), so the caller launches its portable kernel.
+    fn sgemm(
+        &self,
+        g: &crate::blas::Sgemm,
+        a: &crate::Buffer<f32>,
+        b: &crate::Buffer<f32>,
+        c: &mut crate::Buffer<f32>,
+    ) -> Result<bool> {
+        let _ = (g, a, b, c);
+        Ok(false)
+    }
 }

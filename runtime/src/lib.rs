@@ -4,6 +4,7 @@
 extern crate self as graphed;
 
 mod backend;
+pub mod blas;
 mod buffer;
 mod builtin;
 mod device;

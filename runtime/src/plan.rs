@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use crate::blas::GemmShape;
 use crate::buffer::RawView;
 use crate::kernel::KernelDef;
 
@@ -69,6 +70,16 @@ pub(crate) enum Op {
         src: RawView,
         dst: RawView,
     },
+    /// A product through the backend's vendor BLAS. `launch_args[args]` holds the accumulate
+    /// flag (one word, patched like a kernel's per-step scalars).
+    Sgemm {
+        shape: GemmShape,
+        #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+        args: usize,
+        a: RawView,
+        b: RawView,
+        c: RawView,
+    },
 }
 
 /// The record of one step: ops in order, their argument blocks, and every buffer touched.
@@ -101,14 +112,32 @@ pub enum PlanOp {
         /// Destination buffer index.
         dst: usize,
     },
+    /// A matrix product through the backend's vendor BLAS (cuBLAS on CUDA).
+    Sgemm {
+        /// `[m, n, k]` of `C[m × n] = op(A)·op(B)`.
+        dims: [usize; 3],
+        /// Buffer indices of `A` and `B`.
+        reads: [usize; 2],
+        /// Buffer index of `C`.
+        write: usize,
+    },
 }
 
 impl Plan {
-    /// Kernel launches per replay.
+    /// Kernel launches per replay (the plan's own kernels; vendor-library calls are
+    /// counted by [`Plan::library_calls`]).
     pub fn launch_count(&self) -> usize {
         self.ops
             .iter()
             .filter(|o| matches!(o, Op::Launch { .. }))
+            .count()
+    }
+
+    /// Calls into a vendor library (cuBLAS products) per replay.
+    pub fn library_calls(&self) -> usize {
+        self.ops
+            .iter()
+            .filter(|o| matches!(o, Op::Sgemm { .. }))
             .count()
     }
 
@@ -168,6 +197,11 @@ impl Plan {
                     src: ix[&src.buf.id],
                     dst: ix[&dst.buf.id],
                 },
+                Op::Sgemm { shape, a, b, c, .. } => PlanOp::Sgemm {
+                    dims: [shape.m, shape.n, shape.k],
+                    reads: [ix[&a.buf.id], ix[&b.buf.id]],
+                    write: ix[&c.buf.id],
+                },
             })
             .collect()
     }
@@ -215,6 +249,18 @@ impl Plan {
                 }
                 PlanOp::Copy { src, dst } => {
                     writeln!(s, "  op{n} [shape=diamond, label=\"{n}: copy\"];\n  b{src} -> op{n};\n  op{n} -> b{dst};").unwrap();
+                }
+                PlanOp::Sgemm { dims, reads, write } => {
+                    writeln!(
+                        s,
+                        "  op{n} [shape=hexagon, label=\"{n}: sgemm {}x{}x{}\"];",
+                        dims[0], dims[1], dims[2]
+                    )
+                    .unwrap();
+                    for r in reads {
+                        writeln!(s, "  b{r} -> op{n};").unwrap();
+                    }
+                    writeln!(s, "  op{n} -> b{write};").unwrap();
                 }
             }
         }

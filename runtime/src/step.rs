@@ -289,4 +289,50 @@ impl Launch for Step {
         });
         Ok(())
     }
+
+    fn sgemm(
+        &self,
+        g: &crate::blas::Sgemm,
+        a: &Buffer<f32>,
+        b: &Buffer<f32>,
+        c: &mut Buffer<f32>,
+    ) -> Result<bool> {
+        // `vendor_blas()` also loads and sets up the library, so lowering never does.
+        if !self.device.vendor_blas() {
+            return Ok(false);
+        }
+        let (a, b, c) = (a.raw_view(), b.raw_view(), c.raw_view());
+        g.check(self.device.id(), &a, &b, &c)?;
+        let flag = g.accumulate.erase();
+        let Some(rec) = &self.rec else {
+            return self
+                .device
+                .backend()
+                .sgemm(&g.shape(), flag.bits(), &a, &b, &c)
+                .map(|()| true);
+        };
+        let mut rec = rec.borrow_mut();
+        let args = rec.plan.launch_args.len();
+        if let ErasedScalar::Slot(_, slot, _) = flag {
+            if slot >= self.scalars.len() {
+                return Err(Error::Launch {
+                    kernel: "sgemm",
+                    reason: format!("per-step scalar slot {slot} does not exist"),
+                });
+            }
+            rec.scalar_uses.push((args, 0, slot));
+        }
+        Self::touch(&mut rec, &a, false);
+        Self::touch(&mut rec, &b, false);
+        Self::touch(&mut rec, &c, true);
+        rec.plan.launch_args.push(vec![flag.bits()]);
+        rec.plan.ops.push(Op::Sgemm {
+            shape: g.shape(),
+            args,
+            a,
+            b,
+            c,
+        });
+        Ok(true)
+    }
 }

@@ -54,6 +54,10 @@ fn every_transposition_and_tiling_on_odd_shapes() {
         (65, 7, 63, Tile::T64),
         (63, 65, 7, Tile::T64),
         (130, 67, 17, Tile::T64),
+        // The vendor BLAS where the device has one (cuBLAS on CUDA), the DSL elsewhere.
+        (7, 63, 65, Tile::Auto),
+        (1, 17, 1000, Tile::Auto),
+        (130, 67, 17, Tile::Auto),
     ];
     on_every_backend(|dev| {
         for &(m, n, k, tile) in &dims {
@@ -83,12 +87,15 @@ fn every_transposition_and_tiling_on_odd_shapes() {
 fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
     let mut r = rng("epilogue_bias_activation_gate_accumulate_and_row_sums");
     let acts = [Act::Identity, Act::Relu, Act::Gelu, Act::Tanh, Act::Sigmoid];
-    // Across the two shapes each activation meets both tilings and two layouts.
+    // Across the two shapes each activation meets two layouts; three cases take the automatic
+    // route (the vendor BLAS where the device has one).
     let layouts = [
         (Tile::T16, false, true),
         (Tile::T64, true, false),
         (Tile::T16, true, false),
         (Tile::T64, false, false),
+        (Tile::Auto, false, true),
+        (Tile::Auto, true, false),
     ];
     on_every_backend(|dev| {
         for (s, &(m, n, k)) in [(7, 65, 33), (70, 130, 20)].iter().enumerate() {
@@ -201,5 +208,62 @@ fn shape_errors() {
             e.to_string().contains("`bias` has 3 elements, expected 2"),
             "{e}"
         );
+    });
+}
+
+/// The launches that follow a vendor-BLAS product (on CUDA), run directly on every backend:
+/// the in-place epilogue and the row sums of `op(A)`.
+#[test]
+fn vendor_epilogue_and_row_sums_kernels() {
+    use graphed_runtime::Grid;
+    let mut r = rng("vendor_epilogue_and_row_sums_kernels");
+    on_every_backend(|dev| {
+        let (m, n) = (37, 65);
+        let c0 = floats(&mut r, m * n, -2.0, 2.0);
+        let bias_host = floats(&mut r, n, -1.0, 1.0);
+        let aux_host = floats(&mut r, m * n, -3.0, 3.0);
+        let bias = dev.upload(&bias_host).unwrap();
+        let aux = dev.upload(&aux_host).unwrap();
+        for (act, gate) in [(Act::Relu, Act::Identity), (Act::Gelu, Act::Tanh)] {
+            let mut c = dev.upload(&c0).unwrap();
+            let grid = Grid::threads(m * n);
+            let (a, g) = (act.code(), gate.code());
+            matmul::gemm_epilogue::launch(dev, grid, n as u32, true, a, g, &bias, &aux, &mut c)
+                .unwrap();
+            let want: Vec<f64> = (0..m * n)
+                .map(|i| {
+                    let v = act.eval_f64(c0[i] as f64 + bias_host[i % n] as f64);
+                    if gate == Act::Identity {
+                        v
+                    } else {
+                        v * gate.derivative_f64(aux_host[i] as f64)
+                    }
+                })
+                .collect();
+            let case = format!("epilogue {act:?} gate {gate:?}");
+            assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
+        }
+        // Row sums of op(A) for A stored m × k and k × m, overwriting and accumulating.
+        let k = 50;
+        let a_host = floats(&mut r, m * k, -1.0, 1.0);
+        let db0 = floats(&mut r, m, -1.0, 1.0);
+        let a = dev.upload(&a_host).unwrap();
+        for (ta, accumulate) in [(false, false), (true, true)] {
+            let mut db = dev.upload(&db0).unwrap();
+            let grid = Grid::threads(m);
+            let (mu, ku) = (m as u32, k as u32);
+            matmul::gemm_row_sums::launch(dev, grid, mu, ku, ta, accumulate, &a, &mut db).unwrap();
+            let keep = if accumulate { 1.0 } else { 0.0 };
+            let want: Vec<f64> = (0..m)
+                .map(|row| {
+                    let s: f64 = (0..k)
+                        .map(|kk| if ta { a_host[kk * m + row] } else { a_host[row * k + kk] } as f64)
+                        .sum();
+                    s + keep * db0[row] as f64
+                })
+                .collect();
+            let case = format!("row sums ta={ta} accumulate={accumulate}");
+            assert_close(&case, &db.to_host().unwrap(), &want, TOL);
+        }
     });
 }

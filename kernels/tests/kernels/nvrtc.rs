@@ -21,6 +21,8 @@ fn all() -> Vec<&'static KernelDef> {
         &reduce::reduce_rows::DEF,
         &matmul::matmul_t64::DEF,
         &matmul::matmul_t16::DEF,
+        &matmul::gemm_epilogue::DEF,
+        &matmul::gemm_row_sums::DEF,
         &loss::softmax_xent_narrow::DEF,
         &loss::softmax_xent_wide::DEF,
         &loss::mse_pass::DEF,

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::{result, sys, CudaContext, CudaFunction, DriverError};
 
+use super::cublas::{Cublas, WORKSPACE_BYTES};
 use super::{Backend, BackendKind, Memory, Recording};
+use crate::blas::{beta_bits, GemmShape};
 use crate::buffer::RawView;
 use crate::error::{Error, Result};
 use crate::kernel::KernelDef;
@@ -89,7 +91,7 @@ fn err(e: DriverError) -> Error {
 
 /// One device allocation (freed synchronously on drop, after the holder drained).
 pub(crate) struct CudaMem {
-    ptr: sys::CUdeviceptr,
+    pub(crate) ptr: sys::CUdeviceptr,
     ctx: Arc<CudaContext>,
 }
 
@@ -109,6 +111,11 @@ impl Drop for CudaMem {
             }
         }
     }
+}
+
+/// The device address of a view's first element.
+fn view_ptr(view: &RawView) -> sys::CUdeviceptr {
+    ptr(view) + view.offset as u64 * 4
 }
 
 fn ptr(view: &RawView) -> sys::CUdeviceptr {
@@ -140,6 +147,14 @@ pub(crate) struct CudaBackend {
     /// Serialises work on the stream, so no other thread's launch lands inside a capture.
     lock: Arc<Mutex<Health>>,
     ring: Mutex<Option<Ring>>,
+    /// cuBLAS, set up on first use (never inside a capture).
+    blas: Mutex<BlasState>,
+}
+
+enum BlasState {
+    NotLoaded,
+    Ready(Cublas),
+    Unavailable,
 }
 
 impl CudaBackend {
@@ -177,6 +192,7 @@ impl CudaBackend {
             functions: Mutex::new(HashMap::new()),
             lock: Arc::new(Mutex::new(Health)),
             ring: Mutex::new(None),
+            blas: Mutex::new(BlasState::NotLoaded),
         })
     }
 
@@ -292,6 +308,43 @@ impl CudaBackend {
         })
     }
 
+    /// Copies an eager launch's argument block into the device ring (the caller holds the
+    /// lock) and returns its address.
+    fn ring_slot(&self, args: &[u32]) -> Result<sys::CUdeviceptr> {
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        if ring.is_none() {
+            *ring = Some(Ring {
+                mem: self.raw_alloc(RING_WORDS)?,
+                next: 0,
+            });
+        }
+        let r = ring.as_mut().expect("just set");
+        let words = args.len().max(1).div_ceil(ARG_ALIGN) * ARG_ALIGN;
+        if r.next + words > RING_WORDS {
+            r.next = 0;
+        }
+        let at = r.mem.ptr + r.next as u64 * 4;
+        r.next += words;
+        if !args.is_empty() {
+            // SAFETY: the ring slot is in bounds; the copy is ordered on the stream before the
+            // launch that reads it and after every earlier launch that read this slot.
+            unsafe { result::memcpy_htod_async(at, args, self.stream.0) }.map_err(err)?;
+        }
+        Ok(at)
+    }
+
+    /// Loads cuBLAS and makes its handle (the caller holds the lock; not capturing).
+    fn open_blas(&self) -> Result<Cublas> {
+        if !Cublas::present() {
+            return Err(Error::Unavailable {
+                backend: NAME,
+                reason: "libcublas was not found (install the CUDA toolkit's cuBLAS, or add its directory to LD_LIBRARY_PATH)".into(),
+            });
+        }
+        let ws = self.raw_alloc(WORKSPACE_BYTES / 4)?;
+        Cublas::open(self.stream.0, ws)
+    }
+
     fn sync(&self, health: &mut Health) -> Result<()> {
         // SAFETY: the stream is valid for the backend's lifetime.
         unsafe { result::stream::synchronize(self.stream.0) }.map_err(|e| health.note(e))
@@ -301,9 +354,19 @@ impl CudaBackend {
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: the stream is destroyed once, after its work completed.
+            // SAFETY: the stream is valid until destroyed below.
             unsafe {
                 let _ = result::stream::synchronize(self.stream.0);
+            }
+            // The cuBLAS handle (and its workspace) go after the stream's work, before the
+            // stream it is bound to.
+            let blas = std::mem::replace(
+                self.blas.get_mut().unwrap_or_else(|p| p.into_inner()),
+                BlasState::Unavailable,
+            );
+            drop(blas);
+            // SAFETY: the stream is destroyed once, after its work completed.
+            unsafe {
                 let _ = result::stream::destroy(self.stream.0);
             }
         }
@@ -382,38 +445,80 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let _g = self.enter()?;
         let f = self.function(kernel)?;
-        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        if ring.is_none() {
-            *ring = Some(Ring {
-                mem: self.raw_alloc(RING_WORDS)?,
-                next: 0,
-            });
-        }
-        let r = ring.as_mut().expect("just set");
-        let words = args.len().max(1).div_ceil(ARG_ALIGN) * ARG_ALIGN;
-        if r.next + words > RING_WORDS {
-            r.next = 0;
-        }
-        let at = r.mem.ptr + r.next as u64 * 4;
-        r.next += words;
-        if !args.is_empty() {
-            // SAFETY: the ring slot is in bounds; the copy is ordered on the stream before the
-            // launch that reads it and after every earlier launch that read this slot.
-            unsafe { result::memcpy_htod_async(at, args, self.stream.0) }.map_err(err)?;
-        }
+        let at = self.ring_slot(args)?;
         self.issue(f, kernel, grid, at, bindings)
+    }
+    fn blas(&self) -> bool {
+        let Ok(_g) = self.enter() else { return false };
+        let mut blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        if let BlasState::NotLoaded = *blas {
+            *blas = match self.open_blas() {
+                Ok(b) => BlasState::Ready(b),
+                Err(e) => {
+                    tracing::info!("graphed: {e}; matrix products use the DSL kernels");
+                    BlasState::Unavailable
+                }
+            };
+        }
+        matches!(*blas, BlasState::Ready(_))
+    }
+    fn sgemm(
+        &self,
+        shape: &GemmShape,
+        flag: u32,
+        a: &RawView,
+        b: &RawView,
+        c: &RawView,
+    ) -> Result<()> {
+        let _g = self.enter()?;
+        let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        let BlasState::Ready(blas) = &*blas else {
+            return Err(Error::Launch {
+                kernel: "sgemm",
+                reason: "cuBLAS is not loaded on this device".into(),
+            });
+        };
+        let at = self.ring_slot(&[flag, 1.0f32.to_bits(), beta_bits(flag)])?;
+        // SAFETY: views checked by `Sgemm::check`; α, β at words 1 and 2 of the ring slot.
+        unsafe { blas.gemm(shape, at + 4, view_ptr(a), view_ptr(b), view_ptr(c)) }
     }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
         let mut g = self.enter()?;
         // Compile and allocate everything before the capture begins.
+        // A product's block is [accumulate flag, α, β]: cuBLAS reads α and β on the device.
+        let gemm_args: Vec<usize> = plan
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Sgemm { args, .. } => Some(*args),
+                _ => None,
+            })
+            .collect();
         let mut offsets = Vec::with_capacity(plan.launch_args.len());
         let mut arena: Vec<u32> = Vec::new();
-        for a in &plan.launch_args {
+        for (i, a) in plan.launch_args.iter().enumerate() {
             let start = arena.len().div_ceil(ARG_ALIGN) * ARG_ALIGN;
             arena.resize(start, 0);
             offsets.push(start);
-            arena.extend_from_slice(if a.is_empty() { &[0] } else { a });
+            if gemm_args.contains(&i) {
+                let flag = a.first().copied().unwrap_or(0);
+                arena.extend_from_slice(&[flag, 1.0f32.to_bits(), beta_bits(flag)]);
+            } else {
+                arena.extend_from_slice(if a.is_empty() { &[0] } else { a });
+            }
         }
+        let gemm_blocks: Vec<usize> = gemm_args.iter().map(|&i| offsets[i]).collect();
+        let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        let blas = match (&*blas, gemm_blocks.is_empty()) {
+            (BlasState::Ready(b), _) => Some(b),
+            (_, true) => None,
+            (_, false) => {
+                return Err(Error::Lower {
+                    backend: NAME,
+                    reason: "the plan holds cuBLAS products but cuBLAS is not loaded".into(),
+                })
+            }
+        };
         let mut functions = Vec::new();
         for op in &plan.ops {
             if let Op::Launch { kernel, .. } = op {
@@ -442,6 +547,8 @@ impl Backend for CudaBackend {
             backend: NAME,
             reason: format!("begin capture: {e}"),
         })?;
+        // Nodes the library calls added, measured around each call.
+        let mut library = Census::default();
         let issued = (|| -> Result<()> {
             let mut f = functions.iter();
             let mut escaped = false;
@@ -488,6 +595,20 @@ impl Backend for CudaBackend {
                             .map_err(err)?;
                         }
                     }
+                    Op::Sgemm {
+                        shape,
+                        args,
+                        a,
+                        b,
+                        c,
+                    } => {
+                        let blas = blas.expect("checked before the capture");
+                        let before = capture_census(self.stream.0)?;
+                        let alpha = arena_mem.ptr + (offsets[*args] as u64 + 1) * 4;
+                        // SAFETY: views checked when recorded; α, β in the arena block.
+                        unsafe { blas.gemm(shape, alpha, view_ptr(a), view_ptr(b), view_ptr(c)) }?;
+                        library.add(&capture_census(self.stream.0)?, &before);
+                    }
                 }
             }
             if let Some(hook) = crate::faults::take_capture_fault() {
@@ -533,7 +654,7 @@ impl Backend for CudaBackend {
             }
         };
         let graph = GraphHandle(graph);
-        let (kernels, copies) = census(graph.0)?;
+        let got = census(graph.0)?;
         let want_copies = plan
             .ops
             .iter()
@@ -544,12 +665,25 @@ impl Backend for CudaBackend {
             .iter()
             .filter(|o| matches!(o, Op::Launch { grid, .. } if grid.iter().all(|&g| g > 0)))
             .count();
-        if kernels != want_kernels || copies != want_copies {
+        if got.allocs > 0 {
             return Err(Error::Lower {
                 backend: NAME,
-                reason: format!("census mismatch: the captured graph has {kernels} kernel and {copies} copy nodes, the plan has {want_kernels} launches and {want_copies} copies (work escaped the capture or crept into it)"),
+                reason: format!("the captured graph allocates or frees memory ({} nodes): a library call allocated inside the capture", got.allocs),
             });
         }
+        if got.kernels != want_kernels + library.kernels
+            || got.copies != want_copies + library.copies
+            || got.other != library.other
+        {
+            return Err(Error::Lower {
+                backend: NAME,
+                reason: format!(
+                    "census mismatch: the captured graph has {} kernel, {} copy and {} other nodes; the plan has {want_kernels} launches and {want_copies} copies, and its {} library calls added {} kernel, {} copy and {} other nodes (work escaped the capture or crept into it)",
+                    got.kernels, got.copies, got.other, gemm_blocks.len(), library.kernels, library.copies, library.other
+                ),
+            });
+        }
+        let want_kernels = got.kernels;
         let mut exec = std::ptr::null_mut();
         // SAFETY: `graph` is a valid captured graph.
         unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) }
@@ -574,6 +708,7 @@ impl Backend for CudaBackend {
             exec,
             graph,
             launches: want_kernels,
+            gemm_blocks,
         }))
     }
     fn memory_info(&self) -> Option<(u64, u64)> {
@@ -601,8 +736,57 @@ impl Backend for CudaBackend {
     }
 }
 
-/// (kernel nodes, memcpy nodes) of a graph.
-fn census(graph: sys::CUgraph) -> Result<(usize, usize)> {
+/// Nodes of a graph by type.
+#[derive(Debug, Default, Clone, Copy)]
+struct Census {
+    kernels: usize,
+    copies: usize,
+    /// Memory allocation and free nodes (never allowed).
+    allocs: usize,
+    /// Every other type (memsets, events, …).
+    other: usize,
+}
+
+impl Census {
+    /// Adds `after - before`.
+    fn add(&mut self, after: &Census, before: &Census) {
+        self.kernels += after.kernels - before.kernels;
+        self.copies += after.copies - before.copies;
+        self.allocs += after.allocs - before.allocs;
+        self.other += after.other - before.other;
+    }
+}
+
+/// The census of the graph a stream is capturing into so far.
+fn capture_census(stream: sys::CUstream) -> Result<Census> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id = 0;
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: queries a capturing stream; the graph it returns is only read.
+    unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            &mut id,
+            &mut graph,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(err)?;
+    if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+        return Err(Error::Lower {
+            backend: NAME,
+            reason: format!("the stream stopped capturing ({status:?})"),
+        });
+    }
+    census(graph)
+}
+
+/// Nodes of a graph by type.
+fn census(graph: sys::CUgraph) -> Result<Census> {
     let mut n = 0usize;
     // SAFETY: querying the node count of a valid graph.
     unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }
@@ -613,7 +797,7 @@ fn census(graph: sys::CUgraph) -> Result<(usize, usize)> {
     unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }
         .result()
         .map_err(err)?;
-    let (mut kernels, mut copies) = (0, 0);
+    let mut c = Census::default();
     for node in nodes.into_iter().take(n) {
         let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: `node` belongs to `graph`.
@@ -621,12 +805,14 @@ fn census(graph: sys::CUgraph) -> Result<(usize, usize)> {
             .result()
             .map_err(err)?;
         match ty {
-            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => kernels += 1,
-            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => copies += 1,
-            _ => {}
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => c.kernels += 1,
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => c.copies += 1,
+            sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC
+            | sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => c.allocs += 1,
+            _ => c.other += 1,
         }
     }
-    Ok((kernels, copies))
+    Ok(c)
 }
 
 struct GraphHandle(sys::CUgraph);
@@ -648,6 +834,8 @@ struct CudaReplay {
     exec: ExecHandle,
     graph: GraphHandle,
     launches: usize,
+    /// Arena offsets of the products' [flag, α, β] blocks.
+    gemm_blocks: Vec<usize>,
 }
 
 impl Recording for CudaReplay {
@@ -663,6 +851,15 @@ impl Recording for CudaReplay {
                 self.arena[at] = bits;
                 lo = lo.min(at);
                 hi = hi.max(at + 1);
+            }
+        }
+        // A product's β follows its accumulate flag.
+        for &o in &self.gemm_blocks {
+            let beta = beta_bits(self.arena[o]);
+            if self.arena[o + 2] != beta {
+                self.arena[o + 2] = beta;
+                lo = lo.min(o + 2);
+                hi = hi.max(o + 3);
             }
         }
         if lo < hi {

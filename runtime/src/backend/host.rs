@@ -119,6 +119,12 @@ impl Backend for HostBackend {
         run(kernel, grid, args, bindings)
     }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
+        if plan.library_calls() > 0 {
+            return Err(Error::Lower {
+                backend: "host",
+                reason: "the plan holds a vendor-BLAS product; the host backend has none".into(),
+            });
+        }
         Ok(Box::new(HostReplay { plan: plan.clone() }))
     }
     fn drain(&self) -> Result<()> {
@@ -148,6 +154,12 @@ impl Recording for HostReplay {
                     run(kernel, *grid, &self.plan.launch_args[*args], &views)?;
                 }
                 Op::Copy { src, dst } => HostBackend.copy(src, dst)?,
+                Op::Sgemm { shape, .. } => {
+                    return Err(Error::Launch {
+                        kernel: "sgemm",
+                        reason: format!("{shape:?}: the host backend has no vendor BLAS"),
+                    })
+                }
             }
         }
         Ok(())

@@ -3,12 +3,15 @@
 //! lifecycle itself lives once, in [`crate::holder`].
 
 #[cfg(feature = "cuda")]
+pub(crate) mod cublas;
+#[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 pub(crate) mod host;
 pub(crate) mod wgpu;
 
+use crate::blas::GemmShape;
 use crate::buffer::RawView;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernel::KernelDef;
 use crate::plan::Plan;
 
@@ -69,6 +72,25 @@ pub(crate) trait Backend: Send + Sync {
         args: &[u32],
         bindings: &[RawView],
     ) -> Result<()>;
+    /// Whether this backend has a vendor BLAS ready for [`Backend::sgemm`] (loads and sets it
+    /// up on first use; never called inside a lowering).
+    fn blas(&self) -> bool {
+        false
+    }
+    /// `C = op(A)·op(B)` (+ `C` when `flag != 0`) through the vendor BLAS.
+    fn sgemm(
+        &self,
+        _shape: &GemmShape,
+        _flag: u32,
+        _a: &RawView,
+        _b: &RawView,
+        _c: &RawView,
+    ) -> Result<()> {
+        Err(Error::Launch {
+            kernel: "sgemm",
+            reason: format!("the {} backend has no vendor BLAS", self.kind()),
+        })
+    }
     /// Builds the backend recording of a plan. Executes nothing.
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>>;
     /// Waits for all work this backend queued.

@@ -438,6 +438,12 @@ impl Backend for WgpuBackend {
                     dst_off: dst.offset as u64 * 4,
                     bytes: src.len as u64 * 4,
                 }),
+                Op::Sgemm { .. } => {
+                    return Err(Error::Lower {
+                        backend: "wgpu",
+                        reason: "the plan holds a vendor-BLAS product; wgpu has none".into(),
+                    })
+                }
             }
         }
         self.check()?;

@@ -378,8 +378,14 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
             record_ms: None,
         });
         let st = step.stats();
-        let rec = st.last_record.unwrap().as_secs_f64() * 1e3
-            + st.last_lower.unwrap().as_secs_f64() * 1e3;
+        let (Some(record), Some(lower)) = (st.last_record, st.last_lower) else {
+            eprintln!(
+                "{name} on {backend}: not replayed ({:?}); skipped",
+                st.eager_reasons
+            );
+            continue;
+        };
+        let rec = (record + lower).as_secs_f64() * 1e3;
         let (us, lo, hi, cpu) = measure(
             steps,
             || {

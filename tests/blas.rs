@@ -10,7 +10,7 @@ mod common;
 
 use common::{bitwise_eq, floats, on_every_backend, rel_err, rng};
 use graphed::kernels::elementwise::Act;
-use graphed::kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm};
+use graphed::kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm, Tile};
 use graphed::prelude::*;
 use graphed::{BackendKind, Required};
 
@@ -31,13 +31,55 @@ fn layer_products(
     let (batch, inp, out) = (dims[0], dims[1], dims[2]);
     let mut h = cx.output::<f32>(batch * out)?;
     let fwd = Epilogue::bias_act(b, Act::Relu);
-    matmul(cx, Gemm::nt(batch, out, inp), x, w, &mut h, &fwd)?;
+    matmul(
+        cx,
+        Gemm::nt(batch, out, inp).with_tile(Tile::Vendor),
+        x,
+        w,
+        &mut h,
+        &fwd,
+    )?;
     let grad = Epilogue::none().accumulate(accumulate);
-    matmul_row_sums(cx, Gemm::tn(out, inp, batch), dy, x, dw, db, &grad)?;
+    matmul_row_sums(
+        cx,
+        Gemm::tn(out, inp, batch).with_tile(Tile::Vendor),
+        dy,
+        x,
+        dw,
+        db,
+        &grad,
+    )?;
     let mut dx = cx.output::<f32>(batch * inp)?;
     let back = Epilogue::none().gate(Act::Relu, x);
-    matmul(cx, Gemm::nn(batch, inp, out), dy, w, &mut dx, &back)?;
+    matmul(
+        cx,
+        Gemm::nn(batch, inp, out).with_tile(Tile::Vendor),
+        dy,
+        w,
+        &mut dx,
+        &back,
+    )?;
     Ok((h, dx))
+}
+
+/// One product with the automatic route, `C = A·B`.
+#[graphed]
+fn auto_product(
+    cx: &mut Step,
+    #[state] a: &mut Buffer<f32>,
+    #[state] b: &mut Buffer<f32>,
+    #[key] mnk: &[usize],
+) -> Result<Output<f32>> {
+    let mut c = cx.output::<f32>(mnk[0] * mnk[1])?;
+    matmul(
+        cx,
+        Gemm::nn(mnk[0], mnk[1], mnk[2]),
+        a,
+        b,
+        &mut c,
+        &Epilogue::none(),
+    )?;
+    Ok(c)
 }
 
 /// Row-major `r × c` element `(i, j)` of `m`, transposed when `t`.
@@ -193,6 +235,24 @@ fn products_route_to_the_vendor_blas_and_replay_equals_eager() {
             "{}",
             plan.to_dot()
         );
+
+        // `Tile::Auto` takes the vendor BLAS from VENDOR_MIN_MACS multiply-adds up (MLP-M's
+        // products) and keeps smaller ones (MLP-S's) on the DSL kernels.
+        if vendor {
+            for (mnk, library) in [([512usize, 1024, 128], 1), ([64, 256, 784], 0)] {
+                let [m, n, k] = mnk;
+                let mut a = dev.upload(&floats(&mut r, m * k, -1.0, 1.0)).unwrap();
+                let mut b = dev.upload(&floats(&mut r, k * n, -1.0, 1.0)).unwrap();
+                let mut step = AutoProduct::new(dev).unwrap();
+                step.call(&mut a, &mut b, &mnk[..]).unwrap();
+                assert_eq!(
+                    step.plan().unwrap().library_calls(),
+                    library,
+                    "{m}×{n}×{k} ({} multiply-adds)",
+                    m * n * k
+                );
+            }
+        }
 
         // Switched off, the same step records the portable products only, and the two routes
         // agree within the products' tolerance.

@@ -578,14 +578,25 @@ pub fn gemm_row_sums(m: u32, k: u32, ta: bool, accumulate: bool, a: &[f32], db: 
     }
 }
 
-/// Which tiling a product uses.
+/// Products with at least this many multiply-adds (`m·n·k`) take the vendor BLAS under
+/// [`Tile::Auto`]. Measured on the H200 (BENCHMARKS.md): MLP-S, whose largest product is
+/// 64×256×784 (12.8 M), steps faster on the DSL kernels (57.0 vs 71.1 µs, the library adding
+/// a launch for each epilogue); MLP-M's 512×1024×1024 products (537 M) step faster on cuBLAS
+/// (531 vs 802 µs).
+pub const VENDOR_MIN_MACS: usize = 1 << 26;
+
+/// Which implementation and tiling a product uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Tile {
-    /// The device's vendor BLAS where it has one and the epilogue allows (cuBLAS on CUDA:
-    /// see [`matmul`]); otherwise [`Tile::T64`] when the product has at least 64 tiles of
-    /// 64×64, else [`Tile::T16`].
+    /// The device's vendor BLAS for products of at least [`VENDOR_MIN_MACS`] multiply-adds,
+    /// where the device has one and the epilogue allows (cuBLAS on CUDA: see [`matmul`]);
+    /// otherwise [`Tile::T64`] when the product has at least 64 tiles of 64×64, else
+    /// [`Tile::T16`].
     #[default]
     Auto,
+    /// The device's vendor BLAS at any size where it has one and the epilogue allows;
+    /// otherwise as [`Tile::Auto`].
+    Vendor,
     /// 16×16 tiles ([`matmul_t16`]).
     T16,
     /// 64×64 tiles ([`matmul_t64`]).
@@ -651,7 +662,7 @@ impl Gemm {
     /// The tiling a launch of this product uses ([`Tile::Auto`] resolved).
     pub fn resolved_tile(&self) -> Tile {
         match self.tile {
-            Tile::Auto => {
+            Tile::Auto | Tile::Vendor => {
                 if self.m.div_ceil(64) * self.n.div_ceil(64) >= 64 {
                     Tile::T64
                 } else {
@@ -710,8 +721,8 @@ impl<'a> Epilogue<'a> {
 
 /// `C = op(A)·op(B)` with `epi`. Shapes: `A` has `m·k` elements, `B` `k·n`, `C` `m·n`.
 ///
-/// With [`Tile::Auto`] on a device whose vendor BLAS is on ([`Launch::sgemm`]: cuBLAS on
-/// CUDA), the product goes there, followed by one [`gemm_epilogue`](mod@gemm_epilogue)
+/// With [`Tile::Vendor`], or [`Tile::Auto`] and at least [`VENDOR_MIN_MACS`] multiply-adds, on
+/// a device whose vendor BLAS is on ([`Launch::sgemm`]: cuBLAS on CUDA), the product goes there, followed by one [`gemm_epilogue`](mod@gemm_epilogue)
 /// launch when there is a bias, activation or gate (and one [`gemm_row_sums`](mod@gemm_row_sums)
 /// launch for [`matmul_row_sums`]); an epilogue that both transforms and accumulates stays
 /// with the DSL kernel. Everywhere else it is one launch of [`matmul_t64`] or
@@ -774,7 +785,9 @@ fn launch<C: Launch + ?Sized>(
     if let Some((_, aux)) = epi.gate {
         expect_len(op, "gate", aux.len(), mn)?;
     }
-    let db = if g.tile == Tile::Auto {
+    let db = if g.tile == Tile::Vendor
+        || (g.tile == Tile::Auto && mn.saturating_mul(g.k) >= VENDOR_MIN_MACS)
+    {
         match vendor(cx, g, a, b, c, db, epi)? {
             Routed::Done => return Ok(()),
             Routed::Declined(db) => db,

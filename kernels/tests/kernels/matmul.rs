@@ -55,8 +55,8 @@ fn every_transposition_and_tiling_on_odd_shapes() {
         (63, 65, 7, Tile::T64),
         (130, 67, 17, Tile::T64),
         // The vendor BLAS where the device has one (cuBLAS on CUDA), the DSL elsewhere.
-        (7, 63, 65, Tile::Auto),
-        (1, 17, 1000, Tile::Auto),
+        (7, 63, 65, Tile::Vendor),
+        (1, 17, 1000, Tile::Vendor),
         (130, 67, 17, Tile::Auto),
     ];
     on_every_backend(|dev| {
@@ -94,8 +94,8 @@ fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
         (Tile::T64, true, false),
         (Tile::T16, true, false),
         (Tile::T64, false, false),
-        (Tile::Auto, false, true),
-        (Tile::Auto, true, false),
+        (Tile::Vendor, false, true),
+        (Tile::Vendor, true, false),
     ];
     on_every_backend(|dev| {
         for (s, &(m, n, k)) in [(7, 65, 33), (70, 130, 20)].iter().enumerate() {

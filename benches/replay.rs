@@ -287,9 +287,10 @@ mod raw {
 /// softmax cross-entropy, backward, AdamW (lr 1e-3, PyTorch defaults), fp32.
 fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
     use graphed::train::{Classifier, TrainStep};
-    // Products through cuBLAS are marked in the backend column ("cuda+cublas").
-    let backend = if dev.vendor_blas() {
-        format!("{}+cublas", dev.kind())
+    // On CUDA, "cuda" is the automatic route (cuBLAS for MLP-M's large products, the DSL
+    // kernels for the rest) and "cuda-dsl" the DSL kernels only (vendor BLAS switched off).
+    let backend = if dev.kind() == BackendKind::Cuda && !dev.vendor_blas() {
+        format!("{}-dsl", dev.kind())
     } else {
         dev.kind().to_string()
     };

@@ -523,6 +523,7 @@ pub fn constants(seed: i32, of: &mut [f32], oi: &mut [i32], ou: &mut [u32]) {
     of[13] = pow(-2.0, 0.5);
     of[14] = rsqrt(0.0);
     of[15] = (seed as f32) / 0.0;
+    of[16] = exp2(2147483647 as f32);
     oi[0] = i32::MAX + 1;
     oi[1] = i32::MIN / -1;
     oi[2] = 7 / 0;
@@ -548,6 +549,7 @@ pub fn constants(seed: i32, of: &mut [f32], oi: &mut [i32], ou: &mut [u32]) {
     ou[7] = 1e10 as u32;
     ou[8] = f32::INFINITY as u32;
     ou[9] = (seed as u32) >> forty;
+    ou[10] = 3u32 << 31u32;
 }
 
 /// Float builtins and operators on IEEE 754 special values (`out[k * n + i]` is operation `k`
@@ -1864,9 +1866,9 @@ fn constant_expressions_keep_rust_semantics() {
     let mut r = rng("constants");
     on_every_backend(|dev| {
         let seed: i32 = r.random_range(1..1000);
-        let mut of = poisoned(dev, 16, POISON_F32);
+        let mut of = poisoned(dev, 17, POISON_F32);
         let mut oi = poisoned(dev, 15, POISON_I32);
-        let mut ou = poisoned(dev, 10, POISON_U32);
+        let mut ou = poisoned(dev, 11, POISON_U32);
         constants::launch(dev, Grid::workgroups(1), seed, &mut of, &mut oi, &mut ou).unwrap();
         let f_max = f32::MAX;
         let want_f = [
@@ -1884,6 +1886,7 @@ fn constant_expressions_keep_rust_semantics() {
             3.0,
             f32::INFINITY,
             f32::NAN,
+            f32::INFINITY,
             f32::INFINITY,
             f32::INFINITY,
         ];
@@ -1915,6 +1918,7 @@ fn constant_expressions_keep_rust_semantics() {
             u32::MAX,
             u32::MAX,
             (seed as u32) >> 8,
+            0x8000_0000,
         ];
         let mut of = of.to_host().unwrap();
         if let Some(issue) = known_issue(dev, "constants/of[15]", &[], want_f[15]) {

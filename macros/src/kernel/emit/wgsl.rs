@@ -397,6 +397,10 @@ impl Wgsl<'_> {
         }
         match &e.kind {
             ExprKind::LitF32(v) => f32_lit(*v, self.opaque.get()),
+            // Inside a constant expression integer literals are opaque as well: WGSL rejects a
+            // constant shift or cast that overflows, which the kernel language defines.
+            ExprKind::LitI32(v) if self.opaque.get() => format!("bitcast<i32>({:#x}u)", *v as u32),
+            ExprKind::LitU32(v) if self.opaque.get() => format!("bitcast<u32>({v}u)"),
             ExprKind::LitI32(v) => {
                 if *v == i32::MIN {
                     "bitcast<i32>(0x80000000u)".into()

@@ -69,6 +69,9 @@ pub(crate) enum Op {
         src: RawView,
         dst: RawView,
     },
+    /// An in-place all-reduce across the ranks of a communicator.
+    #[cfg(feature = "nccl")]
+    AllReduce(crate::dist::AllReduce),
 }
 
 /// The record of one step: ops in order, their argument blocks, and every buffer touched.
@@ -100,6 +103,18 @@ pub enum PlanOp {
         src: usize,
         /// Destination buffer index.
         dst: usize,
+    },
+    /// An in-place all-reduce of one buffer across the ranks of a communicator.
+    #[cfg(feature = "nccl")]
+    AllReduce {
+        /// Index into [`Plan::buffers`] of the buffer reduced (read and written).
+        buffer: usize,
+        /// How the ranks' values combine.
+        op: crate::dist::ReduceOp,
+        /// This rank.
+        rank: usize,
+        /// The number of ranks.
+        ranks: usize,
     },
 }
 
@@ -168,6 +183,16 @@ impl Plan {
                     src: ix[&src.buf.id],
                     dst: ix[&dst.buf.id],
                 },
+                #[cfg(feature = "nccl")]
+                Op::AllReduce(a) => {
+                    let (op, rank, ranks) = a.describe();
+                    PlanOp::AllReduce {
+                        buffer: ix[&a.view.buf.id],
+                        op,
+                        rank,
+                        ranks,
+                    }
+                }
             })
             .collect()
     }
@@ -215,6 +240,15 @@ impl Plan {
                 }
                 PlanOp::Copy { src, dst } => {
                     writeln!(s, "  op{n} [shape=diamond, label=\"{n}: copy\"];\n  b{src} -> op{n};\n  op{n} -> b{dst};").unwrap();
+                }
+                #[cfg(feature = "nccl")]
+                PlanOp::AllReduce {
+                    buffer,
+                    op,
+                    rank,
+                    ranks,
+                } => {
+                    writeln!(s, "  op{n} [shape=hexagon, label=\"{n}: all-reduce {} (rank {rank} of {ranks})\"];\n  b{buffer} -> op{n};\n  op{n} -> b{buffer};", op.name()).unwrap();
                 }
             }
         }

@@ -111,6 +111,21 @@ impl Drop for CudaMem {
     }
 }
 
+/// The number of CUDA GPUs (0 when the driver is missing or reports none).
+pub(crate) fn device_count() -> usize {
+    // SAFETY: only probes whether libcuda can be opened; cudarc panics on a missing library.
+    if !unsafe { sys::is_culib_present() } {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
+/// The device address of a view's allocation (for library calls such as NCCL's).
+#[cfg(feature = "nccl")]
+pub(crate) fn device_ptr(view: &RawView) -> sys::CUdeviceptr {
+    ptr(view)
+}
+
 fn ptr(view: &RawView) -> sys::CUdeviceptr {
     match &view.buf.mem {
         Memory::Cuda(m) => m.ptr,
@@ -133,6 +148,8 @@ struct Ring {
 
 pub(crate) struct CudaBackend {
     ctx: Arc<CudaContext>,
+    #[cfg(feature = "nccl")]
+    ordinal: usize,
     stream: Stream,
     arch: String,
     name: String,
@@ -171,6 +188,8 @@ impl CudaBackend {
         }
         Ok(CudaBackend {
             ctx,
+            #[cfg(feature = "nccl")]
+            ordinal,
             stream: Stream(stream),
             arch: format!("sm_{major}{minor}"),
             name: format!("{name} (sm_{major}{minor})"),
@@ -442,6 +461,9 @@ impl Backend for CudaBackend {
             backend: NAME,
             reason: format!("begin capture: {e}"),
         })?;
+        // (kernel, memcpy) nodes that library calls (NCCL) added to the capture.
+        #[cfg_attr(not(feature = "nccl"), allow(unused_mut))]
+        let mut library = (0usize, 0usize);
         let issued = (|| -> Result<()> {
             let mut f = functions.iter();
             let mut escaped = false;
@@ -487,6 +509,16 @@ impl Backend for CudaBackend {
                             }
                             .map_err(err)?;
                         }
+                    }
+                    #[cfg(feature = "nccl")]
+                    Op::AllReduce(op) => {
+                        // The census counts what the library call adds to the capture, so the
+                        // nodes NCCL captures are accounted exactly, not tolerated.
+                        let before = census(capturing_graph(self.stream.0)?)?;
+                        op.issue(self.stream.0 as *mut c_void)?;
+                        let after = census(capturing_graph(self.stream.0)?)?;
+                        library.0 += after.0 - before.0;
+                        library.1 += after.1 - before.1;
                     }
                 }
             }
@@ -544,10 +576,10 @@ impl Backend for CudaBackend {
             .iter()
             .filter(|o| matches!(o, Op::Launch { grid, .. } if grid.iter().all(|&g| g > 0)))
             .count();
-        if kernels != want_kernels || copies != want_copies {
+        if kernels != want_kernels + library.0 || copies != want_copies + library.1 {
             return Err(Error::Lower {
                 backend: NAME,
-                reason: format!("census mismatch: the captured graph has {kernels} kernel and {copies} copy nodes, the plan has {want_kernels} launches and {want_copies} copies (work escaped the capture or crept into it)"),
+                reason: format!("census mismatch: the captured graph has {kernels} kernel and {copies} copy nodes, the plan has {want_kernels} launches and {want_copies} copies, and its library calls captured {} kernel and {} copy nodes (work escaped the capture or crept into it)", library.0, library.1),
             });
         }
         let mut exec = std::ptr::null_mut();
@@ -574,7 +606,21 @@ impl Backend for CudaBackend {
             exec,
             graph,
             launches: want_kernels,
+            #[cfg(feature = "nccl")]
+            _collectives: plan
+                .ops
+                .iter()
+                .filter_map(|o| match o {
+                    Op::AllReduce(a) => Some(a.clone()),
+                    _ => None,
+                })
+                .collect(),
         }))
+    }
+    #[cfg(feature = "nccl")]
+    fn with_stream(&self, f: &mut dyn FnMut(i32, *mut c_void) -> Result<()>) -> Result<()> {
+        let _g = self.enter()?;
+        f(self.ordinal as i32, self.stream.0 as *mut c_void)
     }
     fn memory_info(&self) -> Option<(u64, u64)> {
         let _g = self.enter().ok()?;
@@ -599,6 +645,36 @@ impl Backend for CudaBackend {
             }),
         }
     }
+}
+
+/// The graph a capturing stream is capturing into (an error if the capture was invalidated).
+#[cfg(feature = "nccl")]
+fn capturing_graph(stream: sys::CUstream) -> Result<sys::CUgraph> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let (mut id, mut graph, mut n) = (0u64, std::ptr::null_mut(), 0usize);
+    let (mut deps, mut edges) = (std::ptr::null(), std::ptr::null());
+    // SAFETY: every out-pointer is a valid local; querying the graph being captured (not
+    // changing it) is allowed while the capture is in progress.
+    unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            &mut id,
+            &mut graph,
+            &mut deps,
+            &mut edges,
+            &mut n,
+        )
+    }
+    .result()
+    .map_err(err)?;
+    if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+        return Err(Error::Lower {
+            backend: NAME,
+            reason: format!("the capture is no longer active ({status:?})"),
+        });
+    }
+    Ok(graph)
 }
 
 /// (kernel nodes, memcpy nodes) of a graph.
@@ -648,6 +724,11 @@ struct CudaReplay {
     exec: ExecHandle,
     graph: GraphHandle,
     launches: usize,
+    /// The captured collectives' communicators and buffers, kept until the graph is destroyed
+    /// (fields drop after `Drop::drop`): NCCL's resources for captured work, and the buffers
+    /// it may have registered, must outlive the graph.
+    #[cfg(feature = "nccl")]
+    _collectives: Vec<crate::dist::AllReduce>,
 }
 
 impl Recording for CudaReplay {

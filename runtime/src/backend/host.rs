@@ -148,6 +148,9 @@ impl Recording for HostReplay {
                     run(kernel, *grid, &self.plan.launch_args[*args], &views)?;
                 }
                 Op::Copy { src, dst } => HostBackend.copy(src, dst)?,
+                // Only a local communicator of one rank exists on the host: the identity.
+                #[cfg(feature = "nccl")]
+                Op::AllReduce(op) => op.run()?,
             }
         }
         Ok(())

@@ -438,6 +438,17 @@ impl Backend for WgpuBackend {
                     dst_off: dst.offset as u64 * 4,
                     bytes: src.len as u64 * 4,
                 }),
+                // Only a local communicator of one rank exists on wgpu: the identity, nothing
+                // to encode.
+                #[cfg(feature = "nccl")]
+                Op::AllReduce(op) => {
+                    if !op.is_identity() {
+                        return Err(Error::Lower {
+                            backend: "wgpu",
+                            reason: "an all-reduce across ranks needs the CUDA backend".into(),
+                        });
+                    }
+                }
             }
         }
         self.check()?;

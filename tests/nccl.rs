@@ -807,6 +807,54 @@ fn a_capture_failure_on_one_rank_makes_every_rank_run_that_step_eagerly() {
     );
 }
 
+/// `out = x` all-reduced, then an error when `fail` is set (after the all-reduce was recorded).
+#[graphed]
+fn reduce_then_fail(
+    cx: &mut Step,
+    x: &Input<f32>,
+    #[key] comm: &Communicator,
+    #[key] fail: bool,
+) -> Result<Output<f32>> {
+    let mut out = cx.output::<f32>(x.len())?;
+    cx.copy(x, &mut out)?;
+    cx.all_reduce(comm, &mut out, ReduceOp::Sum)?;
+    if fail {
+        return Err(graphed::Error::Shape(
+            "injected failure on this rank".into(),
+        ));
+    }
+    Ok(out)
+}
+
+#[test]
+fn an_error_on_one_rank_while_recording_fails_every_rank_instead_of_hanging() {
+    let Some(devs) = gpus(2) else { return };
+    let comms = Communicator::group(&devs).unwrap();
+    let mut driver = DataParallel::new(comms, |comm| ReduceThenFail::new(comm.device())).unwrap();
+    let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = out.clone();
+    let err = driver
+        .run(move |comm, step| {
+            let r = step
+                .call(&[1.0f32; 64][..], comm, comm.rank() == 1)
+                .map(|_| ());
+            seen.lock().unwrap().push((comm.rank(), format!("{r:?}")));
+            r
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("rank 1"), "{err}");
+    let seen = out.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for (rank, r) in &seen {
+        assert!(
+            r.contains("injected failure on this rank"),
+            "rank {rank}: {r}"
+        );
+    }
+    // Nothing was issued that no rank matches: releasing drains without hanging.
+    drop(driver);
+}
+
 #[test]
 fn a_failed_drain_of_another_rank_on_release_aborts_naming_it() {
     if gpus(2).is_none() {

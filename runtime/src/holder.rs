@@ -509,7 +509,7 @@ impl Graphed {
             }
             Err(e) => {
                 #[cfg(feature = "nccl")]
-                let _ = self.ranks.agree::<()>(Err(e.to_string()));
+                self.ranks.abandon(&e);
                 return Err(e);
             }
         };
@@ -523,7 +523,7 @@ impl Graphed {
             Err(e @ Error::Lower { .. }) => Err(e.to_string()),
             Err(e) => {
                 #[cfg(feature = "nccl")]
-                let _ = self.ranks.agree::<()>(Err(e.to_string()));
+                self.ranks.abandon(&e);
                 return Err(e);
             }
         };

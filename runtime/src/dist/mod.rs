@@ -331,22 +331,28 @@ impl Communicator {
         self.me().fail_next_drain.store(true, Ordering::SeqCst);
     }
 
-    /// Casts this rank's vote on a recording (`failure`: why it failed here) and returns the
-    /// ranks whose recording failed. Every rank of the communicator votes at the same point of
-    /// its sequence of collectives.
-    fn vote(&self, failure: Option<&str>) -> Result<Vec<usize>> {
-        *self.me().reason.lock().unwrap_or_else(|p| p.into_inner()) = failure.map(str::to_string);
+    /// Casts this rank's vote on a recording and returns every rank's vote (indexed by rank).
+    /// Every rank of the communicator votes at the same point of its sequence of collectives.
+    fn vote(&self, vote: Vote, reason: Option<&str>) -> Result<Vec<Vote>> {
+        *self.me().reason.lock().unwrap_or_else(|p| p.into_inner()) = reason.map(str::to_string);
         let mut slot = self.inner.vote.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some(self.device().alloc::<f32>(self.size())?);
         }
         let flags = slot.as_mut().expect("allocated above");
         let mut mine = vec![0.0f32; self.size()];
-        mine[self.rank()] = if failure.is_some() { 1.0 } else { 0.0 };
+        mine[self.rank()] = vote as u32 as f32;
         flags.write(&mine)?;
         AllReduce::new(self, flags.raw_view(), ReduceOp::Sum)?.run()?;
-        let all = flags.to_host()?;
-        Ok((0..self.size()).filter(|&r| all[r] != 0.0).collect())
+        Ok(flags
+            .to_host()?
+            .into_iter()
+            .map(|v| match v as u32 {
+                0 => Vote::Recorded,
+                1 => Vote::Eager,
+                _ => Vote::Failed,
+            })
+            .collect())
     }
 
     fn why(&self, rank: usize) -> String {
@@ -364,6 +370,17 @@ impl Communicator {
 /// when it cannot be loaded).
 pub fn nccl_version() -> Result<String> {
     nccl::version()
+}
+
+/// A rank's outcome of one recording attempt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Vote {
+    /// Recorded and lowered.
+    Recorded = 0,
+    /// Cannot be recorded: the key runs eagerly.
+    Eager = 1,
+    /// The call failed with an error: no rank may issue the step's collectives.
+    Failed = 2,
 }
 
 /// An all-reduce of one view in place: a plan op, and the eager call.
@@ -484,32 +501,58 @@ impl Ranks {
     }
 
     /// Agrees on a recording's outcome with the other ranks of every multi-rank communicator
-    /// this holder takes part in: `own` is this rank's (the recording, or why it failed).
-    /// Returns the recording only if every rank recorded; otherwise why this key runs eagerly
-    /// (this rank's reason, or the failing ranks'), and the recording is dropped unlaunched.
+    /// this holder takes part in: `own` is this rank's (the recording, or why it cannot be
+    /// recorded). Returns the recording only if every rank recorded; otherwise why this key
+    /// runs eagerly (this rank's reason, or the other ranks'), and the recording is dropped
+    /// unlaunched. If another rank failed with an error, so does this one: running the step
+    /// eagerly would issue collectives no rank matches.
     pub(crate) fn agree<T>(
         &self,
         own: std::result::Result<T, String>,
     ) -> Result<std::result::Result<T, String>> {
-        let failure = own.as_ref().err().cloned();
-        let mut others = Vec::new();
+        let (vote, reason) = match &own {
+            Ok(_) => (Vote::Recorded, None),
+            Err(r) => (Vote::Eager, Some(r.as_str())),
+        };
+        let (mut eager, mut failed) = (Vec::new(), Vec::new());
         for c in self.comms.iter().filter(|c| c.size() > 1) {
-            for r in c.vote(failure.as_deref())? {
-                if r != c.rank() {
-                    others.push(c.why(r));
+            for (r, v) in c.vote(vote, reason)?.into_iter().enumerate() {
+                match v {
+                    _ if r == c.rank() => {}
+                    Vote::Recorded => {}
+                    Vote::Eager => eager.push(c.why(r)),
+                    Vote::Failed => failed.push(c.why(r)),
                 }
             }
         }
+        if !failed.is_empty() {
+            return Err(Error::Device {
+                backend: nccl::NAME,
+                reason: format!(
+                    "another rank failed while recording this step: {}",
+                    failed.join("; ")
+                ),
+            });
+        }
         Ok(match own {
-            Ok(recording) if !others.is_empty() => {
+            Ok(recording) if !eager.is_empty() => {
                 drop(recording);
                 Err(format!(
                     "another rank could not record this step, so every rank runs it eagerly: {}",
-                    others.join("; ")
+                    eager.join("; ")
                 ))
             }
             own => own,
         })
+    }
+
+    /// Tells the other ranks that recording failed here with `error` (they fail too instead of
+    /// issuing collectives no rank matches). Best effort: the caller returns `error` anyway.
+    pub(crate) fn abandon(&self, error: &Error) {
+        let reason = error.to_string();
+        for c in self.comms.iter().filter(|c| c.size() > 1) {
+            let _ = c.vote(Vote::Failed, Some(&reason));
+        }
     }
 
     /// Drains every rank of this process that shares a communicator with the holder, after the

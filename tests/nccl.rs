@@ -34,9 +34,9 @@ fn single(dev: &Device) -> Option<Communicator> {
     }
 }
 
-/// `n` CUDA devices on distinct GPUs with NCCL, or `None` (skip) unless `GRAPHED_REQUIRE`
-/// lists `nccl2`.
-fn gpus(n: usize) -> Option<Vec<Device>> {
+/// Whether `n` CUDA GPUs and NCCL are there for a multi-rank test (without opening any GPU, so
+/// that child processes can); `false` (skip) unless `GRAPHED_REQUIRE` lists `nccl2`.
+fn have_gpus(n: usize) -> bool {
     let required = Required::from_env().unwrap().nccl2;
     let found = Device::cuda_count();
     if found < n {
@@ -45,14 +45,48 @@ fn gpus(n: usize) -> Option<Vec<Device>> {
             "nccl2 is required by GRAPHED_REQUIRE but only {found} CUDA device(s) were found"
         );
         eprintln!("note: skipping a {n}-rank test: {found} CUDA device(s)");
-        return None;
+        return false;
     }
     if let Err(e) = graphed::dist::nccl_version() {
         assert!(!required, "nccl2 is required by GRAPHED_REQUIRE: {e}");
         eprintln!("note: skipping a {n}-rank test: {e}");
-        return None;
+        return false;
     }
-    Some((0..n).map(|o| Device::cuda_on(o).unwrap()).collect())
+    true
+}
+
+/// `n` CUDA devices on distinct GPUs with NCCL, or `None` (skip); see [`have_gpus`].
+fn gpus(n: usize) -> Option<Vec<Device>> {
+    have_gpus(n).then(|| (0..n).map(|o| Device::cuda_on(o).unwrap()).collect())
+}
+
+/// Aborts the test process with a message if it is still armed after `secs`: a multi-rank
+/// test that deadlocks (ranks waiting for each other) fails with a message instead of hanging.
+struct Watchdog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    fn arm(test: &'static str, secs: u64) -> Watchdog {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+            while std::time::Instant::now() < deadline {
+                if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            eprintln!("{test}: still running after {secs} s: the ranks are deadlocked; aborting");
+            std::process::abort();
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 fn batch(r: &mut impl Rng, rows: usize, sizes: &[usize]) -> (Vec<f32>, Vec<u32>) {
@@ -581,6 +615,7 @@ fn a_capture_failure_of_the_only_rank_runs_it_eagerly_with_the_same_results() {
 #[test]
 fn two_ranks_all_reduce_exactly_eagerly_and_under_replay() {
     let Some(devs) = gpus(2) else { return };
+    let _w = Watchdog::arm("two_ranks_all_reduce", 300);
     let comms = Communicator::group(&devs).unwrap();
     assert_eq!(
         comms
@@ -650,6 +685,7 @@ const DP_TOLERANCE: f64 = 1e-5;
 #[test]
 fn two_rank_mlp_s_matches_one_gpu_on_the_full_batch_and_ranks_stay_bitwise_equal() {
     let Some(devs) = gpus(2) else { return };
+    let _w = Watchdog::arm("two_rank_mlp_s", 300);
     let (batch_rows, steps) = (64usize, 100usize);
     let mut r = rng("dp_two_ranks_mlp_s");
     let data: std::sync::Arc<Vec<(Vec<f32>, Vec<u32>)>> = std::sync::Arc::new(
@@ -750,6 +786,7 @@ fn two_rank_mlp_s_matches_one_gpu_on_the_full_batch_and_ranks_stay_bitwise_equal
 #[test]
 fn a_capture_failure_on_one_rank_makes_every_rank_run_that_step_eagerly() {
     let Some(devs) = gpus(2) else { return };
+    let _w = Watchdog::arm("capture_failure_two_ranks", 300);
     let comms = Communicator::group(&devs).unwrap();
     let mut driver = DataParallel::new(comms, |comm| {
         Ok((
@@ -829,6 +866,7 @@ fn reduce_then_fail(
 #[test]
 fn an_error_on_one_rank_while_recording_fails_every_rank_instead_of_hanging() {
     let Some(devs) = gpus(2) else { return };
+    let _w = Watchdog::arm("error_on_one_rank", 300);
     let comms = Communicator::group(&devs).unwrap();
     let mut driver = DataParallel::new(comms, |comm| ReduceThenFail::new(comm.device())).unwrap();
     let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -857,9 +895,10 @@ fn an_error_on_one_rank_while_recording_fails_every_rank_instead_of_hanging() {
 
 #[test]
 fn a_failed_drain_of_another_rank_on_release_aborts_naming_it() {
-    if gpus(2).is_none() {
+    if !have_gpus(2) {
         return;
     }
+    let _w = Watchdog::arm("failed_drain_two_ranks", 300);
     expect_abort(
         "cuda:2:holder",
         &["could not drain", "rank 1 of 2", "injected", "aborting"],
@@ -935,9 +974,10 @@ fn dist_process_child() {
 
 #[test]
 fn two_processes_all_reduce_through_a_unique_id() {
-    if gpus(2).is_none() {
+    if !have_gpus(2) {
         return;
     }
+    let _w = Watchdog::arm("two_processes", 300);
     let id = Communicator::unique_id().unwrap();
     let hex: String = id.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
     let children: Vec<_> = (0..2)

@@ -203,6 +203,10 @@ fn main() {
         }
     }
     match graphed::dist::nccl_version() {
+        Ok(_) if Device::cuda_count() == 0 => {
+            eprintln!("dp: no CUDA device");
+            std::process::exit(2);
+        }
         Ok(v) => eprintln!("NCCL {v}, {} CUDA device(s)", Device::cuda_count()),
         Err(e) => {
             eprintln!("dp: {e}");

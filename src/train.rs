@@ -9,6 +9,9 @@
 //!   overwriting them — the mode is a per-step device scalar, so switching it never recaptures;
 //! - [`ApplyStep`]: the AdamW update alone, its own recording, run after the last micro-batch.
 //!
+//! With `--features nccl`, `DpTrainStep` is [`TrainStep`] for one rank of a data-parallel
+//! run: the gradients' mean over ranks is an all-reduce recorded between backward and AdamW.
+//!
 //! Gradient accumulation over `k` micro-batches is `MicroStep` with `accumulate = false` for the
 //! first micro-batch and `true` after, each with `grad_scale = 1 / (rows · k)`, then
 //! `ApplyStep`: the gradients equal those of one batch of all `k · rows` rows (up to
@@ -238,4 +241,41 @@ pub fn adapt_step(
     clip.clip(cx, grads, max_norm)?;
     adamw(AdamConfig::default(), moments, count)?.step(cx, params, grads, lr)?;
     Ok((loss, raw))
+}
+
+/// One data-parallel training update on one rank: forward, mean softmax cross-entropy and
+/// backward of this rank's share of the batch, then the gradients' mean over the ranks of
+/// `comm` (an NCCL all-reduce recorded into the rank's graph between backward and the
+/// optimizer), then AdamW as in [`train_step`]. Every rank ends the step with the same
+/// gradients, hence the same weights; with equal shares, the update equals [`train_step`]'s on
+/// the whole batch up to floating-point summation order. The loss returned is this rank's
+/// share's. `sizes` and the communicator are structural.
+#[cfg(feature = "nccl")]
+#[graphed]
+pub fn dp_train_step(
+    cx: &mut Step,
+    #[state] params: &mut Buffer<f32>,
+    #[state] grads: &mut Buffer<f32>,
+    #[state] moments: &mut Buffer<f32>,
+    #[state] count: &mut Buffer<u32>,
+    x: &Input<f32>,
+    labels: &Input<u32>,
+    lr: f32,
+    #[key] sizes: &[usize],
+    #[key] comm: &graphed_runtime::Communicator,
+) -> Result<Output<f32>> {
+    let rows = labels.len().max(1);
+    let loss = forward_backward(
+        cx,
+        sizes,
+        params,
+        grads,
+        x,
+        labels,
+        false,
+        1.0 / rows as f32,
+    )?;
+    cx.all_reduce(comm, grads, graphed_runtime::ReduceOp::Mean)?;
+    adamw(AdamW::default_config(), moments, count)?.step(cx, params, grads, lr)?;
+    Ok(loss)
 }

@@ -48,10 +48,14 @@ pub struct Required {
     pub cuda: bool,
     /// `nvrtc` (CUDA C compilation, no GPU needed).
     pub nvrtc: bool,
+    /// `nccl`: NCCL must load and a CUDA communicator of one rank must work.
+    pub nccl: bool,
+    /// `nccl2`: at least two CUDA devices, for multi-rank tests.
+    pub nccl2: bool,
 }
 
 impl Required {
-    /// Reads `GRAPHED_REQUIRE` (comma-separated subset of `wgpu,cuda,nvrtc`).
+    /// Reads `GRAPHED_REQUIRE` (comma-separated subset of `wgpu,cuda,nvrtc,nccl,nccl2`).
     pub fn from_env() -> Result<Required> {
         let mut r = Required::default();
         let Ok(v) = std::env::var("GRAPHED_REQUIRE") else {
@@ -62,12 +66,14 @@ impl Required {
                 "wgpu" => r.wgpu = true,
                 "cuda" => r.cuda = true,
                 "nvrtc" => r.nvrtc = true,
+                "nccl" => r.nccl = true,
+                "nccl2" => r.nccl2 = true,
                 "host" => {}
                 _ => {
                     return Err(Error::BadEnv {
                         var: "GRAPHED_REQUIRE",
                         value: v.clone(),
-                        hint: "a comma-separated subset of wgpu,cuda,nvrtc",
+                        hint: "a comma-separated subset of wgpu,cuda,nvrtc,nccl,nccl2",
                     })
                 }
             }
@@ -146,6 +152,32 @@ impl Device {
             backend: "cuda",
             reason: "graphed was built without `--features cuda`".into(),
         })
+    }
+
+    /// A new, unshared CUDA device on GPU `ordinal` (its own stream), e.g. one per rank of a
+    /// data-parallel step.
+    pub fn cuda_on(ordinal: usize) -> Result<Device> {
+        #[cfg(feature = "cuda")]
+        {
+            Ok(Device::from_backend(Box::new(
+                crate::backend::cuda::CudaBackend::open(ordinal)?,
+            )))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = ordinal;
+            Device::cuda()
+        }
+    }
+
+    /// The number of CUDA GPUs the driver reports (0 without `--features cuda` or a driver).
+    pub fn cuda_count() -> usize {
+        #[cfg(feature = "cuda")]
+        {
+            crate::backend::cuda::device_count()
+        }
+        #[cfg(not(feature = "cuda"))]
+        0
     }
 
     /// Opens a new, unshared device of `kind` (its own queue or stream, its own memory
@@ -239,7 +271,7 @@ impl Device {
         self.inner.backend.drain()
     }
 
-    fn recording_here(&self) -> bool {
+    pub(crate) fn recording_here(&self) -> bool {
         RECORDING.with(|r| r.get() == self.inner.id)
     }
 

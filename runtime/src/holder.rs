@@ -176,6 +176,10 @@ pub struct Graphed {
     eager_outputs: Vec<RawView>,
     warned: HashSet<CaptureKey>,
     fail_next_drain: bool,
+    /// The ranks this holder's steps share collectives with: they agree on every recording
+    /// and are drained with this device.
+    #[cfg(feature = "nccl")]
+    ranks: crate::dist::Ranks,
 }
 
 impl Graphed {
@@ -197,7 +201,18 @@ impl Graphed {
             eager_outputs: Vec::new(),
             warned: HashSet::new(),
             fail_next_drain: false,
+            #[cfg(feature = "nccl")]
+            ranks: crate::dist::Ranks::default(),
         }
+    }
+
+    /// Takes part in `comm`'s ranks from now on: every recording's outcome is agreed with the
+    /// other ranks (all replay, or all run eagerly), and every rank of this process is drained
+    /// before this holder releases anything. A holder joins by itself when a recorded body
+    /// first all-reduces over `comm`; join explicitly when a body could fail before that.
+    #[cfg(feature = "nccl")]
+    pub fn join(&mut self, comm: &crate::dist::Communicator) {
+        self.ranks.join(comm);
     }
 
     /// The device.
@@ -478,6 +493,8 @@ impl Graphed {
         let mut step = step;
         let result = body(&mut step, &inputs);
         self.device.set_recording(false);
+        #[cfg(feature = "nccl")]
+        self.ranks.learn(step.communicators());
         let outputs = match result {
             Ok(o) => o,
             Err(
@@ -485,19 +502,37 @@ impl Graphed {
                 | Error::AllocationInRecording
                 | Error::LaunchOutsideRecording(_)),
             ) => {
-                return Ok(self.fall_back(key, format!("not capturable: {e}")));
+                let reason = format!("not capturable: {e}");
+                #[cfg(feature = "nccl")]
+                let reason = self.ranks.agree::<()>(Err(reason))?.unwrap_err();
+                return Ok(self.fall_back(key, reason));
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                #[cfg(feature = "nccl")]
+                self.ranks.abandon(&e);
+                return Err(e);
+            }
         };
         let rec = step
             .into_recorder()
             .expect("a recording step has a recorder");
         let record_time = t0.elapsed();
         let t1 = Instant::now();
-        let recording = match self.device.backend().lower(&rec.plan) {
+        let lowered = match self.device.backend().lower(&rec.plan) {
+            Ok(r) => Ok(r),
+            Err(e @ Error::Lower { .. }) => Err(e.to_string()),
+            Err(e) => {
+                #[cfg(feature = "nccl")]
+                self.ranks.abandon(&e);
+                return Err(e);
+            }
+        };
+        // Whether a collective is captured must be the same on every rank (NCCL's rule).
+        #[cfg(feature = "nccl")]
+        let lowered = self.ranks.agree(lowered)?;
+        let recording = match lowered {
             Ok(r) => r,
-            Err(e @ Error::Lower { .. }) => return Ok(self.fall_back(key, e.to_string())),
-            Err(e) => return Err(e),
+            Err(reason) => return Ok(self.fall_back(key, reason)),
         };
         let lower_time = t1.elapsed();
         let bytes = rec.plan.static_bytes();
@@ -572,19 +607,33 @@ impl Graphed {
     }
 
     fn drain(&mut self) -> Result<()> {
-        if std::mem::take(&mut self.fail_next_drain) {
-            return Err(Error::Drain {
+        let own = if std::mem::take(&mut self.fail_next_drain) {
+            Err(Error::Drain {
                 backend: self.device.kind().name(),
                 reason: "injected failure (test hook)".into(),
-            });
-        }
-        self.device.synchronize().map_err(|e| match e {
-            e @ Error::Drain { .. } => e,
-            e => Error::Drain {
-                backend: self.device.kind().name(),
-                reason: e.to_string(),
-            },
-        })
+            })
+        } else {
+            self.device.synchronize().map_err(|e| match e {
+                e @ Error::Drain { .. } => e,
+                e => Error::Drain {
+                    backend: self.device.kind().name(),
+                    reason: e.to_string(),
+                },
+            })
+        };
+        self.drain_ranks(own)
+    }
+
+    /// Another rank's collective may still read or write this rank's memory until that rank's
+    /// stream is done: every rank of the process is drained, not only this one.
+    #[cfg(feature = "nccl")]
+    fn drain_ranks(&self, own: Result<()>) -> Result<()> {
+        self.ranks.drain(&self.device, own)
+    }
+
+    #[cfg(not(feature = "nccl"))]
+    fn drain_ranks(&self, own: Result<()>) -> Result<()> {
+        own
     }
 
     /// Waits for the device, then releases every recording and its static buffers. If the

@@ -8,6 +8,8 @@ pub mod blas;
 mod buffer;
 mod builtin;
 mod device;
+#[cfg(feature = "nccl")]
+pub mod dist;
 mod dtype;
 mod error;
 mod faults;
@@ -22,6 +24,8 @@ pub mod testing;
 pub use backend::BackendKind;
 pub use buffer::{Buffer, RawView};
 pub use device::{Device, Required};
+#[cfg(feature = "nccl")]
+pub use dist::{Communicator, DataParallel, ReduceOp};
 pub use dtype::{DType, Element, Scalar as ScalarValue};
 pub use error::{Error, FaultKind, KernelFault, Result};
 pub use holder::{AsInput, Body, CallArgs, CaptureKey, Config, Graphed, InputArg, Out, Stats};

@@ -80,6 +80,9 @@ pub(crate) enum Op {
         b: RawView,
         c: RawView,
     },
+    /// An in-place all-reduce across the ranks of a communicator.
+    #[cfg(feature = "nccl")]
+    AllReduce(crate::dist::AllReduce),
 }
 
 /// The record of one step: ops in order, their argument blocks, and every buffer touched.
@@ -121,6 +124,18 @@ pub enum PlanOp {
         /// Buffer index of `C`.
         write: usize,
     },
+    /// An in-place all-reduce of one buffer across the ranks of a communicator.
+    #[cfg(feature = "nccl")]
+    AllReduce {
+        /// Index into [`Plan::buffers`] of the buffer reduced (read and written).
+        buffer: usize,
+        /// How the ranks' values combine.
+        op: crate::dist::ReduceOp,
+        /// This rank.
+        rank: usize,
+        /// The number of ranks.
+        ranks: usize,
+    },
 }
 
 impl Plan {
@@ -133,8 +148,17 @@ impl Plan {
             .count()
     }
 
-    /// Calls into a vendor library (cuBLAS products) per replay.
+    /// Calls into a vendor library per replay: cuBLAS products and NCCL collectives.
     pub fn library_calls(&self) -> usize {
+        self.sgemm_count()
+            + self
+                .ops
+                .iter()
+                .filter(|o| !matches!(o, Op::Launch { .. } | Op::Copy { .. } | Op::Sgemm { .. }))
+                .count()
+    }
+
+    pub(crate) fn sgemm_count(&self) -> usize {
         self.ops
             .iter()
             .filter(|o| matches!(o, Op::Sgemm { .. }))
@@ -202,6 +226,16 @@ impl Plan {
                     reads: [ix[&a.buf.id], ix[&b.buf.id]],
                     write: ix[&c.buf.id],
                 },
+                #[cfg(feature = "nccl")]
+                Op::AllReduce(a) => {
+                    let (op, rank, ranks) = a.describe();
+                    PlanOp::AllReduce {
+                        buffer: ix[&a.view.buf.id],
+                        op,
+                        rank,
+                        ranks,
+                    }
+                }
             })
             .collect()
     }
@@ -261,6 +295,15 @@ impl Plan {
                         writeln!(s, "  b{r} -> op{n};").unwrap();
                     }
                     writeln!(s, "  op{n} -> b{write};").unwrap();
+                }
+                #[cfg(feature = "nccl")]
+                PlanOp::AllReduce {
+                    buffer,
+                    op,
+                    rank,
+                    ranks,
+                } => {
+                    writeln!(s, "  op{n} [shape=octagon, label=\"{n}: all-reduce {} (rank {rank} of {ranks})\"];\n  b{buffer} -> op{n};\n  op{n} -> b{buffer};", op.name()).unwrap();
                 }
             }
         }

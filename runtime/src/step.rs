@@ -236,6 +236,45 @@ impl Step {
         )
     }
 
+    /// All-reduces `buf` in place across the ranks of `comm` (e.g. gradients between backward
+    /// and the optimizer of a data-parallel step). Recorded like a launch: on CUDA the NCCL
+    /// call is captured into the rank's graph, so a replay runs it with no host involvement.
+    /// Every rank's step must all-reduce the same buffers in the same order. A communicator of
+    /// one local rank (host, wgpu) makes it the identity.
+    #[cfg(feature = "nccl")]
+    pub fn all_reduce<T: Element>(
+        &self,
+        comm: &crate::dist::Communicator,
+        buf: &mut Buffer<T>,
+        op: crate::dist::ReduceOp,
+    ) -> Result<()> {
+        let op = crate::dist::AllReduce::new(comm, buf.raw_view(), op)?;
+        if op.view.buf.device.id() != self.device.id() {
+            return Err(Error::Shape(format!(
+                "all-reduce over rank {} of {}: the rank's device is not the step's",
+                comm.rank(),
+                comm.size()
+            )));
+        }
+        let Some(rec) = &self.rec else {
+            return op.run();
+        };
+        let mut rec = rec.borrow_mut();
+        Self::touch(&mut rec, &op.view, false);
+        Self::touch(&mut rec, &op.view, true);
+        rec.plan.ops.push(Op::AllReduce(op));
+        Ok(())
+    }
+
+    /// The communicators this step's collectives used so far (record mode).
+    #[cfg(feature = "nccl")]
+    pub(crate) fn communicators(&self) -> Vec<crate::dist::Communicator> {
+        self.rec
+            .as_ref()
+            .map(|r| crate::dist::communicators(&r.borrow().plan))
+            .unwrap_or_default()
+    }
+
     #[doc(hidden)]
     pub fn __scalar<T: ScalarValue>(&self, slot: usize) -> Scalar<T> {
         let bits = self.scalars[slot].bits();

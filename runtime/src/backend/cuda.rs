@@ -118,6 +118,21 @@ fn view_ptr(view: &RawView) -> sys::CUdeviceptr {
     ptr(view) + view.offset as u64 * 4
 }
 
+/// The number of CUDA GPUs (0 when the driver is missing or reports none).
+pub(crate) fn device_count() -> usize {
+    // SAFETY: only probes whether libcuda can be opened; cudarc panics on a missing library.
+    if !unsafe { sys::is_culib_present() } {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
+/// The device address of a view's allocation (for library calls such as NCCL's).
+#[cfg(feature = "nccl")]
+pub(crate) fn device_ptr(view: &RawView) -> sys::CUdeviceptr {
+    ptr(view)
+}
+
 fn ptr(view: &RawView) -> sys::CUdeviceptr {
     match &view.buf.mem {
         Memory::Cuda(m) => m.ptr,
@@ -140,6 +155,8 @@ struct Ring {
 
 pub(crate) struct CudaBackend {
     ctx: Arc<CudaContext>,
+    #[cfg(feature = "nccl")]
+    ordinal: usize,
     stream: Stream,
     arch: String,
     name: String,
@@ -186,6 +203,8 @@ impl CudaBackend {
         }
         Ok(CudaBackend {
             ctx,
+            #[cfg(feature = "nccl")]
+            ordinal,
             stream: Stream(stream),
             arch: format!("sm_{major}{minor}"),
             name: format!("{name} (sm_{major}{minor})"),
@@ -605,6 +624,10 @@ impl Backend for CudaBackend {
                         // SAFETY: views checked when recorded; α, β in the arena block.
                         unsafe { blas.gemm(shape, alpha, view_ptr(a), view_ptr(b), view_ptr(c)) }?;
                     }
+                    #[cfg(feature = "nccl")]
+                    Op::AllReduce(op) => {
+                        op.issue(self.stream.0 as *mut c_void)?;
+                    }
                 }
             }
             if let Some(hook) = crate::faults::take_capture_fault() {
@@ -651,7 +674,16 @@ impl Backend for CudaBackend {
         };
         let graph = GraphHandle(graph);
         let got = census(graph.0, &functions)?;
-        let library_calls = gemm_blocks.len();
+        let sgemms = gemm_blocks.len();
+        #[cfg(feature = "nccl")]
+        let collectives = plan
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::AllReduce(_)))
+            .count();
+        #[cfg(not(feature = "nccl"))]
+        let collectives = 0;
+        let library_calls = sgemms + collectives;
         let want_copies = plan
             .ops
             .iter()
@@ -669,13 +701,22 @@ impl Backend for CudaBackend {
             });
         }
         // Our kernels are told apart from the library's by their function handles: ours must
-        // match the plan exactly, and each library call must have added at least one kernel.
+        // match the plan exactly. Every cuBLAS product adds at least one kernel; a collective
+        // may add kernels and copies or nothing (NCCL on one rank, in place); without library
+        // calls nothing else may be in the graph. (Counting the library's nodes by querying
+        // the capturing graph around each call failed on the H200 with
+        // CUDA_ERROR_INVALID_VALUE, so the library's share is bounded, not counted.)
         let library_ok = if library_calls == 0 {
             got.library_kernels == 0 && got.other == 0
         } else {
-            got.library_kernels >= library_calls
+            got.library_kernels >= sgemms
         };
-        if got.kernels != want_kernels || got.copies != want_copies || !library_ok {
+        let copies_ok = if collectives == 0 {
+            got.copies == want_copies
+        } else {
+            got.copies >= want_copies
+        };
+        if got.kernels != want_kernels || !copies_ok || !library_ok {
             return Err(Error::Lower {
                 backend: NAME,
                 reason: format!(
@@ -710,7 +751,21 @@ impl Backend for CudaBackend {
             graph,
             launches: want_kernels,
             gemm_blocks,
+            #[cfg(feature = "nccl")]
+            _collectives: plan
+                .ops
+                .iter()
+                .filter_map(|o| match o {
+                    Op::AllReduce(a) => Some(a.clone()),
+                    _ => None,
+                })
+                .collect(),
         }))
+    }
+    #[cfg(feature = "nccl")]
+    fn with_stream(&self, f: &mut dyn FnMut(i32, *mut c_void) -> Result<()>) -> Result<()> {
+        let _g = self.enter()?;
+        f(self.ordinal as i32, self.stream.0 as *mut c_void)
     }
     fn memory_info(&self) -> Option<(u64, u64)> {
         let _g = self.enter().ok()?;
@@ -814,6 +869,11 @@ struct CudaReplay {
     launches: usize,
     /// Arena offsets of the products' [flag, α, β] blocks.
     gemm_blocks: Vec<usize>,
+    /// The captured collectives' communicators and buffers, kept until the graph is destroyed
+    /// (fields drop after `Drop::drop`): NCCL's resources for captured work, and the buffers
+    /// it may have registered, must outlive the graph.
+    #[cfg(feature = "nccl")]
+    _collectives: Vec<crate::dist::AllReduce>,
 }
 
 impl Recording for CudaReplay {

@@ -99,6 +99,22 @@ pub(crate) trait Backend: Send + Sync {
     fn memory_info(&self) -> Option<(u64, u64)> {
         None
     }
+    /// Runs `f` with the backend's CUDA ordinal and raw stream, under the lock that orders
+    /// work on the stream (CUDA only): how a library call (an NCCL collective) is issued in
+    /// stream order with the backend's own work.
+    #[cfg(feature = "nccl")]
+    fn with_stream(
+        &self,
+        _f: &mut dyn FnMut(i32, *mut std::ffi::c_void) -> Result<()>,
+    ) -> Result<()> {
+        Err(crate::error::Error::Unavailable {
+            backend: "nccl",
+            reason: format!(
+                "the {} backend has no CUDA stream: collectives across ranks need CUDA devices",
+                self.kind()
+            ),
+        })
+    }
 }
 
 /// A plan lowered for one backend, replayable any number of times.

@@ -444,6 +444,17 @@ impl Backend for WgpuBackend {
                         reason: "the plan holds a vendor-BLAS product; wgpu has none".into(),
                     })
                 }
+                // Only a local communicator of one rank exists on wgpu: the identity, nothing
+                // to encode.
+                #[cfg(feature = "nccl")]
+                Op::AllReduce(op) => {
+                    if !op.is_identity() {
+                        return Err(Error::Lower {
+                            backend: "wgpu",
+                            reason: "an all-reduce across ranks needs the CUDA backend".into(),
+                        });
+                    }
+                }
             }
         }
         self.check()?;

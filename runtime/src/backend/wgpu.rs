@@ -483,9 +483,9 @@ enum ReplayOp {
     },
 }
 
-/// A plan lowered for wgpu: per replay, the changed argument words are written, then every
-/// op is encoded into one command buffer (compute passes split only at copies) and submitted
-/// once. Nothing is created per replay but the encoder.
+/// A plan lowered for wgpu: per replay, the changed argument words are written, then the
+/// device inputs' copies and every op are encoded into one command buffer (compute passes
+/// split only at copies) and submitted once. Nothing is created per replay but the encoder.
 struct WgpuReplay {
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -497,8 +497,14 @@ struct WgpuReplay {
     launches: usize,
 }
 
-impl Recording for WgpuReplay {
-    fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
+impl WgpuReplay {
+    /// Writes the changed argument words, then encodes the input copies and every op into one
+    /// command buffer and submits it.
+    fn submit(
+        &mut self,
+        copies: &[(&RawView, &RawView)],
+        scalars: &[(usize, usize, u32)],
+    ) -> Result<()> {
         let (mut lo, mut hi) = (usize::MAX, 0usize);
         for &(launch, word, bits) in scalars {
             let at = self.offsets[launch] + word;
@@ -520,6 +526,17 @@ impl Recording for WgpuReplay {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("graphed replay"),
             });
+        for (src, slot) in copies {
+            if src.len > 0 {
+                enc.copy_buffer_to_buffer(
+                    buffer(src),
+                    src.offset as u64 * 4,
+                    buffer(slot),
+                    slot.offset as u64 * 4,
+                    src.len as u64 * 4,
+                );
+            }
+        }
         let mut i = 0;
         while i < self.ops.len() {
             if let ReplayOp::Copy {
@@ -559,6 +576,21 @@ impl Recording for WgpuReplay {
             Some(e) => Err(device_err(e)),
             None => Ok(()),
         }
+    }
+}
+
+impl Recording for WgpuReplay {
+    fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
+        self.submit(&[], scalars)
+    }
+    fn replay_with_inputs(
+        &mut self,
+        _backend: &dyn Backend,
+        copies: &[(&RawView, &RawView)],
+        scalars: &[(usize, usize, u32)],
+    ) -> Result<()> {
+        // In the replay's own command buffer: a submit per copy would cost more than the copy.
+        self.submit(copies, scalars)
     }
     fn launches(&self) -> usize {
         self.launches

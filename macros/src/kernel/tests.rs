@@ -512,3 +512,42 @@ fn consts_fold_every_operator_with_the_run_time_meaning() {
         "{values:?}"
     );
 }
+
+#[test]
+fn loops_terminate_only_for_unit_step_ranges() {
+    let body = |item: TokenStream| {
+        let k = lower(quote!(workgroup = 64), item).unwrap_or_else(|e| panic!("{e:#?}"));
+        loops_terminate(&k.body)
+    };
+    assert!(body(quote! {
+        pub fn ranges(n: u32, y: &mut [f32]) {
+            for i in 0..n {
+                for j in (i..n).step_by(1) {
+                    if j < y.len() { y[j] += 1.0; }
+                }
+            }
+        }
+    }));
+    assert!(!body(quote! {
+        pub fn strided(n: u32, y: &mut [f32]) {
+            for i in (global_id().x..n).step_by(64) {
+                y[i] = 0.0;
+            }
+        }
+    }));
+    assert!(!body(quote! {
+        pub fn halving(y: &mut [f32]) {
+            let mut s = 32u32;
+            while s > 0 {
+                s = s >> 1;
+            }
+            y[0] = 0.0;
+        }
+    }));
+    assert!(!body(quote! {
+        pub fn spin(y: &mut [u32], z: &mut [u32]) {
+            let old = atomic_compare_exchange(y, 0, 0u32, 1u32);
+            z[0] = old;
+        }
+    }));
+}

@@ -25,6 +25,8 @@ pub(crate) struct WgpuBackend {
     info: wgpu::AdapterInfo,
     limits: wgpu::Limits,
     pipelines: Mutex<HashMap<usize, Arc<Pipeline>>>,
+    /// Compile kernels with all of wgpu's shader runtime checks (`GRAPHED_WGPU_CHECKS=1`).
+    shader_checks: bool,
     /// The first error the device reported outside an error scope (validation, lost device).
     error: Arc<Mutex<Option<String>>>,
 }
@@ -93,6 +95,7 @@ impl WgpuBackend {
             info,
             limits,
             pipelines: Mutex::new(HashMap::new()),
+            shader_checks: std::env::var("GRAPHED_WGPU_CHECKS").is_ok_and(|v| v == "1"),
             error,
         })
     }
@@ -135,12 +138,31 @@ impl WgpuBackend {
             });
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(kernel.name),
-                source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(kernel.name),
+            source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
+        };
+        let module = if self.shader_checks {
+            self.device.create_shader_module(desc)
+        } else {
+            let checks = wgpu::ShaderRuntimeChecks {
+                bounds_checks: false,
+                force_loop_bounding: !kernel.loops_terminate,
+                int_div_checks: false,
+                ..wgpu::ShaderRuntimeChecks::checked()
+            };
+            // SAFETY: the kernel language defines its integer division and remainder for
+            // every operand, and the WGSL emitter guards each one (a helper, or a literal
+            // divisor other than 0 and -1), so naga's division checks are redundant. Loop
+            // bounding is dropped only from kernels whose loops all terminate by
+            // construction (`loops_terminate`). Indices are not checked on GPU targets (as
+            // in CUDA C, README "The kernel language"): an out-of-range index is a bug in
+            // the kernel, which the host backend reports as `Error::Fault`; where the
+            // adapter has robustBufferAccess2 (NVIDIA, lavapipe) the driver still keeps
+            // storage accesses inside the bound buffer. `GRAPHED_WGPU_CHECKS=1` restores
+            // every check.
+            unsafe { self.device.create_shader_module_trusted(desc, checks) }
+        };
         let storage = |read_only: bool, binding: u32| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,

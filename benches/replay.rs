@@ -1,9 +1,13 @@
-//! The benchmark harness: `cargo bench --bench replay -- [launch] [--backend host|wgpu|cuda]
-//! [--quick] [--out DIR]`.
+//! The benchmark harness: `cargo bench --bench replay -- [launch] [mlp|mlp-S|mlp-M] [sampler]
+//! [--backend host|wgpu|cuda] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]` redraws
+//! the chart of an earlier run.
 //!
 //! Workload `launch`: a step of N launches (N = 10, 50, 200, 1000) of an empty kernel and of a
 //! small elementwise kernel (1024 floats), as our eager launches, our replay, and (on CUDA)
 //! raw cudarc launches with and without a hand-made CUDA graph, side by side in one run.
+//! Workload `mlp`: the training step of `graphed::train` on the MLP-S and MLP-M shapes of
+//! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them). Workload `sampler`: one timestep of `graphed::sample`
+//! (the `sampler` example's step). Each runs eagerly and replayed on every backend asked for.
 //!
 //! What each figure includes:
 //! - `us/step`: wall time of many consecutive steps divided by their count, with one device
@@ -285,7 +289,8 @@ mod raw {
 
 /// The reference MLP workloads of `shared/bench/torch_mlp_step.py`: one step = forward, mean
 /// softmax cross-entropy, backward, AdamW (lr 1e-3, PyTorch defaults), fp32.
-fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
+/// `only`: run just this shape ("mlp-S" or "mlp-M").
+fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Row>) -> Result<()> {
     use graphed::train::{Classifier, TrainStep};
     // On CUDA, "cuda" is the automatic route (cuBLAS for MLP-M's large products, the DSL
     // kernels for the rest) and "cuda-dsl" the DSL kernels only (vendor BLAS switched off).
@@ -299,6 +304,9 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
         ("mlp-M", 512, vec![1024, 1024, 1024, 1024, 1024, 10]),
     ];
     for (name, batch, widths) in sizes.iter() {
+        if only.is_some_and(|o| o != *name) {
+            continue;
+        }
         let flops =
             6.0 * *batch as f64 * widths.windows(2).map(|w| (w[0] * w[1]) as f64).sum::<f64>();
         let gflop = flops / 1e9;
@@ -426,12 +434,108 @@ fn mlp_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
+/// The step of `examples/sampler.rs` (`graphed::sample`): one Euler timestep of classifier-free
+/// guidance over a small network (two network passes and the update), 256 samples, cycling
+/// through a 50-timestep noise schedule; µs per timestep. Replayed and eager samples of one
+/// whole run from the same noise are compared bitwise.
+fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
+    use graphed::sample::{EulerStep, Sampler};
+    let timesteps = 50;
+    let sampler = Sampler::new(dev, timesteps, 256)?;
+    let steps = match dev.kind() {
+        BackendKind::Cuda => 2000,
+        BackendKind::Wgpu if dev.adapter().contains("llvmpipe") => 50,
+        BackendKind::Wgpu => 500,
+        BackendKind::Host => 50,
+    };
+    let steps = if quick { (steps / 5).max(2) } else { steps };
+    let sync = || dev.synchronize().unwrap();
+    let mut step = EulerStep::new(dev)?;
+
+    // Eager, with the peak of its allocations (the network excluded).
+    let mut x = dev.upload(&sampler.noise())?;
+    dev.synchronize()?;
+    dev.reset_peak();
+    let base = dev.allocated_bytes();
+    let mut i = 0;
+    let (us, lo, hi, cpu) = measure(
+        steps,
+        || {
+            sampler
+                .step_eager(&mut step, &mut x, i % timesteps)
+                .unwrap();
+            i += 1;
+        },
+        sync,
+    );
+    let eager_peak = dev.peak_allocated_bytes() - base;
+
+    // Replay: the first call records and lowers.
+    let mut x = dev.upload(&sampler.noise())?;
+    sampler.step(&mut step, &mut x, 0)?;
+    let st = step.stats();
+    let kernels = st.launches_per_replay;
+    let rec =
+        st.last_record.unwrap().as_secs_f64() * 1e3 + st.last_lower.unwrap().as_secs_f64() * 1e3;
+    rows.push(Row {
+        workload: "sampler".into(),
+        backend: dev.kind().to_string(),
+        variant: "eager".into(),
+        n: kernels,
+        us_step: us,
+        spread: (lo, hi),
+        cpu_us: cpu,
+        nodes: kernels,
+        record_ms: None,
+    });
+    let mut i = 1;
+    let (us, lo, hi, cpu) = measure(
+        steps,
+        || {
+            sampler.step(&mut step, &mut x, i % timesteps).unwrap();
+            i += 1;
+        },
+        sync,
+    );
+    rows.push(Row {
+        workload: "sampler".into(),
+        backend: dev.kind().to_string(),
+        variant: "replay".into(),
+        n: kernels,
+        us_step: us,
+        spread: (lo, hi),
+        cpu_us: cpu,
+        nodes: kernels,
+        record_ms: Some(rec),
+    });
+
+    // One whole run each way from the same noise (replayed on the recorded buffer, so no
+    // new recording): replay must equal eager bitwise.
+    x.write(&sampler.noise())?;
+    let mut b = dev.upload(&sampler.noise())?;
+    for t in 0..timesteps {
+        sampler.step(&mut step, &mut x, t)?;
+        sampler.step_eager(&mut step, &mut b, t)?;
+    }
+    let (a, b) = (x.to_host()?, b.to_host()?);
+    let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
+    eprintln!(
+        "sampler on {}: {kernels} kernels/timestep, {} recording(s); static bytes {} vs eager peak {} (network excluded); replayed run bitwise equal to eager: {same}",
+        dev.kind(),
+        step.stats().recordings,
+        step.stats().static_bytes,
+        eager_peak
+    );
+    Ok(())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let mut backends: Vec<BackendKind> = Vec::new();
     let mut workloads: Vec<String> = Vec::new();
     let mut out_dir = std::path::PathBuf::from("target/bench");
+    let mut chart_of = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -445,20 +549,21 @@ fn main() {
                 });
             }
             "--out" => out_dir = it.next().expect("--out needs a folder").into(),
-            "--chart" => {
-                // Redraw the chart of an earlier run's CSV (e.g. one from the GPU machine).
-                let csv =
-                    std::fs::read_to_string(it.next().expect("--chart needs a CSV file")).unwrap();
-                let rows: Vec<Row> = csv.lines().skip(1).filter_map(row_from_csv).collect();
-                std::fs::create_dir_all(&out_dir).unwrap();
-                std::fs::write(out_dir.join("replay.svg"), svg_chart(&rows)).unwrap();
-                eprintln!("wrote {}", out_dir.join("replay.svg").display());
-                return;
-            }
+            "--chart" => chart_of = Some(it.next().expect("--chart needs a CSV file").clone()),
             "--quick" | "--bench" => {}
             w if !w.starts_with('-') => workloads.push(w.to_string()),
             other => panic!("unknown argument {other}"),
         }
+    }
+    if let Some(csv) = chart_of {
+        // Redraw the chart of an earlier run's CSV (e.g. one from the GPU machine).
+        let csv = std::fs::read_to_string(csv).unwrap();
+        let rows: Vec<Row> = csv.lines().skip(1).filter_map(row_from_csv).collect();
+        std::fs::create_dir_all(&out_dir).unwrap();
+        for path in write_charts(&out_dir, &rows) {
+            eprintln!("wrote {}", path.display());
+        }
+        return;
     }
     if workloads.is_empty() {
         workloads.push("launch".into());
@@ -479,15 +584,17 @@ fn main() {
         for w in &workloads {
             match w.as_str() {
                 "launch" => launch_workload(&dev, quick, &mut rows).unwrap(),
-                "mlp" => {
-                    mlp_workload(&dev, quick, &mut rows).unwrap();
+                "mlp" | "mlp-S" | "mlp-M" => {
+                    let only = (w != "mlp").then_some(w.as_str());
+                    mlp_workload(&dev, quick, only, &mut rows).unwrap();
                     if dev.vendor_blas() {
                         // The same steps with the portable DSL products, side by side.
                         dev.set_vendor_blas(false);
-                        mlp_workload(&dev, quick, &mut rows).unwrap();
+                        mlp_workload(&dev, quick, only, &mut rows).unwrap();
                         dev.set_vendor_blas(true);
                     }
                 }
+                "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),
                 other => eprintln!("workload {other} is not implemented yet"),
             }
         }
@@ -540,9 +647,10 @@ fn main() {
     }
     let path = out_dir.join("replay.csv");
     std::fs::write(&path, csv).unwrap();
-    let chart = out_dir.join("replay.svg");
-    std::fs::write(&chart, svg_chart(&rows)).unwrap();
-    eprintln!("wrote {} and {}", path.display(), chart.display());
+    eprintln!("wrote {}", path.display());
+    for path in write_charts(&out_dir, &rows) {
+        eprintln!("wrote {}", path.display());
+    }
 }
 
 fn row_from_csv(line: &str) -> Option<Row> {
@@ -560,65 +668,194 @@ fn row_from_csv(line: &str) -> Option<Row> {
     })
 }
 
-/// A horizontal bar chart of µs per step (log scale), one bar per (workload, backend,
-/// variant, N), grouped by workload and N.
-fn svg_chart(rows: &[Row]) -> String {
-    let (w, bar, gap, left) = (900.0, 14.0, 8.0, 330.0);
-    let max = rows
+/// Bar colour and legend name of each kind of variant (PyTorch rows come from a CSV that
+/// `shared/bench/torch_mlp_step.py` figures were added to).
+const VARIANTS: [(&str, &str, &str); 5] = [
+    ("eager", "#f97316", "our eager launches"),
+    ("replay", "#2563eb", "our replay"),
+    ("raw-cudarc-eager", "#9ca3af", "raw cudarc launches"),
+    ("raw-cudarc-graph", "#16a34a", "raw cudarc CUDA graph"),
+    ("torch", "#6b7280", "PyTorch"),
+];
+
+/// The entry of [`VARIANTS`] a variant is drawn as.
+fn style(variant: &str) -> Option<&'static (&'static str, &'static str, &'static str)> {
+    VARIANTS
         .iter()
-        .map(|r| r.us_step)
-        .fold(1.0, f64::max)
-        .log10()
-        .ceil();
-    let min = rows
-        .iter()
-        .map(|r| r.us_step)
-        .fold(f64::MAX, f64::min)
-        .max(0.1)
-        .log10()
-        .floor();
-    let x =
-        |us: f64| left + (w - left - 20.0) * ((us.max(0.1).log10() - min) / (max - min).max(1.0));
-    let color = |v: &str| match v {
-        "eager" => "#f97316",
-        "replay" => "#2563eb",
-        "raw-cudarc-graph" => "#16a34a",
-        _ => "#9ca3af",
+        .find(|v| v.0 == variant || (v.0 == "torch" && variant.starts_with("torch")))
+}
+
+/// A tick label on the µs axis: 0.2, 5, 50, 1k, 20k, 1M, …
+fn tick_label(v: f64) -> String {
+    let (v, unit) = if v >= 1e6 {
+        (v / 1e6, "M")
+    } else if v >= 1e3 {
+        (v / 1e3, "k")
+    } else {
+        (v, "")
     };
+    format!("{}{unit}", (v * 10.0).round() / 10.0)
+}
+
+/// A horizontal bar chart of µs per step (log axis), one bar per (workload, backend,
+/// variant, N) with the spread of the repeats as a whisker, grouped by workload and N, with
+/// a legend and the axis labelled at the top and the bottom.
+fn svg_chart(rows: &[Row]) -> String {
+    let (w, bar, gap, left, right) = (980.0, 14.0, 10.0, 330.0, 90.0);
+    let all = || {
+        rows.iter()
+            .flat_map(|r| [r.us_step, r.spread.0, r.spread.1])
+    };
+    let max = all().fold(1.0, f64::max).log10().ceil() as i32;
+    let min = all().fold(f64::MAX, f64::min).max(0.1).log10().floor() as i32;
+    let max = max.max(min + 1);
+    let x = |us: f64| {
+        left + (w - left - right) * ((us.max(0.1).log10() - min as f64) / (max - min) as f64)
+    };
+    let mut legend = String::new();
+    let mut lx = left;
+    for entry @ (_, colour, name) in &VARIANTS {
+        if rows.iter().any(|r| style(&r.variant) == Some(entry)) {
+            let _ = write!(
+                legend,
+                "<rect x=\"{lx}\" y=\"28\" width=\"12\" height=\"12\" fill=\"{colour}\"/><text x=\"{}\" y=\"38\">{name}</text>",
+                lx + 16.0
+            );
+            lx += 30.0 + 6.5 * name.chars().count() as f64;
+        }
+    }
+    let top = 70.0;
     let mut body = String::new();
-    let mut y = 40.0;
+    let mut y = top;
     let mut last_group = String::new();
     for r in rows {
         let group = format!("{} N={}", r.workload, r.n);
         if group != last_group {
+            if !last_group.is_empty() {
+                let _ = write!(
+                    body,
+                    "<line x1=\"10\" y1=\"{sy}\" x2=\"{w}\" y2=\"{sy}\" stroke=\"#d1d5db\"/>",
+                    sy = y + gap / 2.0
+                );
+            }
             y += gap;
             last_group = group;
         }
+        let colour = style(&r.variant).map_or("#6b7280", |v| v.1);
+        let (end, lo, hi) = (x(r.us_step), x(r.spread.0), x(r.spread.1));
+        let (ty, cy) = (y + bar - 3.0, y + bar / 2.0);
         let _ = writeln!(
             body,
-            "<text x=\"{tx}\" y=\"{ty}\" text-anchor=\"end\">{} {} {} (N={})</text><rect x=\"{left}\" y=\"{y}\" width=\"{bw:.1}\" height=\"{bar}\" fill=\"{}\"/><text x=\"{vx:.1}\" y=\"{ty}\">{:.1}</text>",
+            "<text x=\"{tx}\" y=\"{ty}\" text-anchor=\"end\">{} {} {} (N={})</text><rect x=\"{left}\" y=\"{y}\" width=\"{bw:.1}\" height=\"{bar}\" fill=\"{colour}\"/><path d=\"M{lo:.1} {cy}H{hi:.1}M{lo:.1} {a}V{b}M{hi:.1} {a}V{b}\" stroke=\"#111827\"/><text x=\"{vx:.1}\" y=\"{ty}\">{:.1}</text>",
             r.workload,
             r.backend,
             r.variant,
             r.n,
-            color(&r.variant),
             r.us_step,
             tx = left - 6.0,
-            ty = y + bar - 3.0,
-            bw = x(r.us_step) - left,
-            vx = x(r.us_step) + 4.0,
+            bw = (end - left).max(1.0),
+            a = cy - 3.0,
+            b = cy + 3.0,
+            vx = end.max(hi) + 4.0,
         );
         y += bar + 2.0;
     }
-    let mut ticks = String::new();
-    let mut e = min;
-    while e <= max {
-        let tx = x(10f64.powf(e));
-        let _ = write!(ticks, "<line x1=\"{tx:.1}\" y1=\"30\" x2=\"{tx:.1}\" y2=\"{y}\" stroke=\"#e5e7eb\"/><text x=\"{tx:.1}\" y=\"24\" text-anchor=\"middle\">{}</text>", 10f64.powf(e));
-        e += 1.0;
+    let bottom = y + 6.0;
+    let mut axis = format!(
+        "<line x1=\"{left}\" y1=\"{t}\" x2=\"{r}\" y2=\"{t}\" stroke=\"#374151\"/><line x1=\"{left}\" y1=\"{bottom}\" x2=\"{r}\" y2=\"{bottom}\" stroke=\"#374151\"/>",
+        t = top - 4.0,
+        r = w - right
+    );
+    // Every power of ten, labelled; 2× and 5× as fainter lines, labelled when the axis spans
+    // at most three decades.
+    for e in min..=max {
+        for m in [1.0, 2.0, 5.0] {
+            let v = m * 10f64.powi(e);
+            if e == max && m > 1.0 {
+                break;
+            }
+            let tx = x(v);
+            let major = m == 1.0;
+            let _ = write!(
+                axis,
+                "<line x1=\"{tx:.1}\" y1=\"{t}\" x2=\"{tx:.1}\" y2=\"{bottom}\" stroke=\"{}\"/>",
+                if major { "#d1d5db" } else { "#f3f4f6" },
+                t = top - 4.0,
+            );
+            if major || max - min <= 3 {
+                let label = tick_label(v);
+                let _ = write!(
+                    axis,
+                    "<text x=\"{tx:.1}\" y=\"{lt}\" text-anchor=\"middle\" fill=\"{c}\">{label}</text><text x=\"{tx:.1}\" y=\"{lb}\" text-anchor=\"middle\" fill=\"{c}\">{label}</text>",
+                    lt = top - 9.0,
+                    lb = bottom + 14.0,
+                    c = if major { "#111827" } else { "#6b7280" },
+                );
+            }
+        }
     }
     format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"{left}\" y=\"12\">µs per step, log scale: eager orange, replay blue, raw cudarc graph green, other grey</text>\n{ticks}\n{body}</svg>\n",
-        h = y + 10.0
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"14\" font-weight=\"bold\">Wall time per step, µs (log scale; lower is better)</text>\n{legend}\n<text x=\"10\" y=\"38\" fill=\"#4b5563\">N: launches or kernels per step</text>\n{axis}\n{body}<text x=\"{cx}\" y=\"{at}\" text-anchor=\"middle\">µs per step (median of 5 repeats; whiskers: min..max)</text>\n</svg>\n",
+        h = bottom + 40.0,
+        cx = (left + w - right) / 2.0,
+        at = bottom + 32.0,
     )
+}
+
+/// Renders the chart's SVG as a PNG at twice its size. Fonts come from the system (the
+/// harness ships none); without any, the PNG has bars but no text, and says so.
+fn png_chart(svg: &str) -> std::result::Result<Vec<u8>, String> {
+    use resvg::{tiny_skia, usvg};
+    let mut opt = usvg::Options::default();
+    let db = opt.fontdb_mut();
+    db.load_system_fonts();
+    if db.is_empty() {
+        eprintln!("warning: no system fonts found, so the PNG chart has no text (Debian: apt-get install fonts-dejavu-core), or redraw it elsewhere with --chart CSV");
+    }
+    let family = ["DejaVu Sans", "Liberation Sans", "Noto Sans", "Arial"]
+        .into_iter()
+        .find(|f| {
+            db.faces()
+                .any(|face| face.families.iter().any(|(n, _)| n == f))
+        })
+        .map(str::to_string)
+        .or_else(|| {
+            db.faces()
+                .next()
+                .and_then(|f| f.families.first().map(|n| n.0.clone()))
+        });
+    if let Some(family) = family {
+        db.set_sans_serif_family(family);
+    }
+    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| e.to_string())?;
+    let size = tree.size();
+    let scale = 2.0;
+    let mut pixmap = tiny_skia::Pixmap::new(
+        (size.width() * scale).ceil() as u32,
+        (size.height() * scale).ceil() as u32,
+    )
+    .ok_or("chart too large for a PNG")?;
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(scale, scale),
+        &mut pixmap.as_mut(),
+    );
+    pixmap.encode_png().map_err(|e| e.to_string())
+}
+
+/// Writes `replay.svg` and `replay.png` into `dir`; returns their paths.
+fn write_charts(dir: &std::path::Path, rows: &[Row]) -> Vec<std::path::PathBuf> {
+    let svg = svg_chart(rows);
+    let svg_path = dir.join("replay.svg");
+    std::fs::write(&svg_path, &svg).unwrap();
+    let mut written = vec![svg_path];
+    match png_chart(&svg) {
+        Ok(png) => {
+            let png_path = dir.join("replay.png");
+            std::fs::write(&png_path, png).unwrap();
+            written.push(png_path);
+        }
+        Err(e) => eprintln!("warning: no PNG chart: {e}"),
+    }
+    written
 }

@@ -11,6 +11,7 @@ pub use graphed_kernels as kernels;
 pub use graphed_macros::{graphed, kernel};
 pub use graphed_runtime::*;
 
+pub mod sample;
 pub mod train;
 
 /// The names most programs need.

@@ -416,12 +416,13 @@ impl Graphed {
         }
         match &mut self.entries[idx].state {
             State::Recorded(rec) => {
-                upload_inputs(&self.device, &rec.inputs, &args.inputs)?;
+                let copies = upload_inputs(&self.device, &rec.inputs, &args.inputs)?;
                 rec.scratch.clear();
                 for &(launch, word, slot) in &rec.scalar_uses {
                     rec.scratch.push((launch, word, args.scalars[slot].bits()));
                 }
-                rec.recording.replay(&rec.scratch)?;
+                rec.recording
+                    .replay_with_inputs(self.device.backend(), &copies, &rec.scratch)?;
                 self.stats.replays += 1;
                 Ok(&rec.outputs)
             }
@@ -670,14 +671,21 @@ impl Drop for Graphed {
     }
 }
 
-fn upload_inputs(device: &Device, slots: &[RawView], inputs: &[InputArg<'_>]) -> Result<()> {
+/// Writes the host inputs into their static slots; returns the device inputs' copies
+/// (source, slot), which the replay makes (wgpu: inside its own command buffer).
+fn upload_inputs<'a>(
+    device: &Device,
+    slots: &'a [RawView],
+    inputs: &'a [InputArg<'_>],
+) -> Result<Vec<(&'a RawView, &'a RawView)>> {
+    let mut copies = Vec::new();
     for (slot, input) in slots.iter().zip(inputs) {
         match input {
             InputArg::Host(_, words) => device.backend().write(slot, words)?,
-            InputArg::Device(v) => device.backend().copy(v, slot)?,
+            InputArg::Device(v) => copies.push((v, slot)),
         }
     }
-    Ok(())
+    Ok(copies)
 }
 
 /// A step output borrowed from its holder: it cannot outlive the next `call` (the borrow

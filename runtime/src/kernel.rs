@@ -27,6 +27,10 @@ pub struct KernelDef {
     pub arg_words: u32,
     /// The host form.
     pub host: HostFn,
+    /// Every loop of the kernel is a `for` over a range with step 1, so each invocation
+    /// terminates by construction (wgpu then compiles it without naga's loop-bounding
+    /// counters; see the README's semantics).
+    pub loops_terminate: bool,
 }
 
 impl KernelDef {

@@ -334,3 +334,23 @@ pub enum Stmt {
         ty: Ty,
     },
 }
+
+/// Whether every loop of `body` terminates by construction: a `for` over a range with step 1
+/// (`i < end` bounds it and `i + 1` cannot wrap). `while`, `loop`, a `for` with another step
+/// (0, or one that can wrap past `end`) and a compare-exchange (a retry loop in WGSL) may
+/// not. Lets the wgpu backend drop naga's loop-bounding counters from such kernels.
+pub fn loops_terminate(body: &[Stmt]) -> bool {
+    body.iter().all(|s| match s {
+        Stmt::For { step, body, .. } => {
+            let unit = match step {
+                None => true,
+                Some(e) => matches!(e.kind, ExprKind::LitU32(1) | ExprKind::LitI32(1)),
+            };
+            unit && loops_terminate(body)
+        }
+        Stmt::While { .. } | Stmt::Loop { .. } => false,
+        Stmt::If { then, els, .. } => loops_terminate(then) && loops_terminate(els),
+        Stmt::Atomic { op, .. } => *op != AtomicOp::CompareExchange,
+        _ => true,
+    })
+}

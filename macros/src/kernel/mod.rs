@@ -223,6 +223,7 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
         .collect();
     let (sig, args) = launcher_parts(&k.params);
     let arg_words = k.arg_words as u32;
+    let loops_terminate = ir::loops_terminate(&k.body);
     let ldoc = launch_doc(func);
     quote! {
         #(#docs)*
@@ -246,6 +247,7 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
                 params: &[#(#params_info),*],
                 arg_words: #arg_words,
                 host,
+                loops_terminate: #loops_terminate,
             };
             #host
             #[doc = #ldoc]

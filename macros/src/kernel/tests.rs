@@ -512,3 +512,127 @@ fn consts_fold_every_operator_with_the_run_time_meaning() {
         "{values:?}"
     );
 }
+
+/// The WGSL barrier lines of a kernel, in order: `S` for `storageBarrier(); workgroupBarrier();`,
+/// `W` for `workgroupBarrier();` alone.
+fn wgsl_barriers(item: TokenStream) -> String {
+    let k = lower(quote!(workgroup = 64), item).unwrap_or_else(|e| panic!("{e:#?}"));
+    let wgsl = super::emit::wgsl::emit(&k);
+    let lines: Vec<&str> = wgsl.lines().map(str::trim).collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| **l == "workgroupBarrier();")
+        .map(|(i, _)| {
+            if i > 0 && lines[i - 1] == "storageBarrier();" {
+                'S'
+            } else {
+                'W'
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn barriers_order_storage_only_where_a_written_slice_is_accessed_on_both_sides() {
+    // A tiled loop sharing only workgroup memory; the written slice only after the loop.
+    let tiled = wgsl_barriers(quote! {
+        pub fn tiled(a: &[f32], c: &mut [f32]) {
+            let t = shared::<f32, 64>();
+            let i = local_id().x;
+            let mut acc = 0.0;
+            for k in 0..4u32 {
+                t[i] = a[k * 64 + i];
+                barrier();
+                acc += t[63 - i];
+                barrier();
+            }
+            c[global_id().x] = acc;
+        }
+    });
+    assert_eq!(tiled, "WW");
+    // Written before the barrier and read by a neighbour after it.
+    let neighbour = wgsl_barriers(quote! {
+        pub fn neighbour(c: &mut [f32]) {
+            let i = global_id().x;
+            c[i] = 1.0;
+            barrier();
+            let v = c[i ^ 1u32];
+            c[i] = v;
+        }
+    });
+    assert_eq!(neighbour, "S");
+    // In a loop, the write after the barrier precedes the barrier of the next iteration.
+    let looped = wgsl_barriers(quote! {
+        pub fn looped(c: &mut [f32]) {
+            let i = global_id().x;
+            for k in 0..4u32 {
+                barrier();
+                c[i] = c[i ^ 1u32] + 1.0;
+            }
+        }
+    });
+    assert_eq!(looped, "S");
+    // Read-only slices on both sides need no storage ordering.
+    let read_only = wgsl_barriers(quote! {
+        pub fn read_only(a: &[f32], c: &mut [f32]) {
+            let t = shared::<f32, 64>();
+            let i = local_id().x;
+            t[i] = a[i];
+            barrier();
+            let v = t[63 - i] + a[i + 1];
+            barrier();
+            c[i] = v;
+        }
+    });
+    assert_eq!(read_only, "WW");
+    // An atomic counter before the barrier, read after it.
+    let atomic = wgsl_barriers(quote! {
+        pub fn counter(n: &mut [u32], out: &mut [u32]) {
+            atomic_add(n, 0, 1u32);
+            barrier();
+            let v = atomic_load(n, 0);
+            out[global_id().x] = v;
+        }
+    });
+    assert_eq!(atomic, "S");
+}
+
+#[test]
+fn loops_terminate_only_for_unit_step_ranges() {
+    let body = |item: TokenStream| {
+        let k = lower(quote!(workgroup = 64), item).unwrap_or_else(|e| panic!("{e:#?}"));
+        loops_terminate(&k.body)
+    };
+    assert!(body(quote! {
+        pub fn ranges(n: u32, y: &mut [f32]) {
+            for i in 0..n {
+                for j in (i..n).step_by(1) {
+                    if j < y.len() { y[j] += 1.0; }
+                }
+            }
+        }
+    }));
+    assert!(!body(quote! {
+        pub fn strided(n: u32, y: &mut [f32]) {
+            for i in (global_id().x..n).step_by(64) {
+                y[i] = 0.0;
+            }
+        }
+    }));
+    assert!(!body(quote! {
+        pub fn halving(y: &mut [f32]) {
+            let mut s = 32u32;
+            while s > 0 {
+                s = s >> 1;
+            }
+            y[0] = 0.0;
+        }
+    }));
+    assert!(!body(quote! {
+        pub fn spin(y: &mut [u32], z: &mut [u32]) {
+            let old = atomic_compare_exchange(y, 0, 0u32, 1u32);
+            z[0] = old;
+        }
+    }));
+}

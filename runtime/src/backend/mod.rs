@@ -121,6 +121,21 @@ pub(crate) trait Backend: Send + Sync {
 pub(crate) trait Recording: Send {
     /// Replays once. `scalars` are (launch, word, bits) of every per-step scalar use.
     fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()>;
+    /// Copies device inputs into their static slots (`copies`: source, slot), then replays
+    /// once. By default each copy goes through the backend first; a backend that can put the
+    /// copies into the replay's own submission does so (wgpu: a submit costs far more than a
+    /// copy command).
+    fn replay_with_inputs(
+        &mut self,
+        backend: &dyn Backend,
+        copies: &[(&RawView, &RawView)],
+        scalars: &[(usize, usize, u32)],
+    ) -> Result<()> {
+        for (src, slot) in copies {
+            backend.copy(src, slot)?;
+        }
+        self.replay(scalars)
+    }
     /// Nodes (dispatches) per replay.
     fn launches(&self) -> usize;
     /// Writes the backend's own view of the recording as Graphviz DOT, where it has one

@@ -25,6 +25,8 @@ pub(crate) struct WgpuBackend {
     info: wgpu::AdapterInfo,
     limits: wgpu::Limits,
     pipelines: Mutex<HashMap<usize, Arc<Pipeline>>>,
+    /// Compile kernels with all of wgpu's shader runtime checks (`GRAPHED_WGPU_CHECKS=1`).
+    shader_checks: bool,
     /// The first error the device reported outside an error scope (validation, lost device).
     error: Arc<Mutex<Option<String>>>,
 }
@@ -93,6 +95,7 @@ impl WgpuBackend {
             info,
             limits,
             pipelines: Mutex::new(HashMap::new()),
+            shader_checks: std::env::var("GRAPHED_WGPU_CHECKS").is_ok_and(|v| v == "1"),
             error,
         })
     }
@@ -135,12 +138,31 @@ impl WgpuBackend {
             });
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(kernel.name),
-                source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(kernel.name),
+            source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
+        };
+        let module = if self.shader_checks {
+            self.device.create_shader_module(desc)
+        } else {
+            let checks = wgpu::ShaderRuntimeChecks {
+                bounds_checks: false,
+                force_loop_bounding: !kernel.loops_terminate,
+                int_div_checks: false,
+                ..wgpu::ShaderRuntimeChecks::checked()
+            };
+            // SAFETY: the kernel language defines its integer division and remainder for
+            // every operand, and the WGSL emitter guards each one (a helper, or a literal
+            // divisor other than 0 and -1), so naga's division checks are redundant. Loop
+            // bounding is dropped only from kernels whose loops all terminate by
+            // construction (`loops_terminate`). Indices are not checked on GPU targets (as
+            // in CUDA C, README "The kernel language"): an out-of-range index is a bug in
+            // the kernel, which the host backend reports as `Error::Fault`; where the
+            // adapter has robustBufferAccess2 (NVIDIA, lavapipe) the driver still keeps
+            // storage accesses inside the bound buffer. `GRAPHED_WGPU_CHECKS=1` restores
+            // every check.
+            unsafe { self.device.create_shader_module_trusted(desc, checks) }
+        };
         let storage = |read_only: bool, binding: u32| wgpu::BindGroupLayoutEntry {
             binding,
             visibility: wgpu::ShaderStages::COMPUTE,
@@ -500,9 +522,9 @@ enum ReplayOp {
     },
 }
 
-/// A plan lowered for wgpu: per replay, the changed argument words are written, then every
-/// op is encoded into one command buffer (compute passes split only at copies) and submitted
-/// once. Nothing is created per replay but the encoder.
+/// A plan lowered for wgpu: per replay, the changed argument words are written, then the
+/// device inputs' copies and every op are encoded into one command buffer (compute passes
+/// split only at copies) and submitted once. Nothing is created per replay but the encoder.
 struct WgpuReplay {
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -514,8 +536,14 @@ struct WgpuReplay {
     launches: usize,
 }
 
-impl Recording for WgpuReplay {
-    fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
+impl WgpuReplay {
+    /// Writes the changed argument words, then encodes the input copies and every op into one
+    /// command buffer and submits it.
+    fn submit(
+        &mut self,
+        copies: &[(&RawView, &RawView)],
+        scalars: &[(usize, usize, u32)],
+    ) -> Result<()> {
         let (mut lo, mut hi) = (usize::MAX, 0usize);
         for &(launch, word, bits) in scalars {
             let at = self.offsets[launch] + word;
@@ -537,6 +565,17 @@ impl Recording for WgpuReplay {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("graphed replay"),
             });
+        for (src, slot) in copies {
+            if src.len > 0 {
+                enc.copy_buffer_to_buffer(
+                    buffer(src),
+                    src.offset as u64 * 4,
+                    buffer(slot),
+                    slot.offset as u64 * 4,
+                    src.len as u64 * 4,
+                );
+            }
+        }
         let mut i = 0;
         while i < self.ops.len() {
             if let ReplayOp::Copy {
@@ -576,6 +615,21 @@ impl Recording for WgpuReplay {
             Some(e) => Err(device_err(e)),
             None => Ok(()),
         }
+    }
+}
+
+impl Recording for WgpuReplay {
+    fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
+        self.submit(&[], scalars)
+    }
+    fn replay_with_inputs(
+        &mut self,
+        _backend: &dyn Backend,
+        copies: &[(&RawView, &RawView)],
+        scalars: &[(usize, usize, u32)],
+    ) -> Result<()> {
+        // In the replay's own command buffer: a submit per copy would cost more than the copy.
+        self.submit(copies, scalars)
     }
     fn launches(&self) -> usize {
         self.launches

@@ -18,6 +18,8 @@ pub fn emit(k: &Kernel) -> String {
         tmp: 0,
         helpers: RefCell::new(BTreeSet::new()),
         opaque: Cell::new(false),
+        storage_barriers: storage_barriers(k),
+        barriers: 0,
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
@@ -128,6 +130,139 @@ fn helper_source(name: &str) -> &'static str {
     }
 }
 
+/// For each `barrier()` of `k` in emission order: whether it must also order storage memory
+/// (`storageBarrier()` besides `workgroupBarrier()`). It must when a writable slice
+/// (`&mut [T]`) can be accessed both before and after it: program order, or anywhere in a
+/// loop that encloses it. Read-only slices need no ordering, since no view written by the
+/// same launch may overlap them (the launcher checks). naga gives `storageBarrier` device
+/// scope, which costs a device-wide memory fence per barrier on some GPUs (NVIDIA's Vulkan
+/// driver) — in a tiled matrix product's inner loop, where only workgroup memory is shared.
+fn storage_barriers(k: &Kernel) -> Vec<bool> {
+    struct Walk<'k> {
+        k: &'k Kernel,
+        pos: usize,
+        /// Positions of accesses to writable slices.
+        touches: Vec<usize>,
+        /// (first, last) position of each loop.
+        loops: Vec<(usize, usize)>,
+        /// Loops enclosing the current position.
+        open: Vec<usize>,
+        /// Each barrier's position and enclosing loops.
+        barriers: Vec<(usize, Vec<usize>)>,
+    }
+    impl Walk<'_> {
+        fn param(&mut self, i: usize) {
+            if matches!(
+                self.k.params[i].kind,
+                ParamKind::Slice { mutable: true, .. }
+            ) {
+                self.touches.push(self.pos);
+            }
+        }
+        fn place(&mut self, p: &Place) {
+            match p {
+                Place::Local(_) => {}
+                Place::Param(i, ix) => {
+                    self.param(*i);
+                    self.expr(ix);
+                }
+                Place::Shared(_, ix) => self.expr(ix),
+            }
+        }
+        fn expr(&mut self, e: &Expr) {
+            match &e.kind {
+                ExprKind::Load(p) => self.place(p),
+                ExprKind::Field(a, _) | ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => {
+                    self.expr(a)
+                }
+                ExprKind::Binary(_, a, b) => {
+                    self.expr(a);
+                    self.expr(b);
+                }
+                ExprKind::Math(_, args) => args.iter().for_each(|a| self.expr(a)),
+                ExprKind::Cond(c, a, b) => {
+                    self.expr(c);
+                    self.expr(a);
+                    self.expr(b);
+                }
+                _ => {}
+            }
+        }
+        fn looped(&mut self, heads: &[&Expr], body: &[Stmt]) {
+            let id = self.loops.len();
+            self.loops.push((self.pos, usize::MAX));
+            self.open.push(id);
+            heads.iter().for_each(|e| self.expr(e));
+            self.block(body);
+            self.open.pop();
+            self.loops[id].1 = self.pos;
+        }
+        fn block(&mut self, stmts: &[Stmt]) {
+            for s in stmts {
+                self.pos += 1;
+                match s {
+                    Stmt::Let { init, .. } => init.iter().for_each(|e| self.expr(e)),
+                    Stmt::Assign { place, value, .. } => {
+                        self.place(place);
+                        self.expr(value);
+                    }
+                    Stmt::If { cond, then, els } => {
+                        self.expr(cond);
+                        self.block(then);
+                        self.block(els);
+                    }
+                    Stmt::For {
+                        start,
+                        end,
+                        step,
+                        body,
+                        ..
+                    } => {
+                        let mut heads = vec![start, end];
+                        heads.extend(step.as_ref());
+                        self.looped(&heads, body);
+                    }
+                    Stmt::While { cond, body } => self.looped(&[cond], body),
+                    Stmt::Loop { body } => self.looped(&[], body),
+                    Stmt::Barrier { .. } => self.barriers.push((self.pos, self.open.clone())),
+                    Stmt::Atomic {
+                        param,
+                        index,
+                        operands,
+                        ..
+                    } => {
+                        self.param(*param);
+                        self.expr(index);
+                        operands.iter().for_each(|e| self.expr(e));
+                    }
+                    Stmt::Break | Stmt::Continue | Stmt::Return => {}
+                }
+            }
+        }
+    }
+    let mut w = Walk {
+        k,
+        pos: 0,
+        touches: Vec::new(),
+        loops: Vec::new(),
+        open: Vec::new(),
+        barriers: Vec::new(),
+    };
+    w.block(&k.body);
+    w.barriers
+        .iter()
+        .map(|(at, open)| {
+            let in_loop = |p: usize| {
+                open.iter()
+                    .any(|&l| (w.loops[l].0..=w.loops[l].1).contains(&p))
+            };
+            let before = w.touches.iter().any(|&p| p < *at || in_loop(p));
+            let after = w.touches.iter().any(|&p| p > *at || in_loop(p));
+            before && after
+        })
+        .collect()
+}
+
 /// Whether `e` is built from literals only, so naga would evaluate it at shader creation.
 fn is_const(e: &Expr) -> bool {
     match &e.kind {
@@ -171,6 +306,10 @@ struct Wgsl<'k> {
     /// that overflows or leaves a function's domain (`f32::MAX * 2.0`, `sqrt(-1.0)`) is
     /// computed at run time as IEEE 754 defines it instead of being a shader-creation error.
     opaque: Cell<bool>,
+    /// For each `barrier()` in emission order, whether it also orders storage memory.
+    storage_barriers: Vec<bool>,
+    /// Barriers emitted so far.
+    barriers: usize,
 }
 
 impl Wgsl<'_> {
@@ -293,7 +432,14 @@ impl Wgsl<'_> {
             Stmt::Break => self.line("break;"),
             Stmt::Continue => self.line("continue;"),
             Stmt::Return => self.line("return;"),
-            Stmt::Barrier { .. } => self.line("storageBarrier();\n        workgroupBarrier();"),
+            Stmt::Barrier { .. } => {
+                let storage = self.storage_barriers[self.barriers];
+                self.barriers += 1;
+                if storage {
+                    self.line("storageBarrier();");
+                }
+                self.line("workgroupBarrier();");
+            }
             Stmt::Atomic {
                 result,
                 op,

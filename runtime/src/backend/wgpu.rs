@@ -14,6 +14,60 @@ use crate::plan::{Op, Plan};
 
 const NAME: &str = "wgpu";
 
+/// Which of wgpu's shader run-time checks kernels are compiled with, from
+/// `GRAPHED_WGPU_CHECKS`: a comma-separated list of `bounds` (naga's index clamping), `loops`
+/// (loop-bounding counters, in every kernel) and `division` (naga's integer-division guards),
+/// or `all`, or `none`. Unset: `bounds` only — the other two are redundant for the kernel
+/// language (README, "The kernel language").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ShaderChecks {
+    bounds: bool,
+    loops: bool,
+    division: bool,
+}
+
+impl ShaderChecks {
+    const DEFAULT: ShaderChecks = ShaderChecks {
+        bounds: true,
+        loops: false,
+        division: false,
+    };
+
+    fn from_env() -> ShaderChecks {
+        match std::env::var("GRAPHED_WGPU_CHECKS") {
+            Ok(v) if !v.trim().is_empty() => ShaderChecks::parse(&v),
+            _ => ShaderChecks::DEFAULT,
+        }
+    }
+
+    fn parse(v: &str) -> ShaderChecks {
+        let mut c = ShaderChecks {
+            bounds: false,
+            loops: false,
+            division: false,
+        };
+        for part in v.split(',').map(str::trim) {
+            match part {
+                "all" => {
+                    c = ShaderChecks {
+                        bounds: true,
+                        loops: true,
+                        division: true,
+                    }
+                }
+                "none" | "" => {}
+                "bounds" => c.bounds = true,
+                "loops" => c.loops = true,
+                "division" => c.division = true,
+                other => tracing::warn!(
+                    "graphed: GRAPHED_WGPU_CHECKS: unknown check `{other}` ignored (known: bounds, loops, division, all, none)"
+                ),
+            }
+        }
+        c
+    }
+}
+
 struct Pipeline {
     pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
@@ -25,8 +79,8 @@ pub(crate) struct WgpuBackend {
     info: wgpu::AdapterInfo,
     limits: wgpu::Limits,
     pipelines: Mutex<HashMap<usize, Arc<Pipeline>>>,
-    /// Compile kernels with all of wgpu's shader runtime checks (`GRAPHED_WGPU_CHECKS=1`).
-    shader_checks: bool,
+    /// Which of wgpu's shader run-time checks kernels keep (`GRAPHED_WGPU_CHECKS`).
+    checks: ShaderChecks,
     /// The first error the device reported outside an error scope (validation, lost device).
     error: Arc<Mutex<Option<String>>>,
 }
@@ -95,7 +149,7 @@ impl WgpuBackend {
             info,
             limits,
             pipelines: Mutex::new(HashMap::new()),
-            shader_checks: std::env::var("GRAPHED_WGPU_CHECKS").is_ok_and(|v| v == "1"),
+            checks: ShaderChecks::from_env(),
             error,
         })
     }
@@ -142,25 +196,23 @@ impl WgpuBackend {
             label: Some(kernel.name),
             source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
         };
-        let module = if self.shader_checks {
+        let c = self.checks;
+        let module = if c.bounds && c.loops && c.division {
             self.device.create_shader_module(desc)
         } else {
             let checks = wgpu::ShaderRuntimeChecks {
-                bounds_checks: false,
-                force_loop_bounding: !kernel.loops_terminate,
-                int_div_checks: false,
+                bounds_checks: c.bounds,
+                force_loop_bounding: c.loops || !kernel.loops_terminate,
+                int_div_checks: c.division,
                 ..wgpu::ShaderRuntimeChecks::checked()
             };
             // SAFETY: the kernel language defines its integer division and remainder for
             // every operand, and the WGSL emitter guards each one (a helper, or a literal
             // divisor other than 0 and -1), so naga's division checks are redundant. Loop
             // bounding is dropped only from kernels whose loops all terminate by
-            // construction (`loops_terminate`). Indices are not checked on GPU targets (as
-            // in CUDA C, README "The kernel language"): an out-of-range index is a bug in
-            // the kernel, which the host backend reports as `Error::Fault`; where the
-            // adapter has robustBufferAccess2 (NVIDIA, lavapipe) the driver still keeps
-            // storage accesses inside the bound buffer. `GRAPHED_WGPU_CHECKS=1` restores
-            // every check.
+            // construction (`loops_terminate`). Index clamping stays unless
+            // `GRAPHED_WGPU_CHECKS` leaves it out, which the user asks for knowing that GPU
+            // targets do not check indices (as in CUDA C; README, "The kernel language").
             unsafe { self.device.create_shader_module_trusted(desc, checks) }
         };
         let storage = |read_only: bool, binding: u32| wgpu::BindGroupLayoutEntry {
@@ -633,5 +685,33 @@ impl Recording for WgpuReplay {
     }
     fn launches(&self) -> usize {
         self.launches
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShaderChecks;
+
+    fn checks(bounds: bool, loops: bool, division: bool) -> ShaderChecks {
+        ShaderChecks {
+            bounds,
+            loops,
+            division,
+        }
+    }
+
+    #[test]
+    fn shader_checks_parse_lists_all_and_none() {
+        assert_eq!(ShaderChecks::DEFAULT, checks(true, false, false));
+        assert_eq!(ShaderChecks::parse("all"), checks(true, true, true));
+        assert_eq!(ShaderChecks::parse("none"), checks(false, false, false));
+        assert_eq!(
+            ShaderChecks::parse("loops, division"),
+            checks(false, true, true)
+        );
+        assert_eq!(
+            ShaderChecks::parse("bounds,typo"),
+            checks(true, false, false)
+        );
     }
 }

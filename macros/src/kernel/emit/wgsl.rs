@@ -135,8 +135,8 @@ fn helper_source(name: &str) -> &'static str {
 /// (`&mut [T]`) can be accessed both before and after it: program order, or anywhere in a
 /// loop that encloses it. Read-only slices need no ordering, since no view written by the
 /// same launch may overlap them (the launcher checks). naga gives `storageBarrier` device
-/// scope, which costs a device-wide memory fence per barrier on some GPUs (NVIDIA's Vulkan
-/// driver) — in a tiled matrix product's inner loop, where only workgroup memory is shared.
+/// memory scope, which a GPU compiler may turn into a device-wide fence per barrier — in a
+/// tiled matrix product's inner loop, where only workgroup memory is shared.
 fn storage_barriers(k: &Kernel) -> Vec<bool> {
     struct Walk<'k> {
         k: &'k Kernel,

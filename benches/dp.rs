@@ -188,6 +188,15 @@ fn data_parallel(
     Ok(())
 }
 
+/// Prints the usage (after `msg`, if any) and exits: 0 for `--help`, 2 for a bad argument.
+fn usage(msg: &str) -> ! {
+    if !msg.is_empty() {
+        eprintln!("error: {msg}");
+    }
+    eprintln!("usage: cargo bench --features nccl --bench dp -- [--quick] [--steps N] [--out DIR]");
+    std::process::exit(if msg.is_empty() { 0 } else { 2 })
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut steps = 200usize;
@@ -196,10 +205,21 @@ fn main() {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => steps = 20,
-            "--steps" => steps = it.next().expect("--steps needs a number").parse().unwrap(),
-            "--out" => out_dir = it.next().expect("--out needs a folder").into(),
+            "--steps" => {
+                steps = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| usage("--steps needs a number"))
+            }
+            "--out" => {
+                out_dir = it
+                    .next()
+                    .unwrap_or_else(|| usage("--out needs a folder"))
+                    .into()
+            }
             "--bench" => {}
-            other => panic!("unknown argument {other}"),
+            "--help" | "-h" => usage(""),
+            other => usage(&format!("unknown argument {other}")),
         }
     }
     match graphed::dist::nccl_version() {

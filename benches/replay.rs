@@ -529,6 +529,15 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
     Ok(())
 }
 
+/// Prints the usage (after `msg`, if any) and exits: 0 for `--help`, 2 for a bad argument.
+fn usage(msg: &str) -> ! {
+    if !msg.is_empty() {
+        eprintln!("error: {msg}");
+    }
+    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [sampler] [--backend host|wgpu|cuda]... [--quick] [--out DIR] [--chart CSV]");
+    std::process::exit(if msg.is_empty() { 0 } else { 2 })
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -540,19 +549,33 @@ fn main() {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--backend" => {
-                let v = it.next().expect("--backend needs a value");
+                let v = it
+                    .next()
+                    .unwrap_or_else(|| usage("--backend needs a value"));
                 backends.push(match v.as_str() {
                     "host" => BackendKind::Host,
                     "wgpu" => BackendKind::Wgpu,
                     "cuda" => BackendKind::Cuda,
-                    other => panic!("unknown backend {other}"),
+                    other => usage(&format!("unknown backend {other}")),
                 });
             }
-            "--out" => out_dir = it.next().expect("--out needs a folder").into(),
-            "--chart" => chart_of = Some(it.next().expect("--chart needs a CSV file").clone()),
+            "--out" => {
+                out_dir = it
+                    .next()
+                    .unwrap_or_else(|| usage("--out needs a folder"))
+                    .into()
+            }
+            "--chart" => {
+                chart_of = Some(
+                    it.next()
+                        .unwrap_or_else(|| usage("--chart needs a CSV file"))
+                        .clone(),
+                )
+            }
+            "--help" | "-h" => usage(""),
             "--quick" | "--bench" => {}
             w if !w.starts_with('-') => workloads.push(w.to_string()),
-            other => panic!("unknown argument {other}"),
+            other => usage(&format!("unknown argument {other}")),
         }
     }
     if let Some(csv) = chart_of {

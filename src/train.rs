@@ -113,12 +113,12 @@ fn forward_backward(
     grads: &Buffer<f32>,
     x: &Buffer<f32>,
     labels: &Buffer<u32>,
-    accumulate: impl Into<graphed_runtime::ScalarArg<bool>>,
-    grad_scale: impl Into<graphed_runtime::ScalarArg<f32>>,
+    accumulate: impl graphed_runtime::IntoScalarArg<bool>,
+    grad_scale: impl graphed_runtime::IntoScalarArg<f32>,
 ) -> Result<Output<f32>> {
     let rows = labels.len();
     let classes = *sizes.last().expect("an MLP has layers");
-    let mut accumulate = accumulate.into();
+    let mut accumulate = graphed_runtime::IntoScalarArg::into_scalar_arg(accumulate);
     if graphed_runtime::__private::mutation("force_overwrite") {
         // Mutation testing only: every micro-batch overwrites the gradients.
         accumulate = false.into();

@@ -5,7 +5,7 @@
 //! length. Activations are selected by a `u32` code ([`Act::code`]), a uniform branch.
 
 use graphed_macros::kernel;
-use graphed_runtime::{Buffer, Grid, Launch, Result, ScalarArg};
+use graphed_runtime::{Buffer, Grid, IntoScalarArg, Launch, Result};
 
 use crate::shape::{expect_len, groups, u32_of};
 
@@ -363,7 +363,7 @@ fn same_len(op: &str, names: &[(&str, usize)]) -> Result<usize> {
 pub fn fill<C: Launch + ?Sized>(
     cx: &C,
     y: &mut Buffer<f32>,
-    value: impl Into<ScalarArg<f32>>,
+    value: impl IntoScalarArg<f32>,
 ) -> Result<()> {
     fill_f32::launch(cx, Grid::workgroups(groups(y.len())), value, y)
 }
@@ -381,9 +381,9 @@ pub fn add<C: Launch + ?Sized>(
 /// `z = a·x + b·y`.
 pub fn axpby<C: Launch + ?Sized>(
     cx: &C,
-    a: impl Into<ScalarArg<f32>>,
+    a: impl IntoScalarArg<f32>,
     x: &Buffer<f32>,
-    b: impl Into<ScalarArg<f32>>,
+    b: impl IntoScalarArg<f32>,
     y: &Buffer<f32>,
     z: &mut Buffer<f32>,
 ) -> Result<()> {
@@ -414,7 +414,7 @@ pub fn mul<C: Launch + ?Sized>(
 /// `y = a·x`.
 pub fn scale<C: Launch + ?Sized>(
     cx: &C,
-    a: impl Into<ScalarArg<f32>>,
+    a: impl IntoScalarArg<f32>,
     x: &Buffer<f32>,
     y: &mut Buffer<f32>,
 ) -> Result<()> {
@@ -425,7 +425,7 @@ pub fn scale<C: Launch + ?Sized>(
 /// `y = a·y`, in place.
 pub fn scale_in_place<C: Launch + ?Sized>(
     cx: &C,
-    a: impl Into<ScalarArg<f32>>,
+    a: impl IntoScalarArg<f32>,
     y: &mut Buffer<f32>,
 ) -> Result<()> {
     u32_of("length", y.len())?;
@@ -435,7 +435,7 @@ pub fn scale_in_place<C: Launch + ?Sized>(
 /// `y = a·x + y`.
 pub fn axpy<C: Launch + ?Sized>(
     cx: &C,
-    a: impl Into<ScalarArg<f32>>,
+    a: impl IntoScalarArg<f32>,
     x: &Buffer<f32>,
     y: &mut Buffer<f32>,
 ) -> Result<()> {
@@ -482,7 +482,7 @@ pub fn mul_backward<C: Launch + ?Sized>(
 /// Backward of `y = a·x`: `dx = a·dy`.
 pub fn scale_backward<C: Launch + ?Sized>(
     cx: &C,
-    a: impl Into<ScalarArg<f32>>,
+    a: impl IntoScalarArg<f32>,
     dy: &Buffer<f32>,
     dx: &mut Buffer<f32>,
 ) -> Result<()> {
@@ -493,7 +493,7 @@ pub fn scale_backward<C: Launch + ?Sized>(
 /// through unchanged).
 pub fn axpy_backward<C: Launch + ?Sized>(
     cx: &C,
-    a: impl Into<ScalarArg<f32>>,
+    a: impl IntoScalarArg<f32>,
     dy: &Buffer<f32>,
     dx: &mut Buffer<f32>,
 ) -> Result<()> {
@@ -584,7 +584,7 @@ pub fn bias_act_backward<C: Launch + ?Sized>(
     dy: &Buffer<f32>,
     dx: &mut Buffer<f32>,
     db: &mut Buffer<f32>,
-    accumulate: impl Into<ScalarArg<bool>>,
+    accumulate: impl IntoScalarArg<bool>,
 ) -> Result<()> {
     let n = same_len(
         "bias_act_backward",

@@ -7,7 +7,7 @@
 //! `torch.nn.Linear` stores them, and a layer computes `y = act(x·Wᵀ + b)` for row-major
 //! `x` (`batch × in`).
 
-use graphed_runtime::{Buffer, Device, Error, Launch, Result, ScalarArg};
+use graphed_runtime::{Buffer, Device, Error, IntoScalarArg, Launch, Result};
 
 use crate::elementwise::{self, Act};
 use crate::matmul::{matmul, matmul_row_sums, Epilogue, Gemm};
@@ -98,7 +98,7 @@ impl Linear {
         x: &Buffer<f32>,
         dw: &mut Buffer<f32>,
         db: &mut Buffer<f32>,
-        accumulate: impl Into<ScalarArg<bool>>,
+        accumulate: impl IntoScalarArg<bool>,
     ) -> Result<()> {
         let batch = self.batch("backward_params", "dz", dz.len(), self.outputs)?;
         expect_len("Linear::backward_params", "x", x.len(), batch * self.inputs)?;
@@ -273,10 +273,10 @@ impl Mlp {
         cx: &C,
         x: &Buffer<f32>,
         acts: &mut MlpActivations,
-        accumulate: impl Into<ScalarArg<bool>>,
+        accumulate: impl IntoScalarArg<bool>,
     ) -> Result<()> {
         self.check(x, acts)?;
-        let accumulate = accumulate.into();
+        let accumulate = accumulate.into_scalar_arg();
         let batch = acts.batch;
         let mut cur = 0;
         for l in (0..self.slots.len()).rev() {

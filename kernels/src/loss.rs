@@ -6,7 +6,7 @@
 //! workgroup their partial sums are added by a second launch of [`crate::reduce::reduce_all`].
 
 use graphed_macros::kernel;
-use graphed_runtime::{Buffer, Error, Grid, Launch, Result, ScalarArg};
+use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::reduce::{reduce_all, SINGLE_PASS_MAX};
 use crate::shape::{expect_at_least, expect_len, u32_of};
@@ -264,7 +264,7 @@ pub fn softmax_cross_entropy_scaled<C: Launch + ?Sized>(
     loss: &mut Buffer<f32>,
     dlogits: &mut Buffer<f32>,
     ws: &mut Buffer<f32>,
-    grad_scale: impl Into<ScalarArg<f32>>,
+    grad_scale: impl IntoScalarArg<f32>,
 ) -> Result<()> {
     let op = "softmax_cross_entropy";
     let rows = labels.len();
@@ -386,7 +386,7 @@ pub fn mse_with_grad<C: Launch + ?Sized>(
     loss: &mut Buffer<f32>,
     grad: &mut Buffer<f32>,
     ws: &mut Buffer<f32>,
-    accumulate: impl Into<ScalarArg<bool>>,
+    accumulate: impl IntoScalarArg<bool>,
 ) -> Result<()> {
     let n = pred.len().max(1);
     let gscale = ScalarArg::from(2.0 / n as f32);
@@ -395,7 +395,7 @@ pub fn mse_with_grad<C: Launch + ?Sized>(
         pred,
         target,
         loss,
-        Some((grad, gscale, accumulate.into())),
+        Some((grad, gscale, accumulate.into_scalar_arg())),
         ws,
     )
 }
@@ -406,7 +406,7 @@ pub fn mse_backward<C: Launch + ?Sized>(
     pred: &Buffer<f32>,
     target: &Buffer<f32>,
     grad: &mut Buffer<f32>,
-    accumulate: impl Into<ScalarArg<bool>>,
+    accumulate: impl IntoScalarArg<bool>,
 ) -> Result<()> {
     let n = pred.len();
     expect_len("mse_backward", "target", target.len(), n)?;

@@ -19,7 +19,7 @@
 
 use graphed_macros::kernel;
 use graphed_runtime::blas::Sgemm;
-use graphed_runtime::{Buffer, Error, Grid, Launch, Result, ScalarArg};
+use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::elementwise::Act;
 use crate::shape::{expect_len, u32_of};
@@ -704,9 +704,9 @@ impl<'a> Epilogue<'a> {
         }
     }
     /// With the accumulate flag set to `accumulate`.
-    pub fn accumulate(self, accumulate: impl Into<ScalarArg<bool>>) -> Self {
+    pub fn accumulate(self, accumulate: impl IntoScalarArg<bool>) -> Self {
         Epilogue {
-            accumulate: Some(accumulate.into()),
+            accumulate: Some(accumulate.into_scalar_arg()),
             ..self
         }
     }

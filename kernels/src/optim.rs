@@ -18,7 +18,7 @@
 //! per-step scalar of a recorded step.
 
 use graphed_macros::kernel;
-use graphed_runtime::{Buffer, Device, Error, Grid, Launch, Result, ScalarArg};
+use graphed_runtime::{Buffer, Device, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::reduce::{first_pass_groups, reduce_all};
 use crate::shape::{expect_len, groups, u32_of};
@@ -328,11 +328,11 @@ impl Adam {
         cx: &C,
         params: &mut Buffer<f32>,
         grads: &Buffer<f32>,
-        lr: impl Into<ScalarArg<f32>>,
+        lr: impl IntoScalarArg<f32>,
     ) -> Result<()> {
         let c = self.config;
         let s = AdamScalars {
-            lr: lr.into(),
+            lr: lr.into_scalar_arg(),
             beta1: c.beta1.into(),
             beta2: c.beta2.into(),
             eps: c.eps.into(),
@@ -484,7 +484,7 @@ impl Sgd {
         cx: &C,
         params: &mut Buffer<f32>,
         grads: &Buffer<f32>,
-        lr: impl Into<ScalarArg<f32>>,
+        lr: impl IntoScalarArg<f32>,
     ) -> Result<()> {
         check_pair("Sgd", self.n, params, grads)?;
         let c = self.config;
@@ -554,7 +554,7 @@ impl GradClip {
         &mut self,
         cx: &C,
         grads: &mut Buffer<f32>,
-        max_norm: impl Into<ScalarArg<f32>>,
+        max_norm: impl IntoScalarArg<f32>,
     ) -> Result<()> {
         expect_len("GradClip", "grads", grads.len(), self.n)?;
         let g = first_pass_groups(self.n);

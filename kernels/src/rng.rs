@@ -9,7 +9,7 @@
 //! runs see the same sequence: draw `i` of a generator uses offset `i`.
 
 use graphed_macros::kernel;
-use graphed_runtime::{Buffer, Device, Grid, Launch, Result, ScalarArg};
+use graphed_runtime::{Buffer, Device, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::shape::{expect_len, u32_of, MAX_GROUPS};
 
@@ -227,14 +227,14 @@ impl Philox {
     pub fn dropout<C: Launch + ?Sized>(
         &mut self,
         cx: &C,
-        p: impl Into<ScalarArg<f32>>,
+        p: impl IntoScalarArg<f32>,
         x: &Buffer<f32>,
         y: &mut Buffer<f32>,
         mask: &mut Buffer<f32>,
     ) -> Result<()> {
         expect_len("dropout", "y", y.len(), x.len())?;
         expect_len("dropout", "mask", mask.len(), x.len())?;
-        self.draw(cx, 2, p.into(), x, mask, y)
+        self.draw(cx, 2, p.into_scalar_arg(), x, mask, y)
     }
 }
 

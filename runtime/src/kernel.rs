@@ -156,6 +156,30 @@ impl<T: Scalar> From<T> for ScalarArg<T> {
     }
 }
 
+/// What a kernel's scalar parameter of type `T` accepts: a `T`, a [`ScalarArg<T>`], or a
+/// per-step [`crate::Scalar<T>`] of the step being recorded.
+#[diagnostic::on_unimplemented(
+    message = "a kernel's `{T}` parameter takes a `{T}` or a per-step `Scalar<{T}>`, not `{Self}`",
+    label = "expected a `{T}` here",
+    note = "a launch's arguments follow the kernel's parameters in order, after the device and the grid"
+)]
+pub trait IntoScalarArg<T: Scalar> {
+    /// The argument.
+    fn into_scalar_arg(self) -> ScalarArg<T>;
+}
+
+impl<T: Scalar> IntoScalarArg<T> for T {
+    fn into_scalar_arg(self) -> ScalarArg<T> {
+        ScalarArg::from(self)
+    }
+}
+
+impl<T: Scalar> IntoScalarArg<T> for ScalarArg<T> {
+    fn into_scalar_arg(self) -> ScalarArg<T> {
+        self
+    }
+}
+
 impl ErasedScalar {
     /// The value's dtype.
     pub fn dtype(&self) -> DType {

@@ -30,7 +30,8 @@ pub use dtype::{DType, Element, Scalar as ScalarValue};
 pub use error::{Error, FaultKind, KernelFault, Result};
 pub use holder::{AsInput, Body, CallArgs, CaptureKey, Config, Graphed, InputArg, Out, Stats};
 pub use kernel::{
-    ErasedScalar, Grid, HostFn, KernelArg, KernelDef, Launch, ParamInfo, ParamType, ScalarArg,
+    ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch, ParamInfo, ParamType,
+    ScalarArg,
 };
 pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
 pub use step::{Input, Output, Scalar, Step};

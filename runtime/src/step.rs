@@ -69,6 +69,12 @@ impl<T: ScalarValue> From<Scalar<T>> for ScalarArg<T> {
     }
 }
 
+impl<T: ScalarValue> crate::kernel::IntoScalarArg<T> for Scalar<T> {
+    fn into_scalar_arg(self) -> ScalarArg<T> {
+        self.arg
+    }
+}
+
 pub(crate) struct Recorder {
     pub plan: Plan,
     /// (launch, word, slot) of every per-step scalar use.

@@ -148,8 +148,8 @@ fn launcher_parts(params: &[Param]) -> (Vec<TokenStream>, Vec<TokenStream>) {
         match p.kind {
             ParamKind::Scalar(t) => {
                 let rt = rust_ty(t);
-                sig.push(quote!(#id: impl ::core::convert::Into<::graphed::ScalarArg<#rt>>));
-                args.push(quote!(::graphed::KernelArg::Scalar(::core::convert::Into::<::graphed::ScalarArg<#rt>>::into(#id).erase())));
+                sig.push(quote!(#id: impl ::graphed::IntoScalarArg<#rt>));
+                args.push(quote!(::graphed::KernelArg::Scalar(::graphed::IntoScalarArg::<#rt>::into_scalar_arg(#id).erase())));
             }
             ParamKind::Slice { elem, mutable, .. } => {
                 let rt = rust_ty(elem);

@@ -156,6 +156,23 @@ fn dp_call(
     .unwrap()
 }
 
+/// One plain (no all-reduce) training step of `m`; returns the loss.
+fn plain_call(step: &mut TrainStep, m: &mut Classifier, x: &[f32], y: &[u32], lr: f32) -> Vec<f32> {
+    step.call(
+        &mut m.params,
+        &mut m.grads,
+        &mut m.moments,
+        &mut m.count,
+        x,
+        y,
+        lr,
+        &m.sizes.clone()[..],
+    )
+    .unwrap()
+    .to_host()
+    .unwrap()
+}
+
 // ---------------------------------------------------------------------------------------------
 // One rank, every backend.
 
@@ -264,20 +281,7 @@ fn training_with_an_all_reduce_of_one_rank_equals_training_without() {
         for s in 0..30 {
             let (x, y) = batch(&mut r, 7, &SIZES);
             let l1 = dp_call(&mut a, &mut dp, &x, &y, 1e-2, &comm);
-            let l2 = b
-                .call(
-                    &mut plain.params,
-                    &mut plain.grads,
-                    &mut plain.moments,
-                    &mut plain.count,
-                    &x[..],
-                    &y[..],
-                    1e-2,
-                    &SIZES[..],
-                )
-                .unwrap()
-                .to_host()
-                .unwrap();
+            let l2 = plain_call(&mut b, &mut plain, &x, &y, 1e-2);
             assert!(bitwise_eq(&l1, &l2), "step {s}: losses differ");
             assert_same(&dp, &plain, &format!("step {s}"));
         }
@@ -348,20 +352,7 @@ fn one_rank_through_the_driver_equals_a_plain_training_run() {
             let losses = driver
                 .run(move |comm, (m, step)| Ok(dp_call(step, m, &x2, &y2, 1e-2, comm)))
                 .unwrap();
-            let l = b
-                .call(
-                    &mut plain.params,
-                    &mut plain.grads,
-                    &mut plain.moments,
-                    &mut plain.count,
-                    &x[..],
-                    &y[..],
-                    1e-2,
-                    &SIZES[..],
-                )
-                .unwrap()
-                .to_host()
-                .unwrap();
+            let l = plain_call(&mut b, &mut plain, x, y, 1e-2);
             assert!(bitwise_eq(&losses[0], &l));
         }
         let weights = driver

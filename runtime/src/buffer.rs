@@ -18,10 +18,18 @@ pub struct RawBuffer {
     pub(crate) words: usize,
     pub(crate) mem: Memory,
     pub(crate) device: Device,
+    /// The holder (id, step name) whose static slot this is, if it is one: usable only
+    /// through that step's context or the `Out` its call returned.
+    pub(crate) slot: Option<(u64, &'static str)>,
 }
 
 impl RawBuffer {
-    pub(crate) fn new(device: Device, words: usize, mem: Memory) -> Self {
+    pub(crate) fn new(
+        device: Device,
+        words: usize,
+        mem: Memory,
+        slot: Option<(u64, &'static str)>,
+    ) -> Self {
         let now = device
             .inner
             .allocated
@@ -33,6 +41,7 @@ impl RawBuffer {
             words,
             mem,
             device,
+            slot,
         }
     }
     /// Size in bytes.

@@ -16,6 +16,56 @@ static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
 thread_local! {
     /// The device whose step this thread is recording (0: none).
     static RECORDING: Cell<u64> = const { Cell::new(0) };
+    /// The holders whose body this thread is running eagerly, innermost last: their static
+    /// slots may be used directly there and nowhere else.
+    static BODIES: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Whether this thread is recording a step (on any device): nothing but the step context may
+/// touch a device then, or its work would run once, during recording, and never on replay.
+pub(crate) fn thread_records() -> bool {
+    RECORDING.with(|r| r.get() != 0)
+}
+
+/// Restores the thread's recording state when dropped, also when a body panics.
+pub(crate) struct RecordingGuard {
+    prev: u64,
+}
+
+impl Drop for RecordingGuard {
+    fn drop(&mut self) {
+        RECORDING.with(|r| r.set(self.prev));
+    }
+}
+
+/// Marks a holder's eager body as running on this thread until dropped (also on unwind).
+pub(crate) struct BodyGuard;
+
+impl BodyGuard {
+    pub(crate) fn enter(holder: u64) -> BodyGuard {
+        BODIES.with(|b| b.borrow_mut().push(holder));
+        BodyGuard
+    }
+}
+
+impl Drop for BodyGuard {
+    fn drop(&mut self) {
+        BODIES.with(|b| {
+            b.borrow_mut().pop();
+        });
+    }
+}
+
+/// Refuses a step's static slot (an output, workspace or input slot) outside that step's
+/// eager body: a clone of it kept past the body would read or write another step's values.
+pub(crate) fn check_slot(view: &RawView, what: &'static str) -> Result<()> {
+    let Some((holder, step)) = view.buf.slot else {
+        return Ok(());
+    };
+    if BODIES.with(|b| b.borrow().contains(&holder)) {
+        return Ok(());
+    }
+    Err(Error::StepSlot { step, what })
 }
 
 pub(crate) struct DeviceInner {
@@ -271,22 +321,43 @@ impl Device {
         self.inner.backend.drain()
     }
 
-    pub(crate) fn recording_here(&self) -> bool {
-        RECORDING.with(|r| r.get() == self.inner.id)
+    #[doc(hidden)]
+    /// Test hook: the device reports one validation error (wgpu; nothing elsewhere).
+    pub fn __inject_validation_error(&self) {
+        self.inner.backend.inject_validation_error();
     }
 
-    pub(crate) fn set_recording(&self, on: bool) {
-        RECORDING.with(|r| r.set(if on { self.inner.id } else { 0 }));
+    /// Puts this thread in recording mode for this device until the guard drops (the
+    /// previous mode comes back then, also when the body panics).
+    pub(crate) fn enter_recording(&self) -> RecordingGuard {
+        RecordingGuard {
+            prev: RECORDING.with(|r| r.replace(self.inner.id)),
+        }
     }
 
     pub(crate) fn alloc_raw(&self, words: usize) -> Result<Arc<RawBuffer>> {
         let mem = self.inner.backend.alloc(words)?;
-        Ok(Arc::new(RawBuffer::new(self.clone(), words, mem)))
+        Ok(Arc::new(RawBuffer::new(self.clone(), words, mem, None)))
+    }
+
+    /// An allocation that is a static slot of holder `owner` (named `step`).
+    pub(crate) fn alloc_slot(
+        &self,
+        words: usize,
+        owner: (u64, &'static str),
+    ) -> Result<Arc<RawBuffer>> {
+        let mem = self.inner.backend.alloc(words)?;
+        Ok(Arc::new(RawBuffer::new(
+            self.clone(),
+            words,
+            mem,
+            Some(owner),
+        )))
     }
 
     /// A zeroed buffer of `len` elements.
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
-        if self.recording_here() {
+        if thread_records() {
             return Err(Error::AllocationInRecording);
         }
         Ok(Buffer::from_raw(self.alloc_raw(len)?, 0, len))
@@ -300,18 +371,29 @@ impl Device {
     }
 
     pub(crate) fn read_words(&self, view: &RawView) -> Result<Vec<u32>> {
-        if self.recording_here() {
+        if thread_records() {
             return Err(Error::ReadbackInRecording("Buffer::to_host"));
+        }
+        check_slot(view, "to_host")?;
+        self.inner.backend.read(view)
+    }
+
+    /// Reads a step's output (an [`crate::Out`]): a slot, read through the borrow its call
+    /// handed out.
+    pub(crate) fn read_output(&self, view: &RawView) -> Result<Vec<u32>> {
+        if thread_records() {
+            return Err(Error::ReadbackInRecording("Out::to_host"));
         }
         self.inner.backend.read(view)
     }
 
     pub(crate) fn write_words(&self, view: &RawView, data: &[u32]) -> Result<()> {
-        if self.recording_here() {
+        if thread_records() {
             return Err(Error::ReadbackInRecording(
                 "Buffer::write (a host transfer)",
             ));
         }
+        check_slot(view, "write")?;
         self.inner.backend.write(view, data)
     }
 
@@ -324,10 +406,22 @@ impl Device {
     }
 
     pub(crate) fn copy_words(&self, src: &RawView, dst: &RawView) -> Result<()> {
-        if self.recording_here() {
+        check_slot(src, "copy")?;
+        self.copy_from_output(src, dst)
+    }
+
+    /// A copy whose source may be a step's output (an [`crate::Out`] being copied out).
+    pub(crate) fn copy_from_output(&self, src: &RawView, dst: &RawView) -> Result<()> {
+        if thread_records() {
             return Err(Error::LaunchOutsideRecording("copy"));
         }
+        check_slot(dst, "copy")?;
         check_copy(src, dst)?;
+        if src.buf.device.id() != self.id() {
+            return Err(Error::Shape(
+                "copy of buffers that live on another device".into(),
+            ));
+        }
         self.inner.backend.copy(src, dst)
     }
 
@@ -415,11 +509,15 @@ pub(crate) struct BoundLaunch {
 }
 
 /// Checks a launch (arity, types, device, grid, aliasing) and builds its argument block.
+///
+/// `run` is the step run launching (`None`: a launch on the device itself); a per-step scalar
+/// of any other run is refused.
 pub(crate) fn bind(
     device: &Device,
     kernel: &'static KernelDef,
     grid: Grid,
     args: &[KernelArg],
+    run: Option<u64>,
 ) -> Result<BoundLaunch> {
     let fail = |reason: String| Error::Launch {
         kernel: kernel.name,
@@ -450,7 +548,13 @@ pub(crate) fn bind(
                         s.dtype().name()
                     )));
                 }
-                if let ErasedScalar::Slot(_, slot, _) = s {
+                if let ErasedScalar::Slot(_, slot, _, owner) = s {
+                    if Some(*owner) != run {
+                        return Err(fail(format!(
+                            "`{}` is a per-step scalar of another step (or of an earlier run of this one); pass the scalar of the step being run, or a plain value",
+                            p.name
+                        )));
+                    }
                     out.slots.push((out.args.len(), *slot));
                 }
                 out.args.push(s.bits());
@@ -511,7 +615,7 @@ pub(crate) fn bind(
     Ok(out)
 }
 
-fn slice_name(kernel: &KernelDef, n: usize) -> &'static str {
+pub(crate) fn slice_name(kernel: &KernelDef, n: usize) -> &'static str {
     kernel
         .params
         .iter()
@@ -523,10 +627,13 @@ fn slice_name(kernel: &KernelDef, n: usize) -> &'static str {
 
 impl Launch for Device {
     fn launch(&self, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<()> {
-        if self.recording_here() {
+        if thread_records() {
             return Err(Error::LaunchOutsideRecording(kernel.name));
         }
-        let b = bind(self, kernel, grid, args)?;
+        let b = bind(self, kernel, grid, args, None)?;
+        for v in &b.views {
+            check_slot(v, "a launch on the device")?;
+        }
         self.inner.backend.launch(kernel, b.grid, &b.args, &b.views)
     }
 
@@ -540,12 +647,23 @@ impl Launch for Device {
         if !self.vendor_blas() {
             return Ok(false);
         }
-        if self.recording_here() {
+        if thread_records() {
             return Err(Error::LaunchOutsideRecording("sgemm"));
         }
         let (a, b, c) = (a.raw_view(), b.raw_view(), c.raw_view());
         g.check(self.id(), &a, &b, &c)?;
-        let flag = g.accumulate.erase().bits();
+        for v in [&a, &b, &c] {
+            check_slot(v, "a launch on the device")?;
+        }
+        let flag = g.accumulate.erase();
+        if let ErasedScalar::Slot(..) = flag {
+            return Err(Error::Launch {
+                kernel: "sgemm",
+                reason: "the accumulate flag is a per-step scalar of a step, used outside it"
+                    .into(),
+            });
+        }
+        let flag = flag.bits();
         self.inner
             .backend
             .sgemm(&g.shape(), flag, &a, &b, &c)

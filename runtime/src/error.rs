@@ -115,6 +115,19 @@ pub enum Error {
     /// A kernel launched on the device directly while the step was being recorded.
     #[error("kernel `{0}` was launched on the device while recording a step; launch it through the step context `cx`")]
     LaunchOutsideRecording(&'static str),
+    /// A step's `call()` (or `eager()`) inside the body of a step being recorded: its work
+    /// would run once, during recording, and never on replay. The outer key runs eagerly.
+    #[error("step `{0}` was called inside the body of a step being recorded (its work would run once, while recording, and never on replay); call it before or after the outer step, or launch its kernels through the outer step's context")]
+    NestedStep(&'static str),
+    /// A static slot of a step (an output, workspace or input slot) used outside that step's
+    /// body, e.g. through a clone kept past it: it may hold another step's values.
+    #[error("`{what}` of a static slot of step `{step}` (an output, workspace or input slot) outside that step: it holds whatever the latest run left there; read outputs through the `Out` that `call()` returns (`to_host()`, `to_buffer()`), and do not keep clones of slots")]
+    StepSlot {
+        /// The step the slot belongs to.
+        step: &'static str,
+        /// What was attempted.
+        what: &'static str,
+    },
     /// Lowering a plan to a backend recording failed; the key runs eagerly.
     #[error("lowering to {backend} failed: {reason}")]
     Lower {

@@ -27,6 +27,10 @@ pub struct Config {
     /// When false, an input whose length differs from the recorded one is an error instead
     /// of a new key.
     pub recapture_on_shape_change: bool,
+    /// Most keys kept that are not recorded (running eagerly, or warming up), least
+    /// recently used forgotten first, with their reasons: a body that never records does
+    /// not grow the holder without bound.
+    pub max_unrecorded_keys: usize,
 }
 
 impl Default for Config {
@@ -36,6 +40,7 @@ impl Default for Config {
             max_bytes: 4 << 30,
             warmup: 0,
             recapture_on_shape_change: true,
+            max_unrecorded_keys: 64,
         }
     }
 }
@@ -128,6 +133,8 @@ impl<T: Element> AsInput<T> for Buffer<T> {
 pub struct CallArgs<'a> {
     /// Input parameter names (for errors).
     pub input_names: &'static [&'static str],
+    /// State parameter names (for errors).
+    pub state_names: &'static [&'static str],
     /// Inputs in order.
     pub inputs: Vec<InputArg<'a>>,
     /// State buffers in order.
@@ -167,6 +174,8 @@ struct Entry {
 /// recordings per device, keyed by [`CaptureKey`].
 pub struct Graphed {
     device: Device,
+    /// This holder's identity: the owner of the static slots its runs allocate.
+    id: u64,
     name: &'static str,
     config: Config,
     entries: Vec<Entry>,
@@ -190,8 +199,10 @@ impl Graphed {
 
     /// A holder with explicit bounds and options.
     pub fn with_config(device: &Device, name: &'static str, config: Config) -> Graphed {
+        static NEXT_HOLDER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Graphed {
             device: device.clone(),
+            id: NEXT_HOLDER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             name,
             config,
             entries: Vec::new(),
@@ -334,15 +345,35 @@ impl Graphed {
     }
 
     fn check_inputs(&self, args: &CallArgs<'_>) -> Result<()> {
+        // A step's work inside another step's recording would run once and never on replay.
+        if crate::device::thread_records() {
+            return Err(Error::NestedStep(self.name));
+        }
+        for v in &args.states {
+            crate::device::check_slot(v, "a state argument")?;
+        }
         for (i, input) in args.inputs.iter().enumerate() {
             if let InputArg::Device(v) = input {
+                let name = || args.input_names.get(i).unwrap_or(&"?").to_string();
+                crate::device::check_slot(v, "an input argument")?;
                 if v.buf.device.id() != self.device.id() {
                     return Err(Error::InputMismatch {
-                        input: args.input_names.get(i).unwrap_or(&"?").to_string(),
+                        input: name(),
                         reason: format!(
                             "it lives on another device ({}), the step runs on {}",
                             v.buf.device.kind(),
                             self.device.kind()
+                        ),
+                    });
+                }
+                // Replay reads the input from its slot and eager from the buffer itself: a
+                // state sharing its memory would make the two differ.
+                if let Some(j) = args.states.iter().position(|s| s.overlaps(v)) {
+                    return Err(Error::InputMismatch {
+                        input: name(),
+                        reason: format!(
+                            "it shares memory with state `{}`; pass a copy (`to_buffer()`/`copy_from`) or read the state inside the step",
+                            args.state_names.get(j).unwrap_or(&"?")
                         ),
                     });
                 }
@@ -393,6 +424,9 @@ impl Graphed {
                 } else {
                     self.record(&key, &args, body)?
                 };
+                if !matches!(state, State::Recorded(_)) {
+                    self.forget_unrecorded(self.config.max_unrecorded_keys.max(1) - 1);
+                }
                 self.entries.push(Entry {
                     key: key.clone(),
                     state,
@@ -436,13 +470,41 @@ impl Graphed {
         self.run_eager(&args, body)
     }
 
+    /// Forgets the least recently used keys that are not recorded until at most `keep` are
+    /// left (their reasons and warnings too).
+    fn forget_unrecorded(&mut self, keep: usize) {
+        loop {
+            let unrecorded = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| !matches!(e.state, State::Recorded(_)));
+            let count = unrecorded.clone().count();
+            if count <= keep {
+                break;
+            }
+            let Some((victim, _)) = unrecorded.min_by_key(|(_, e)| e.last_used) else {
+                break;
+            };
+            let e = self.entries.remove(victim);
+            self.warned.remove(&e.key);
+        }
+        let over = self
+            .stats
+            .eager_reasons
+            .len()
+            .saturating_sub(self.config.max_unrecorded_keys.max(1));
+        self.stats.eager_reasons.drain(..over);
+    }
+
     fn run_eager(&mut self, args: &CallArgs<'_>, body: &mut Body<'_>) -> Result<&[RawView]> {
+        let owner = (self.id, self.name);
         let mut inputs = Vec::with_capacity(args.inputs.len());
         for input in &args.inputs {
             inputs.push(match input {
                 InputArg::Device(v) => v.clone(),
                 InputArg::Host(d, words) => {
-                    let raw = self.device.alloc_raw(words.len())?;
+                    let raw = self.device.alloc_slot(words.len(), owner)?;
                     let v = RawView {
                         buf: raw,
                         offset: 0,
@@ -454,8 +516,12 @@ impl Graphed {
                 }
             });
         }
-        let mut step = Step::eager(&self.device, args.scalars.clone());
-        let outputs = body(&mut step, &inputs)?;
+        let mut step = Step::eager(&self.device, owner, args.scalars.clone());
+        step.set_inputs(&inputs, args.input_names);
+        let outputs = {
+            let _body = crate::device::BodyGuard::enter(self.id);
+            body(&mut step, &inputs)?
+        };
         self.stats.eager_calls += 1;
         self.eager_outputs = outputs;
         Ok(&self.eager_outputs)
@@ -470,30 +536,23 @@ impl Graphed {
     ) -> Result<State> {
         let t0 = Instant::now();
         let mut inputs = Vec::with_capacity(args.inputs.len());
-        for (i, input) in args.inputs.iter().enumerate() {
+        let owner = (self.id, self.name);
+        for input in &args.inputs {
             let (dtype, len) = input.shape();
-            let raw: Arc<RawBuffer> = self.device.alloc_raw(len)?;
-            let v = RawView {
+            let raw: Arc<RawBuffer> = self.device.alloc_slot(len, owner)?;
+            inputs.push(RawView {
                 buf: raw,
                 offset: 0,
                 len,
                 dtype,
-            };
-            inputs.push(v);
-            let _ = i;
+            });
         }
-        let step = Step::record(&self.device, args.scalars.clone());
-        for (i, v) in inputs.iter().enumerate() {
-            step.register(
-                v,
-                crate::plan::BufferRole::Input,
-                args.input_names.get(i).copied(),
-            );
-        }
-        self.device.set_recording(true);
-        let mut step = step;
-        let result = body(&mut step, &inputs);
-        self.device.set_recording(false);
+        let mut step = Step::record(&self.device, owner, args.scalars.clone());
+        step.set_inputs(&inputs, args.input_names);
+        let result = {
+            let _recording = self.device.enter_recording();
+            body(&mut step, &inputs)
+        };
         #[cfg(feature = "nccl")]
         self.ranks.learn(step.communicators());
         let outputs = match result {
@@ -501,7 +560,8 @@ impl Graphed {
             Err(
                 e @ (Error::ReadbackInRecording(_)
                 | Error::AllocationInRecording
-                | Error::LaunchOutsideRecording(_)),
+                | Error::LaunchOutsideRecording(_)
+                | Error::NestedStep(_)),
             ) => {
                 let reason = format!("not capturable: {e}");
                 #[cfg(feature = "nccl")]
@@ -727,8 +787,7 @@ impl<'a, T: Element> Out<'a, T> {
             .view
             .buf
             .device
-            .backend()
-            .read(self.view)?
+            .read_output(self.view)?
             .into_iter()
             .map(T::from_bits)
             .collect())
@@ -736,7 +795,7 @@ impl<'a, T: Element> Out<'a, T> {
 
     /// Copies the output into a buffer you own (same length and device).
     pub fn copy_into(&self, dst: &Buffer<T>) -> Result<()> {
-        dst.device().copy_words(self.view, &dst.raw_view())
+        dst.device().copy_from_output(self.view, &dst.raw_view())
     }
 
     /// Copies the output into a new buffer you own.

@@ -129,9 +129,10 @@ pub struct ScalarArg<T: Scalar> {
 pub enum ErasedScalar {
     /// A value fixed at launch (or record) time.
     Const(DType, u32),
-    /// Per-step slot `n` of the step being recorded: written to device memory before each
-    /// replay, never baked into the recording.
-    Slot(DType, usize, u32),
+    /// Per-step slot `n` of one run of a step (the last field names that run): written to
+    /// device memory before each replay, never baked into the recording. A slot is refused
+    /// anywhere but in the run it came from.
+    Slot(DType, usize, u32, u64),
 }
 
 impl<T: Scalar> ScalarArg<T> {
@@ -139,9 +140,9 @@ impl<T: Scalar> ScalarArg<T> {
     pub fn erase(self) -> ErasedScalar {
         self.erased
     }
-    pub(crate) fn slot(index: usize, value: T) -> Self {
+    pub(crate) fn slot(index: usize, value: T, run: u64) -> Self {
         ScalarArg {
-            erased: ErasedScalar::Slot(T::DTYPE, index, value.to_bits()),
+            erased: ErasedScalar::Slot(T::DTYPE, index, value.to_bits(), run),
             _t: PhantomData,
         }
     }
@@ -184,13 +185,13 @@ impl ErasedScalar {
     /// The value's dtype.
     pub fn dtype(&self) -> DType {
         match *self {
-            ErasedScalar::Const(d, _) | ErasedScalar::Slot(d, _, _) => d,
+            ErasedScalar::Const(d, _) | ErasedScalar::Slot(d, _, _, _) => d,
         }
     }
     /// The current bits.
     pub fn bits(&self) -> u32 {
         match *self {
-            ErasedScalar::Const(_, b) | ErasedScalar::Slot(_, _, b) => b,
+            ErasedScalar::Const(_, b) | ErasedScalar::Slot(_, _, b, _) => b,
         }
     }
 }

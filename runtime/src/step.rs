@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::buffer::{Buffer, RawView};
 use crate::device::{bind, check_copy, fill_args, Device};
@@ -83,15 +84,27 @@ pub(crate) struct Recorder {
     counts: HashMap<BufferRole, usize>,
 }
 
+static NEXT_RUN: AtomicU64 = AtomicU64::new(1);
+
 /// The context of a step body. Kernels launch through it (`kernel::launch(cx, ...)`).
 pub struct Step {
     device: Device,
     scalars: Vec<ErasedScalar>,
     rec: Option<RefCell<Recorder>>,
+    /// This run's identity: its per-step scalars are refused in any other run.
+    run: u64,
+    /// The holder (id, step name) whose slots this run allocates.
+    owner: (u64, &'static str),
+    /// The inputs (view, parameter name): read-only inside the body.
+    inputs: Vec<(RawView, &'static str)>,
 }
 
 impl Step {
-    pub(crate) fn record(device: &Device, scalars: Vec<ErasedScalar>) -> Step {
+    pub(crate) fn record(
+        device: &Device,
+        owner: (u64, &'static str),
+        scalars: Vec<ErasedScalar>,
+    ) -> Step {
         let rec = Recorder {
             plan: Plan::default(),
             scalar_uses: Vec::new(),
@@ -99,18 +112,57 @@ impl Step {
             counts: HashMap::new(),
         };
         Step {
-            device: device.clone(),
-            scalars,
             rec: Some(RefCell::new(rec)),
+            ..Step::eager(device, owner, scalars)
         }
     }
 
-    pub(crate) fn eager(device: &Device, scalars: Vec<ErasedScalar>) -> Step {
+    pub(crate) fn eager(
+        device: &Device,
+        owner: (u64, &'static str),
+        scalars: Vec<ErasedScalar>,
+    ) -> Step {
         Step {
             device: device.clone(),
             scalars,
             rec: None,
+            run: NEXT_RUN.fetch_add(1, Ordering::Relaxed),
+            owner,
+            inputs: Vec::new(),
         }
+    }
+
+    /// Declares the body's inputs: registered with the plan when recording, and read-only
+    /// in both modes (eager binds a device input's own buffer, replay its slot: a write
+    /// would differ).
+    pub(crate) fn set_inputs(&mut self, views: &[RawView], names: &[&'static str]) {
+        for (i, v) in views.iter().enumerate() {
+            let name = names.get(i).copied().unwrap_or("?");
+            self.register(v, BufferRole::Input, Some(name));
+            self.inputs.push((v.clone(), name));
+        }
+    }
+
+    /// Refuses a write into one of the step's inputs.
+    fn check_not_input(&self, view: &RawView) -> std::result::Result<(), String> {
+        match self.inputs.iter().find(|(v, _)| v.overlaps(view)) {
+            Some((_, name)) => Err(format!(
+                "input `{name}`, which is read-only inside a step (write a workspace or an output instead)"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses a view of a device other than the step's.
+    fn check_device(&self, view: &RawView, what: &str) -> Result<()> {
+        if view.buf.device.id() != self.device.id() {
+            return Err(Error::Shape(format!(
+                "{what}: the buffer lives on another device ({}) than the step ({})",
+                view.buf.device.kind(),
+                self.device.kind()
+            )));
+        }
+        Ok(())
     }
 
     pub(crate) fn into_recorder(self) -> Option<Recorder> {
@@ -127,7 +179,7 @@ impl Step {
         self.rec.is_some()
     }
 
-    pub(crate) fn register(&self, view: &RawView, role: BufferRole, name: Option<&str>) {
+    fn register(&self, view: &RawView, role: BufferRole, name: Option<&str>) {
         let Some(rec) = &self.rec else { return };
         let mut rec = rec.borrow_mut();
         if rec.roles.contains_key(&view.buf.id) {
@@ -186,7 +238,7 @@ impl Step {
     }
 
     fn alloc<T: Element>(&self, len: usize, role: BufferRole) -> Result<Buffer<T>> {
-        let raw = self.device.alloc_raw(len)?;
+        let raw = self.device.alloc_slot(len, self.owner)?;
         let b = Buffer::from_raw(raw, 0, len);
         self.register(&b.raw_view(), role, None);
         Ok(b)
@@ -206,7 +258,12 @@ impl Step {
     /// Copies `src` into `dst` (same length) as part of the step.
     pub fn copy<T: Element>(&self, src: &Buffer<T>, dst: &mut Buffer<T>) -> Result<()> {
         let (s, d) = (src.raw_view(), dst.raw_view());
+        self.check_device(&s, "copy")?;
+        self.check_device(&d, "copy")?;
         check_copy(&s, &d)?;
+        if let Err(why) = self.check_not_input(&d) {
+            return Err(Error::Shape(format!("copy into {why}")));
+        }
         match &self.rec {
             None => self.device.backend().copy(&s, &d),
             Some(rec) => {
@@ -254,6 +311,9 @@ impl Step {
         buf: &mut Buffer<T>,
         op: crate::dist::ReduceOp,
     ) -> Result<()> {
+        if let Err(why) = self.check_not_input(&buf.raw_view()) {
+            return Err(Error::Shape(format!("all-reduce into {why}")));
+        }
         let op = crate::dist::AllReduce::new(comm, buf.raw_view(), op)?;
         if op.view.buf.device.id() != self.device.id() {
             return Err(Error::Shape(format!(
@@ -284,12 +344,11 @@ impl Step {
     #[doc(hidden)]
     pub fn __scalar<T: ScalarValue>(&self, slot: usize) -> Scalar<T> {
         let bits = self.scalars[slot].bits();
-        let arg = if self.rec.is_some() {
-            ScalarArg::slot(slot, T::from_bits(bits))
-        } else {
-            ScalarArg::from(T::from_bits(bits))
-        };
-        Scalar { arg }
+        // Tagged with this run in both modes, so a scalar kept past its body is refused
+        // elsewhere instead of binding another step's slot (or baking a value).
+        Scalar {
+            arg: ScalarArg::slot(slot, T::from_bits(bits), self.run),
+        }
     }
 
     #[doc(hidden)]
@@ -300,7 +359,17 @@ impl Step {
 
 impl Launch for Step {
     fn launch(&self, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<()> {
-        let b = bind(&self.device, kernel, grid, args)?;
+        let b = bind(&self.device, kernel, grid, args, Some(self.run))?;
+        for (i, (v, w)) in b.views.iter().zip(&b.writes).enumerate() {
+            if *w {
+                if let Err(why) = self.check_not_input(v) {
+                    return Err(Error::Launch {
+                        kernel: kernel.name,
+                        reason: format!("`{}` is bound to {why}", crate::device::slice_name(kernel, i)),
+                    });
+                }
+            }
+        }
         let Some(rec) = &self.rec else {
             return self
                 .device
@@ -348,7 +417,24 @@ impl Launch for Step {
         }
         let (a, b, c) = (a.raw_view(), b.raw_view(), c.raw_view());
         g.check(self.device.id(), &a, &b, &c)?;
+        for (v, what) in [(&a, "sgemm"), (&b, "sgemm"), (&c, "sgemm")] {
+            self.check_device(v, what)?;
+        }
+        if let Err(why) = self.check_not_input(&c) {
+            return Err(Error::Launch {
+                kernel: "sgemm",
+                reason: format!("the product's output is {why}"),
+            });
+        }
         let flag = g.accumulate.erase();
+        if let ErasedScalar::Slot(_, _, _, run) = flag {
+            if run != self.run {
+                return Err(Error::Launch {
+                    kernel: "sgemm",
+                    reason: "the accumulate flag is a per-step scalar of another step (or of an earlier run of this one)".into(),
+                });
+            }
+        }
         let Some(rec) = &self.rec else {
             return self
                 .device
@@ -358,7 +444,7 @@ impl Launch for Step {
         };
         let mut rec = rec.borrow_mut();
         let args = rec.plan.launch_args.len();
-        if let ErasedScalar::Slot(_, slot, _) = flag {
+        if let ErasedScalar::Slot(_, slot, _, _) = flag {
             if slot >= self.scalars.len() {
                 return Err(Error::Launch {
                     kernel: "sgemm",

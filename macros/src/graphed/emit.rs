@@ -30,6 +30,7 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
 
     let mut call_params = Vec::new();
     let mut input_names = Vec::new();
+    let mut state_names = Vec::new();
     let mut inputs = Vec::new();
     let mut states = Vec::new();
     let mut scalars = Vec::new();
@@ -53,6 +54,7 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
             Role::State { mutable } => {
                 call_params.push(quote!(#id: #pty));
                 states.push(quote!(#id.raw_view()));
+                state_names.push(pname.clone());
                 binds.push(quote!(__cx.__state(&*#id, #pname);));
                 pass.push(if *mutable {
                     quote!(&mut *#id)
@@ -116,6 +118,7 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
     let args = quote! {
         ::graphed::CallArgs {
             input_names: &[#(#input_names),*],
+            state_names: &[#(#state_names),*],
             inputs: ::std::vec![#(#inputs),*],
             states: ::std::vec![#(#states),*],
             scalars: ::std::vec![#(#scalars),*],

@@ -29,20 +29,22 @@ fn lock(view: &RawView) -> Result<MutexGuard<'_, Vec<u32>>> {
     })
 }
 
-/// Runs one launch over `bindings`, locking each distinct allocation once (views may alias).
+/// Runs one launch over `bindings`, locking each distinct allocation once (views may alias),
+/// in ascending allocation order: two threads binding the same buffers in other orders
+/// cannot deadlock.
 pub(crate) fn run(
     kernel: &'static KernelDef,
     grid: [u32; 3],
     args: &[u32],
     bindings: &[RawView],
 ) -> Result<()> {
-    let mut ids: Vec<u64> = Vec::new();
-    let mut guards: Vec<MutexGuard<'_, Vec<u32>>> = Vec::new();
-    for v in bindings {
-        if !ids.contains(&v.buf.id) {
-            ids.push(v.buf.id);
-            guards.push(lock(v)?);
-        }
+    let mut order: Vec<&RawView> = bindings.iter().collect();
+    order.sort_by_key(|v| v.buf.id);
+    order.dedup_by_key(|v| v.buf.id);
+    let ids: Vec<u64> = order.iter().map(|v| v.buf.id).collect();
+    let mut guards: Vec<MutexGuard<'_, Vec<u32>>> = Vec::with_capacity(order.len());
+    for v in order {
+        guards.push(lock(v)?);
     }
     let cells: Vec<&[Cell<u32>]> = guards
         .iter_mut()
@@ -101,6 +103,7 @@ impl Backend for HostBackend {
             let mut g = lock(src)?;
             g.copy_within(src.offset..src.offset + src.len, dst.offset);
         } else {
+            // One lock at a time: never two held at once, so no order to keep.
             let data = self.read(src)?;
             self.write(dst, &data)?;
         }

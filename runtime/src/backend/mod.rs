@@ -95,6 +95,8 @@ pub(crate) trait Backend: Send + Sync {
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>>;
     /// Waits for all work this backend queued.
     fn drain(&self) -> Result<()>;
+    /// Test hook: makes the device report one validation error (wgpu only).
+    fn inject_validation_error(&self) {}
     /// (free, total) device memory in bytes, where the driver reports it.
     fn memory_info(&self) -> Option<(u64, u64)> {
         None

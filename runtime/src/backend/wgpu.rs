@@ -81,8 +81,28 @@ pub(crate) struct WgpuBackend {
     pipelines: Mutex<HashMap<usize, Arc<Pipeline>>>,
     /// Which of wgpu's shader run-time checks kernels keep (`GRAPHED_WGPU_CHECKS`).
     checks: ShaderChecks,
-    /// The first error the device reported outside an error scope (validation, lost device).
-    error: Arc<Mutex<Option<String>>>,
+    /// Errors the device reported outside an error scope.
+    error: Arc<Mutex<DeviceErrors>>,
+}
+
+/// What the device reported outside error scopes: a validation error is returned once, by
+/// the next operation that checks, and does not disable the device; a lost device stays lost.
+#[derive(Default)]
+struct DeviceErrors {
+    validation: Option<String>,
+    lost: Option<String>,
+}
+
+/// Returns the device's pending validation error (once) or its loss (always).
+fn take_error(errors: &Mutex<DeviceErrors>) -> Result<()> {
+    let mut e = errors.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(lost) = &e.lost {
+        return Err(device_err(lost));
+    }
+    match e.validation.take() {
+        Some(v) => Err(device_err(v)),
+        None => Ok(()),
+    }
 }
 
 fn device_err(reason: impl std::fmt::Display) -> Error {
@@ -132,16 +152,17 @@ impl WgpuBackend {
             backend: NAME,
             reason: format!("the adapter {} refused a device: {e}", info.name),
         })?;
-        let error = Arc::new(Mutex::new(None));
+        let error = Arc::new(Mutex::new(DeviceErrors::default()));
         let slot = error.clone();
         device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
             let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
-            s.get_or_insert_with(|| e.to_string());
+            s.validation.get_or_insert_with(|| e.to_string());
         }));
         let lost = error.clone();
         device.set_device_lost_callback(move |reason, msg| {
             let mut s = lost.lock().unwrap_or_else(|p| p.into_inner());
-            s.get_or_insert_with(|| format!("device lost ({reason:?}): {msg}"));
+            s.lost
+                .get_or_insert_with(|| format!("device lost ({reason:?}): {msg}"));
         });
         Ok(WgpuBackend {
             device,
@@ -154,12 +175,20 @@ impl WgpuBackend {
         })
     }
 
-    /// Returns (and keeps) the device's first uncaptured error.
+    /// Returns the device's pending uncaptured error, if any (see [`DeviceErrors`]).
     fn check(&self) -> Result<()> {
-        match &*self.error.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(device_err(e)),
-            None => Ok(()),
-        }
+        take_error(&self.error)
+    }
+
+    /// A bounce buffer for a copy between two views of one buffer (a copy command may not
+    /// have the same buffer as source and destination).
+    fn bounce(&self, bytes: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("graphed copy bounce"),
+            size: bytes,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
     }
 
     fn pipeline(&self, kernel: &'static KernelDef) -> Result<Arc<Pipeline>> {
@@ -416,14 +445,9 @@ impl Backend for WgpuBackend {
     }
     fn copy(&self, src: &RawView, dst: &RawView) -> Result<()> {
         if src.len > 0 {
+            let op = ReplayOp::copy(self, src, dst);
             let mut enc = self.device.create_command_encoder(&Default::default());
-            enc.copy_buffer_to_buffer(
-                buffer(src),
-                src.offset as u64 * 4,
-                buffer(dst),
-                dst.offset as u64 * 4,
-                src.len as u64 * 4,
-            );
+            op.encode_copy(&mut enc);
             self.queue.submit([enc.finish()]);
         }
         self.check()
@@ -505,13 +529,7 @@ impl Backend for WgpuBackend {
                         grid: *grid,
                     });
                 }
-                Op::Copy { src, dst } => ops.push(ReplayOp::Copy {
-                    src: buffer(src).clone(),
-                    src_off: src.offset as u64 * 4,
-                    dst: buffer(dst).clone(),
-                    dst_off: dst.offset as u64 * 4,
-                    bytes: src.len as u64 * 4,
-                }),
+                Op::Copy { src, dst } => ops.push(ReplayOp::copy(self, src, dst)),
                 Op::Sgemm { .. } => {
                     return Err(Error::Lower {
                         backend: "wgpu",
@@ -543,6 +561,13 @@ impl Backend for WgpuBackend {
             launches: plan.launch_count(),
         }))
     }
+    fn inject_validation_error(&self) {
+        // A copy whose source and destination are one buffer: refused by wgpu's validation.
+        let b = self.bounce(8);
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(&b, 0, &b, 4, 4);
+        self.queue.submit([enc.finish()]);
+    }
     fn drain(&self) -> Result<()> {
         // Only the wait matters here: errors the device reported earlier surface from the
         // operation that caused them, and a completed wait means nothing is in flight.
@@ -571,7 +596,48 @@ enum ReplayOp {
         dst: wgpu::Buffer,
         dst_off: u64,
         bytes: u64,
+        /// Between two views of one buffer: through this buffer, in two copies.
+        bounce: Option<wgpu::Buffer>,
     },
+}
+
+impl ReplayOp {
+    fn copy(backend: &WgpuBackend, src: &RawView, dst: &RawView) -> ReplayOp {
+        let bytes = src.len as u64 * 4;
+        ReplayOp::Copy {
+            src: buffer(src).clone(),
+            src_off: src.offset as u64 * 4,
+            dst: buffer(dst).clone(),
+            dst_off: dst.offset as u64 * 4,
+            bytes,
+            bounce: (src.buf.id == dst.buf.id && bytes > 0).then(|| backend.bounce(bytes)),
+        }
+    }
+
+    /// Encodes a copy op (nothing for a dispatch).
+    fn encode_copy(&self, enc: &mut wgpu::CommandEncoder) {
+        let ReplayOp::Copy {
+            src,
+            src_off,
+            dst,
+            dst_off,
+            bytes,
+            bounce,
+        } = self
+        else {
+            return;
+        };
+        if *bytes == 0 {
+            return;
+        }
+        match bounce {
+            None => enc.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *bytes),
+            Some(b) => {
+                enc.copy_buffer_to_buffer(src, *src_off, b, 0, *bytes);
+                enc.copy_buffer_to_buffer(b, 0, dst, *dst_off, *bytes);
+            }
+        }
+    }
 }
 
 /// A plan lowered for wgpu: per replay, the changed argument words are written, then the
@@ -580,7 +646,7 @@ enum ReplayOp {
 struct WgpuReplay {
     device: wgpu::Device,
     queue: wgpu::Queue,
-    error: Arc<Mutex<Option<String>>>,
+    error: Arc<Mutex<DeviceErrors>>,
     arena: Vec<u32>,
     offsets: Vec<usize>,
     arena_buf: wgpu::Buffer,
@@ -630,17 +696,8 @@ impl WgpuReplay {
         }
         let mut i = 0;
         while i < self.ops.len() {
-            if let ReplayOp::Copy {
-                src,
-                src_off,
-                dst,
-                dst_off,
-                bytes,
-            } = &self.ops[i]
-            {
-                if *bytes > 0 {
-                    enc.copy_buffer_to_buffer(src, *src_off, dst, *dst_off, *bytes);
-                }
+            if let ReplayOp::Copy { .. } = &self.ops[i] {
+                self.ops[i].encode_copy(&mut enc);
                 i += 1;
                 continue;
             }
@@ -663,10 +720,7 @@ impl WgpuReplay {
             }
         }
         self.queue.submit([enc.finish()]);
-        match &*self.error.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(device_err(e)),
-            None => Ok(()),
-        }
+        take_error(&self.error)
     }
 }
 

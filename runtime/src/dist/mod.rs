@@ -309,9 +309,10 @@ impl Communicator {
     /// All-reduces `buf` in place now, outside any step (on the device's queue, in order with
     /// its other work). Every rank must call it, in the same order as its other collectives.
     pub fn all_reduce<T: Element>(&self, buf: &mut Buffer<T>, op: ReduceOp) -> Result<()> {
-        if self.device().recording_here() {
+        if crate::device::thread_records() {
             return Err(Error::LaunchOutsideRecording("all_reduce"));
         }
+        crate::device::check_slot(&buf.raw_view(), "all_reduce")?;
         AllReduce::new(self, buf.raw_view(), op)?.run()
     }
 

@@ -83,13 +83,23 @@ fn a_nested_step_call_runs_every_time_and_keeps_the_recording_flag() {
         for _ in 0..5 {
             outer.call(&mut w).unwrap();
         }
-        assert_eq!(c.to_host().unwrap(), vec![12u32; 4], "inner step ran {:?}", c.to_host());
+        assert_eq!(
+            c.to_host().unwrap(),
+            vec![12u32; 4],
+            "inner step ran {:?}",
+            c.to_host()
+        );
         assert_eq!(w.to_host().unwrap(), vec![32.0, 64.0, 96.0, 128.0]);
         let s = outer.stats();
-        assert_eq!(s.recordings, 0, "the outer step must not be recorded around a nested call");
+        assert_eq!(
+            s.recordings, 0,
+            "the outer step must not be recorded around a nested call"
+        );
         assert_eq!(s.eager_calls, 5);
         assert!(
-            s.eager_reasons.iter().any(|r| r.contains("count_step") && r.contains("inside")),
+            s.eager_reasons
+                .iter()
+                .any(|r| r.contains("count_step") && r.contains("inside")),
             "{:?}",
             s.eager_reasons
         );
@@ -213,12 +223,19 @@ fn a_body_cannot_write_its_input() {
             match &err {
                 Error::Launch { kernel, reason } => {
                     assert_eq!(*kernel, "scale2");
-                    assert!(reason.contains("input `x`") && reason.contains("read-only"), "{reason}");
+                    assert!(
+                        reason.contains("input `x`") && reason.contains("read-only"),
+                        "{reason}"
+                    );
                 }
                 other => panic!("expected a Launch error, got {other:?}"),
             }
         }
-        assert_eq!(x.to_host().unwrap(), vec![1.0, 2.0], "the caller's input was written");
+        assert_eq!(
+            x.to_host().unwrap(),
+            vec![1.0, 2.0],
+            "the caller's input was written"
+        );
         let err = step.call(&[1.0f32, 2.0][..]).unwrap_err();
         assert!(matches!(err, Error::Launch { .. }), "{err:?}");
     });
@@ -267,7 +284,10 @@ fn a_scalar_of_one_step_is_refused_in_another() {
         let kept = KEPT_SCALAR.with(|k| *k.borrow()).unwrap();
         let x = dev.upload(&[1.0f32]).unwrap();
         let mut y = dev.alloc::<f32>(1).unwrap();
-        assert!(matches!(mul_by::launch(dev, 1, kept, &x, &mut y), Err(Error::Launch { .. })));
+        assert!(matches!(
+            mul_by::launch(dev, 1, kept, &x, &mut y),
+            Err(Error::Launch { .. })
+        ));
         // And the keeper itself still replays with fresh values.
         let y = a.call(&[2.0f32][..], 5.0).unwrap();
         assert_eq!(y.to_host().unwrap(), vec![10.0]);
@@ -308,7 +328,10 @@ fn readback_and_launch_on_another_device_inside_a_body_run_every_step() {
         let cfgbuf = other.upload(&[1u32]).unwrap();
         OTHER.with(|o| *o.borrow_mut() = Some(cfgbuf.clone()));
         let mut step = CrossDeviceReader::new(dev).unwrap();
-        assert_eq!(step.call(&[3.0f32][..]).unwrap().to_host().unwrap(), vec![3.0]);
+        assert_eq!(
+            step.call(&[3.0f32][..]).unwrap().to_host().unwrap(),
+            vec![3.0]
+        );
         cfgbuf.write(&[2]).unwrap();
         assert_eq!(
             step.call(&[3.0f32][..]).unwrap().to_host().unwrap(),
@@ -356,7 +379,11 @@ fn a_panic_while_recording_restores_the_thread() {
 }
 
 #[graphed]
-fn copy_step(cx: &mut Step, #[state] a: &mut Buffer<f32>, #[state] b: &mut Buffer<f32>) -> Result<()> {
+fn copy_step(
+    cx: &mut Step,
+    #[state] a: &mut Buffer<f32>,
+    #[state] b: &mut Buffer<f32>,
+) -> Result<()> {
     cx.copy(a, b)?;
     Ok(())
 }
@@ -393,7 +420,10 @@ fn a_copy_between_disjoint_views_of_one_buffer_works_everywhere() {
         let mut r = rng("halves");
         let data = floats(&mut r, 8, -1.0, 1.0);
         let buf = dev.upload(&data).unwrap();
-        buf.slice(4..8).unwrap().copy_from(&buf.slice(0..4).unwrap()).unwrap();
+        buf.slice(4..8)
+            .unwrap()
+            .copy_from(&buf.slice(0..4).unwrap())
+            .unwrap();
         let got = buf.to_host().unwrap();
         assert_eq!(&got[4..], &data[..4]);
         for replay in [false, true] {
@@ -431,12 +461,20 @@ fn one_wgpu_validation_error_does_not_poison_the_device() {
         let first = b.and_then(|b| b.to_host());
         assert!(first.is_err(), "the validation error must be reported");
         let b = fresh.upload(&[3.0f32]).unwrap();
-        assert_eq!(b.to_host().unwrap(), vec![3.0], "the device stayed poisoned");
+        assert_eq!(
+            b.to_host().unwrap(),
+            vec![3.0],
+            "the device stayed poisoned"
+        );
     });
 }
 
 #[graphed]
-fn pair_step(cx: &mut Step, #[state] a: &mut Buffer<f32>, #[state] b: &mut Buffer<f32>) -> Result<()> {
+fn pair_step(
+    cx: &mut Step,
+    #[state] a: &mut Buffer<f32>,
+    #[state] b: &mut Buffer<f32>,
+) -> Result<()> {
     add1::launch(cx, a.len(), a, b)?;
     Ok(())
 }
@@ -497,8 +535,16 @@ fn eager_and_warming_keys_are_bounded() {
     }
     let s = step.stats();
     assert_eq!(s.eager_calls, 1000);
-    assert!(step.holder().keys().len() <= cfg.max_unrecorded_keys + cfg.max_recordings, "{} keys kept", step.holder().keys().len());
-    assert!(s.eager_reasons.len() <= cfg.max_unrecorded_keys, "{} reasons kept", s.eager_reasons.len());
+    assert!(
+        step.holder().keys().len() <= cfg.max_unrecorded_keys + cfg.max_recordings,
+        "{} keys kept",
+        step.holder().keys().len()
+    );
+    assert!(
+        s.eager_reasons.len() <= cfg.max_unrecorded_keys,
+        "{} reasons kept",
+        s.eager_reasons.len()
+    );
     let mut w = Peeking::with_config(
         &dev,
         Config {
@@ -511,4 +557,199 @@ fn eager_and_warming_keys_are_bounded() {
         w.call(&[2.0f32][..], k).unwrap();
     }
     assert!(w.holder().keys().len() <= cfg.max_unrecorded_keys + cfg.max_recordings);
+}
+
+#[graphed]
+fn zero_input_step(cx: &mut Step, x: &Input<f32>) -> Result<Output<f32>> {
+    let mut y = cx.output::<f32>(x.len())?;
+    add1::launch(cx, x.len(), x, &mut y)?;
+    Ok(y)
+}
+
+#[graphed]
+fn empty_grid_step(cx: &mut Step, #[state] w: &mut Buffer<f32>) -> Result<()> {
+    scale2::launch(cx, Grid::workgroups_2d(1, 0), w)?;
+    Ok(())
+}
+
+#[graphed]
+fn no_op_step(_cx: &mut Step, #[state] _w: &mut Buffer<f32>) -> Result<()> {
+    Ok(())
+}
+
+/// Item 17: zero-sized work is skipped on every backend (CUDA refused it before).
+#[test]
+fn zero_sized_work_runs_on_every_backend() {
+    on_every_backend(|dev| {
+        let mut z = ZeroInputStep::new(dev).unwrap();
+        for _ in 0..2 {
+            assert!(z
+                .call(&[0.0f32; 0][..])
+                .unwrap()
+                .to_host()
+                .unwrap()
+                .is_empty());
+        }
+        let empty = dev.alloc::<f32>(0).unwrap();
+        assert!(z.call(&empty).unwrap().to_host().unwrap().is_empty());
+        assert_eq!(z.stats().replays, 3);
+        let mut w = dev.upload(&[1.0f32, 2.0]).unwrap();
+        let mut e = EmptyGridStep::new(dev).unwrap();
+        e.call(&mut w).unwrap();
+        e.call(&mut w).unwrap();
+        assert_eq!(w.to_host().unwrap(), vec![1.0, 2.0]);
+        let mut n = NoOpStep::new(dev).unwrap();
+        n.call(&mut w).unwrap();
+        n.call(&mut w).unwrap();
+        assert_eq!((n.stats().recordings, n.stats().replays), (1, 2));
+        dev.synchronize().unwrap();
+    });
+}
+
+/// y[i + far] = 1: writes far out of bounds when `far` is large.
+#[kernel(workgroup = 64)]
+pub fn write_far(far: u32, y: &mut [f32]) {
+    let i = global_id().x;
+    if i < 1u32 {
+        y[i + far] = 1.0;
+    }
+}
+
+#[graphed]
+fn faulting_step(cx: &mut Step, #[state] y: &mut Buffer<f32>, far: u32) -> Result<()> {
+    write_far::launch(cx, 1, far, y)?;
+    Ok(())
+}
+
+/// Child half of item 18 (a faulted CUDA context is unusable for the process).
+#[test]
+fn cuda_fault_in_replay_child() {
+    if std::env::var("GRAPHED_REPLAY_FAULT_CHILD").is_err() {
+        return;
+    }
+    let dev = graphed::Device::open(graphed::BackendKind::Cuda).unwrap();
+    let mut y = dev.upload(&[0.0f32; 4]).unwrap();
+    let mut step = FaultingStep::new(&dev).unwrap();
+    step.call(&mut y, 0).unwrap();
+    dev.synchronize().unwrap();
+    // Queued without waiting: the fault happens on the GPU after `call` returned.
+    let queued = step.call(&mut y, 1 << 30);
+    println!("replay: {:?}", queued.as_ref().err().map(|e| e.to_string()));
+    let sync = dev.synchronize();
+    println!(
+        "first sync: {:?}",
+        sync.as_ref().err().map(|e| e.to_string())
+    );
+    let again = dev.synchronize();
+    println!(
+        "second sync: {:?}",
+        again.as_ref().err().map(|e| e.to_string())
+    );
+    assert!(
+        queued.is_err() || sync.is_err(),
+        "the fault was reported at no wait"
+    );
+    assert!(again.is_err());
+    drop(step);
+    println!("holder dropped cleanly");
+}
+
+/// Item 18: the first wait after a fault inside a replay reports it.
+#[test]
+fn a_cuda_fault_inside_a_replay_is_reported_at_the_first_wait() {
+    if graphed::Device::open(graphed::BackendKind::Cuda).is_err() {
+        assert!(
+            !graphed::Required::from_env().unwrap().cuda,
+            "cuda is required but unavailable"
+        );
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cuda_fault_in_replay_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GRAPHED_REPLAY_FAULT_CHILD", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("first sync: Some(") && stdout.contains("CUDA_ERROR_"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("holder dropped cleanly"), "{stdout}");
+}
+
+/// Item 20: graphed leaves the caller's CUDA context current (none, or the caller's own).
+#[cfg(feature = "cuda")]
+#[test]
+fn graphed_restores_the_callers_cuda_context() {
+    use cudarc::driver::result;
+    let Ok(dev) = graphed::Device::open(graphed::BackendKind::Cuda) else {
+        assert!(
+            !graphed::Required::from_env().unwrap().cuda,
+            "cuda is required but unavailable"
+        );
+        return;
+    };
+    // SAFETY: device 0 exists (the backend opened it); the context is destroyed below.
+    let mine =
+        unsafe { result::ctx::create_v4(std::ptr::null_mut(), 0, result::device::get(0).unwrap()) }
+            .unwrap();
+    for caller in [None, Some(mine)] {
+        // SAFETY: `mine` is a live context; null unbinds.
+        unsafe { result::ctx::set_current(caller.unwrap_or(std::ptr::null_mut())) }.unwrap();
+        let b = dev.upload(&[1.0f32, 2.0]).unwrap();
+        let mut step = ZeroInputStep::new(&dev).unwrap();
+        let y = step.call(&b).unwrap().to_host().unwrap();
+        assert_eq!(y, vec![2.0, 3.0]);
+        dev.synchronize().unwrap();
+        drop(step);
+        drop(b);
+        assert_eq!(
+            result::ctx::get_current().unwrap(),
+            caller,
+            "graphed left its own context current"
+        );
+    }
+    // SAFETY: created above, no longer current.
+    unsafe {
+        result::ctx::set_current(std::ptr::null_mut()).unwrap();
+        cudarc::driver::sys::cuCtxDestroy_v2(mine).result().unwrap();
+    }
+}
+
+/// Item 20: a capture invalidated by another thread's device-wide wait is retried.
+#[test]
+fn an_invalidated_cuda_capture_is_retried() {
+    let Ok(dev) = graphed::Device::open_new(graphed::BackendKind::Cuda) else {
+        assert!(
+            !graphed::Required::from_env().unwrap().cuda,
+            "cuda is required but unavailable"
+        );
+        return;
+    };
+    let before = graphed::__private::capture_retries();
+    graphed::__private::inject_capture_invalidation();
+    let mut step = ZeroInputStep::new(&dev).unwrap();
+    let y = step.call(&[1.0f32, 5.0][..]).unwrap().to_host().unwrap();
+    assert_eq!(y, vec![2.0, 6.0]);
+    let s = step.stats();
+    assert_eq!(
+        (s.recordings, s.eager_calls),
+        (1, 0),
+        "{:?}",
+        s.eager_reasons
+    );
+    assert!(
+        graphed::__private::capture_retries() > before,
+        "the injected invalidation did not invalidate the capture"
+    );
 }

@@ -316,8 +316,17 @@ impl Device {
         self.inner.backend.memory_info()
     }
 
-    /// Waits for all work queued on this device.
+    /// Waits for all work queued on this device. A fault that made the device unusable (a
+    /// CUDA kernel's illegal address, say) is reported here, the first time and every time.
     pub fn synchronize(&self) -> Result<()> {
+        self.inner.backend.drain()?;
+        self.inner.backend.health()
+    }
+
+    /// Waits until nothing queued on the device can still run, so memory may be released: a
+    /// device that faulted runs nothing more, so this succeeds there (the fault itself is
+    /// reported by [`Device::synchronize`] and every other operation).
+    pub(crate) fn drain_for_release(&self) -> Result<()> {
         self.inner.backend.drain()
     }
 

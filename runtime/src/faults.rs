@@ -50,3 +50,30 @@ pub fn destroy_device_memory(view: &crate::buffer::RawView) -> bool {
 pub fn mutation(name: &str) -> bool {
     std::env::var("GRAPHED_MUTATION").is_ok_and(|v| v.split(',').any(|m| m.trim() == name))
 }
+
+thread_local! {
+    static CAPTURE_INVALIDATION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+static CAPTURE_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Makes the next CUDA capture on this thread be invalidated from another thread (a
+/// device-wide synchronisation while it captures), as other CUDA code in the process can.
+pub fn inject_capture_invalidation() {
+    CAPTURE_INVALIDATION.with(|c| c.set(true));
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn take_capture_invalidation() -> bool {
+    CAPTURE_INVALIDATION.with(|c| c.replace(false))
+}
+
+/// CUDA captures retried after being invalidated, in this process.
+pub fn capture_retries() -> u64 {
+    CAPTURE_RETRIES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn note_capture_retry() {
+    CAPTURE_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}

@@ -674,7 +674,7 @@ impl Graphed {
                 reason: "injected failure (test hook)".into(),
             })
         } else {
-            self.device.synchronize().map_err(|e| match e {
+            self.device.drain_for_release().map_err(|e| match e {
                 e @ Error::Drain { .. } => e,
                 e => Error::Drain {
                     backend: self.device.kind().name(),

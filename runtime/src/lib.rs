@@ -40,7 +40,8 @@ pub use step::{Input, Output, Scalar, Step};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::faults::{
-        destroy_device_memory, inject_capture_escape, inject_capture_fault, mutation,
+        capture_retries, destroy_device_memory, inject_capture_escape, inject_capture_fault,
+        inject_capture_invalidation, mutation,
     };
     pub use crate::host_exec::*;
 }

@@ -365,7 +365,10 @@ impl Launch for Step {
                 if let Err(why) = self.check_not_input(v) {
                     return Err(Error::Launch {
                         kernel: kernel.name,
-                        reason: format!("`{}` is bound to {why}", crate::device::slice_name(kernel, i)),
+                        reason: format!(
+                            "`{}` is bound to {why}",
+                            crate::device::slice_name(kernel, i)
+                        ),
                     });
                 }
             }

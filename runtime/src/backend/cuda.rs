@@ -27,6 +27,8 @@ const NAME: &str = "cuda";
 const RING_WORDS: usize = 1 << 20;
 /// Alignment of argument blocks (16 bytes).
 const ARG_ALIGN: usize = 4;
+/// Stream captures tried per lowering when another thread invalidates them.
+const CAPTURE_ATTEMPTS: u32 = 3;
 
 /// Errors after which the context can run nothing more ("sticky" errors).
 fn is_sticky(e: &DriverError) -> bool {
@@ -69,6 +71,52 @@ impl Health {
     }
 }
 
+/// Binds a context to the calling thread for the guard's life and then puts back whatever
+/// was current before (another library's context, or none): graphed's calls leave a caller's
+/// own CUDA code as they found it.
+struct Bound(Option<sys::CUcontext>);
+
+impl Bound {
+    fn to(ctx: &CudaContext) -> Result<Bound> {
+        let prev = result::ctx::get_current().map_err(err)?;
+        if prev == Some(ctx.cu_ctx()) {
+            return Ok(Bound(None));
+        }
+        ctx.bind_to_thread().map_err(err)?;
+        Ok(Bound(Some(prev.unwrap_or(std::ptr::null_mut()))))
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        if let Some(prev) = self.0 {
+            // SAFETY: `prev` was current on this thread a moment ago (or null: none).
+            unsafe {
+                let _ = result::ctx::set_current(prev);
+            }
+        }
+    }
+}
+
+/// The stream lock held and the context bound, for one operation.
+struct Entered<'a> {
+    health: MutexGuard<'a, Health>,
+    _bound: Bound,
+}
+
+impl std::ops::Deref for Entered<'_> {
+    type Target = Health;
+    fn deref(&self) -> &Health {
+        &self.health
+    }
+}
+
+impl std::ops::DerefMut for Entered<'_> {
+    fn deref_mut(&mut self) -> &mut Health {
+        &mut self.health
+    }
+}
+
 /// Maps a driver error to ours, remembering the first sticky one for the whole process.
 fn err(e: DriverError) -> Error {
     if is_sticky(&e) {
@@ -103,7 +151,7 @@ unsafe impl Sync for CudaMem {}
 
 impl Drop for CudaMem {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        if let Ok(_bound) = Bound::to(&self.ctx) {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; the
             // lifecycle drained every stream that could still use it before releasing it.
             unsafe {
@@ -184,6 +232,12 @@ impl CudaBackend {
                     .into(),
             });
         }
+        // Opening binds the device's primary context; the caller's comes back afterwards.
+        let _restore = Bound(Some(
+            result::ctx::get_current()
+                .map_err(err)?
+                .unwrap_or(std::ptr::null_mut()),
+        ));
         let ctx = CudaContext::new(ordinal).map_err(|e| Error::Unavailable {
             backend: NAME,
             reason: format!("no CUDA device {ordinal}: {e}"),
@@ -215,11 +269,13 @@ impl CudaBackend {
         })
     }
 
-    fn enter(&self) -> Result<MutexGuard<'_, Health>> {
-        let g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        g.check()?;
-        self.ctx.bind_to_thread().map_err(err)?;
-        Ok(g)
+    fn enter(&self) -> Result<Entered<'_>> {
+        let health = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        health.check()?;
+        Ok(Entered {
+            health,
+            _bound: Bound::to(&self.ctx)?,
+        })
     }
 
     fn raw_alloc(&self, words: usize) -> Result<CudaMem> {
@@ -364,6 +420,168 @@ impl CudaBackend {
         Cublas::open(self.stream.0, ws)
     }
 
+    /// One stream capture of `plan` (everything compiled and allocated before); the flag of
+    /// an error says whether the capture was invalidated from outside and may be retried.
+    fn capture(
+        &self,
+        plan: &Plan,
+        functions: &[sys::CUfunction],
+        offsets: &[usize],
+        arena_mem: &CudaMem,
+        blas: Option<&Cublas>,
+    ) -> std::result::Result<sys::CUgraph, (Error, bool)> {
+        // Test hook: the first launch goes to a side stream and escapes the capture.
+        let side = if crate::faults::take_capture_escape() {
+            Some(
+                result::stream::create(result::stream::StreamKind::NonBlocking)
+                    .map_err(|e| (err(e), false))?,
+            )
+        } else {
+            None
+        };
+        // SAFETY: the stream is valid and not capturing (the lock excludes other captures).
+        unsafe {
+            result::stream::begin_capture(
+                self.stream.0,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .map_err(|e| {
+            (
+                Error::Lower {
+                    backend: NAME,
+                    reason: format!("begin capture: {e}"),
+                },
+                false,
+            )
+        })?;
+        if crate::faults::take_capture_invalidation() {
+            // Test hook: another thread waits for the whole context while this one captures.
+            let ctx = self.ctx.clone();
+            let _ = std::thread::spawn(move || {
+                if ctx.bind_to_thread().is_ok() {
+                    // SAFETY: a context-wide wait; the capture it invalidates is ours.
+                    let _ = unsafe { sys::cuCtxSynchronize() };
+                }
+            })
+            .join();
+        }
+        let issued = (|| -> Result<()> {
+            let mut f = functions.iter();
+            let mut escaped = false;
+            for op in &plan.ops {
+                match op {
+                    Op::Launch {
+                        kernel,
+                        grid,
+                        args,
+                        bindings,
+                    } => {
+                        let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
+                        if let (Some(side), false) = (side, escaped) {
+                            escaped = true;
+                            self.issue_on(
+                                side,
+                                *f.next().expect("one function per launch"),
+                                kernel,
+                                *grid,
+                                arena_mem.ptr + offsets[*args] as u64 * 4,
+                                &views,
+                            )?;
+                        } else {
+                            self.issue(
+                                *f.next().expect("one function per launch"),
+                                kernel,
+                                *grid,
+                                arena_mem.ptr + offsets[*args] as u64 * 4,
+                                &views,
+                            )?;
+                        }
+                    }
+                    Op::Copy { src, dst } => {
+                        if src.len > 0 {
+                            // SAFETY: views checked when recorded; captured, not executed.
+                            unsafe {
+                                result::memcpy_dtod_async(
+                                    ptr(dst) + dst.offset as u64 * 4,
+                                    ptr(src) + src.offset as u64 * 4,
+                                    src.len * 4,
+                                    self.stream.0,
+                                )
+                            }
+                            .map_err(err)?;
+                        }
+                    }
+                    Op::Sgemm {
+                        shape,
+                        args,
+                        a,
+                        b,
+                        c,
+                    } => {
+                        let blas = blas.expect("checked before the capture");
+                        let alpha = arena_mem.ptr + (offsets[*args] as u64 + 1) * 4;
+                        // SAFETY: views checked when recorded; α, β in the arena block.
+                        unsafe { blas.gemm(shape, alpha, view_ptr(a), view_ptr(b), view_ptr(c)) }?;
+                    }
+                    #[cfg(feature = "nccl")]
+                    Op::AllReduce(op) => {
+                        op.issue(self.stream.0 as *mut c_void)?;
+                    }
+                }
+            }
+            if let Some(hook) = crate::faults::take_capture_fault() {
+                return Err(Error::Lower {
+                    backend: NAME,
+                    reason: hook,
+                });
+            }
+            Ok(())
+        })();
+        // End the capture whatever happened, so the stream is usable again.
+        // SAFETY: the stream is capturing (begun above).
+        let graph = unsafe { result::stream::end_capture(self.stream.0) };
+        if let Some(side) = side {
+            // SAFETY: the side stream was created above and is destroyed once, after its work.
+            unsafe {
+                let _ = result::stream::synchronize(side);
+                let _ = result::stream::destroy(side);
+            }
+        }
+        let graph = match (issued, graph) {
+            (Ok(()), Ok(g)) => g,
+            (Err(e), g) => {
+                if let Ok(g) = g {
+                    // SAFETY: the graph was returned by end_capture and is destroyed once.
+                    unsafe {
+                        let _ = result::graph::destroy(g);
+                    }
+                }
+                let retry = e.to_string().contains("STREAM_CAPTURE_INVALIDATED");
+                return Err((
+                    match e {
+                        e @ Error::Lower { .. } => e,
+                        e => Error::Lower {
+                            backend: NAME,
+                            reason: format!("capture aborted: {e}"),
+                        },
+                    },
+                    retry,
+                ));
+            }
+            (Ok(()), Err(e)) => {
+                return Err((
+                    Error::Lower {
+                        backend: NAME,
+                        reason: format!("end capture: {e}"),
+                    },
+                    e.0 == sys::cudaError_enum::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                ))
+            }
+        };
+        Ok(graph)
+    }
+
     fn sync(&self, health: &mut Health) -> Result<()> {
         // SAFETY: the stream is valid for the backend's lifetime.
         unsafe { result::stream::synchronize(self.stream.0) }.map_err(|e| health.note(e))
@@ -372,7 +590,7 @@ impl CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        if let Ok(_bound) = Bound::to(&self.ctx) {
             // SAFETY: the stream is valid until destroyed below.
             unsafe {
                 let _ = result::stream::synchronize(self.stream.0);
@@ -503,6 +721,18 @@ impl Backend for CudaBackend {
     }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
         let mut g = self.enter()?;
+        // A plan with nothing to run (no ops, empty grids, empty copies) replays as nothing:
+        // the driver refuses to capture or instantiate an empty graph.
+        let runs_something = plan.ops.iter().any(|o| match o {
+            Op::Launch { grid, .. } => grid.iter().all(|&n| n > 0),
+            Op::Copy { src, .. } => src.len > 0,
+            _ => true,
+        });
+        if !runs_something {
+            return Ok(Box::new(EmptyReplay {
+                lock: self.lock.clone(),
+            }));
+        }
         // Compile and allocate everything before the capture begins.
         // A product's block is [accumulate flag, α, β]: cuBLAS reads α and β on the device.
         let gemm_args: Vec<usize> = plan
@@ -549,127 +779,19 @@ impl Backend for CudaBackend {
         unsafe { result::memcpy_htod_async(arena_mem.ptr, &arena, self.stream.0) }.map_err(err)?;
         self.sync(&mut g)?;
 
-        // Test hook: the first launch goes to a side stream and escapes the capture.
-        let side = if crate::faults::take_capture_escape() {
-            Some(result::stream::create(result::stream::StreamKind::NonBlocking).map_err(err)?)
-        } else {
-            None
-        };
-        // SAFETY: the stream is valid and not capturing (the lock excludes other captures).
-        unsafe {
-            result::stream::begin_capture(
-                self.stream.0,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            )
-        }
-        .map_err(|e| Error::Lower {
-            backend: NAME,
-            reason: format!("begin capture: {e}"),
-        })?;
-        let issued = (|| -> Result<()> {
-            let mut f = functions.iter();
-            let mut escaped = false;
-            for op in &plan.ops {
-                match op {
-                    Op::Launch {
-                        kernel,
-                        grid,
-                        args,
-                        bindings,
-                    } => {
-                        let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
-                        if let (Some(side), false) = (side, escaped) {
-                            escaped = true;
-                            self.issue_on(
-                                side,
-                                *f.next().expect("one function per launch"),
-                                kernel,
-                                *grid,
-                                arena_mem.ptr + offsets[*args] as u64 * 4,
-                                &views,
-                            )?;
-                        } else {
-                            self.issue(
-                                *f.next().expect("one function per launch"),
-                                kernel,
-                                *grid,
-                                arena_mem.ptr + offsets[*args] as u64 * 4,
-                                &views,
-                            )?;
-                        }
-                    }
-                    Op::Copy { src, dst } => {
-                        if src.len > 0 {
-                            // SAFETY: views checked when recorded; captured, not executed.
-                            unsafe {
-                                result::memcpy_dtod_async(
-                                    ptr(dst) + dst.offset as u64 * 4,
-                                    ptr(src) + src.offset as u64 * 4,
-                                    src.len * 4,
-                                    self.stream.0,
-                                )
-                            }
-                            .map_err(err)?;
-                        }
-                    }
-                    Op::Sgemm {
-                        shape,
-                        args,
-                        a,
-                        b,
-                        c,
-                    } => {
-                        let blas = blas.expect("checked before the capture");
-                        let alpha = arena_mem.ptr + (offsets[*args] as u64 + 1) * 4;
-                        // SAFETY: views checked when recorded; α, β in the arena block.
-                        unsafe { blas.gemm(shape, alpha, view_ptr(a), view_ptr(b), view_ptr(c)) }?;
-                    }
-                    #[cfg(feature = "nccl")]
-                    Op::AllReduce(op) => {
-                        op.issue(self.stream.0 as *mut c_void)?;
-                    }
+        // A capture that another thread's device-wide synchronisation invalidated (legal
+        // for that thread, fatal for the capture) is retried a few times before the key
+        // falls back to eager.
+        let mut attempt = 0;
+        let graph = loop {
+            attempt += 1;
+            match self.capture(plan, &functions, &offsets, &arena_mem, blas) {
+                Ok(g) => break g,
+                Err((e, true)) if attempt < CAPTURE_ATTEMPTS => {
+                    crate::faults::note_capture_retry();
+                    tracing::debug!("graphed: CUDA capture invalidated ({e}); retrying");
                 }
-            }
-            if let Some(hook) = crate::faults::take_capture_fault() {
-                return Err(Error::Lower {
-                    backend: NAME,
-                    reason: hook,
-                });
-            }
-            Ok(())
-        })();
-        // End the capture whatever happened, so the stream is usable again.
-        // SAFETY: the stream is capturing (begun above).
-        let graph = unsafe { result::stream::end_capture(self.stream.0) };
-        if let Some(side) = side {
-            // SAFETY: the side stream was created above and is destroyed once, after its work.
-            unsafe {
-                let _ = result::stream::synchronize(side);
-                let _ = result::stream::destroy(side);
-            }
-        }
-        let graph = match (issued, graph) {
-            (Ok(()), Ok(g)) => g,
-            (Err(e), g) => {
-                if let Ok(g) = g {
-                    // SAFETY: the graph was returned by end_capture and is destroyed once.
-                    unsafe {
-                        let _ = result::graph::destroy(g);
-                    }
-                }
-                return Err(match e {
-                    e @ Error::Lower { .. } => e,
-                    e => Error::Lower {
-                        backend: NAME,
-                        reason: format!("capture aborted: {e}"),
-                    },
-                });
-            }
-            (Ok(()), Err(e)) => {
-                return Err(Error::Lower {
-                    backend: NAME,
-                    reason: format!("end capture: {e}"),
-                })
+                Err((e, _)) => return Err(e),
             }
         };
         let graph = GraphHandle(graph);
@@ -773,14 +895,18 @@ impl Backend for CudaBackend {
             .ok()
             .map(|(free, total)| (free as u64, total as u64))
     }
+    fn health(&self) -> Result<()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).check()
+    }
     fn drain(&self) -> Result<()> {
         let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         // A context with a sticky error runs nothing any more: nothing is in flight, so its
-        // memory can be released; every other operation keeps reporting the fault.
+        // memory can be released; `Device::synchronize` and every other operation report the
+        // fault.
         if poisoned().is_some() {
             return Ok(());
         }
-        self.ctx.bind_to_thread().map_err(err)?;
+        let _bound = Bound::to(&self.ctx)?;
         match self.sync(&mut g) {
             Ok(()) => Ok(()),
             Err(_) if poisoned().is_some() => Ok(()),
@@ -813,6 +939,9 @@ fn census(graph: sys::CUgraph, ours: &[sys::CUfunction]) -> Result<Census> {
     unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }
         .result()
         .map_err(err)?;
+    if n == 0 {
+        return Ok(Census::default());
+    }
     let mut nodes = vec![std::ptr::null_mut(); n];
     // SAFETY: `nodes` has room for `n` handles.
     unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }
@@ -848,6 +977,20 @@ fn census(graph: sys::CUgraph, ours: &[sys::CUfunction]) -> Result<Census> {
     Ok(c)
 }
 
+/// The recording of a plan that runs nothing.
+struct EmptyReplay {
+    lock: Arc<Mutex<Health>>,
+}
+
+impl Recording for EmptyReplay {
+    fn replay(&mut self, _scalars: &[(usize, usize, u32)]) -> Result<()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner()).check()
+    }
+    fn launches(&self) -> usize {
+        0
+    }
+}
+
 struct GraphHandle(sys::CUgraph);
 struct ExecHandle(sys::CUgraphExec);
 // SAFETY: graph handles may be used from any thread; use is serialised by the backend lock.
@@ -880,7 +1023,7 @@ impl Recording for CudaReplay {
     fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
         let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         g.check()?;
-        self.ctx.bind_to_thread().map_err(err)?;
+        let _bound = Bound::to(&self.ctx)?;
         let stream = self.stream as sys::CUstream;
         let (mut lo, mut hi) = (usize::MAX, 0usize);
         for &(launch, word, bits) in scalars {
@@ -926,6 +1069,7 @@ impl Recording for CudaReplay {
             }
         })?;
         let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _bound = Bound::to(&self.ctx)?;
         // SAFETY: the graph is valid while this recording lives; the path is NUL-terminated.
         unsafe { sys::cuGraphDebugDotPrint(self.graph.0, c.as_ptr(), 0) }
             .result()
@@ -936,7 +1080,7 @@ impl Recording for CudaReplay {
 
 impl Drop for CudaReplay {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        if let Ok(_bound) = Bound::to(&self.ctx) {
             // SAFETY: destroyed once; the holder drained the stream before dropping us.
             unsafe {
                 let _ = result::graph::exec_destroy(self.exec.0);

@@ -95,6 +95,10 @@ pub(crate) trait Backend: Send + Sync {
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>>;
     /// Waits for all work this backend queued.
     fn drain(&self) -> Result<()>;
+    /// Whether the device can still run work (an error names the fault that ended it).
+    fn health(&self) -> Result<()> {
+        Ok(())
+    }
     /// Test hook: makes the device report one validation error (wgpu only).
     fn inject_validation_error(&self) {}
     /// (free, total) device memory in bytes, where the driver reports it.

@@ -326,6 +326,16 @@ impl Communicator {
         .drain(self.device(), own)
     }
 
+    /// As [`Communicator::synchronize_ranks`], before releasing memory: a rank whose device
+    /// faulted runs nothing more and counts as drained.
+    pub(crate) fn drain_ranks_for_release(&self) -> Result<()> {
+        let own = self.device().drain_for_release();
+        Ranks {
+            comms: vec![self.clone()],
+        }
+        .drain(self.device(), own)
+    }
+
     #[doc(hidden)]
     /// Test hook: the next drain of this rank (by any holder or driver of the process) fails.
     pub fn __fail_next_drain(&self) {
@@ -583,7 +593,7 @@ impl Ranks {
                 } else if m.device.id() == device.id() || seen.contains(&m.device.id()) {
                     Ok(())
                 } else {
-                    m.device.synchronize()
+                    m.device.drain_for_release()
                 };
                 seen.push(m.device.id());
                 if let Err(e) = r {

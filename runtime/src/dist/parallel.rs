@@ -181,7 +181,14 @@ impl<R: Send + 'static> Drop for DataParallel<R> {
         // Drain before release, across ranks: a rank's memory may be read by another rank's
         // collective until that rank's stream is done, so no state is released before every
         // rank is drained. Freeing now could hand such memory to a new allocation.
-        if let Err(e) = self.synchronize() {
+        let mut drained = Ok(());
+        for c in &self.comms {
+            let r = c.drain_ranks_for_release();
+            if drained.is_ok() {
+                drained = r;
+            }
+        }
+        if let Err(e) = drained {
             eprintln!("graphed: fatal: the data-parallel ranks could not drain before releasing their state: {e}; aborting instead of freeing memory a GPU may still use");
             std::process::abort();
         }

@@ -18,6 +18,7 @@ pub mod train;
 pub mod prelude {
     pub use graphed_macros::{graphed, kernel};
     pub use graphed_runtime::{
-        Buffer, Device, Error, Grid, Input, Launch, Out, Output, Result, Scalar, Step,
+        Buffer, Config, Device, Error, Fallback, Grid, Input, Launch, Out, Output, Result, Scalar,
+        Stats, Step,
     };
 }

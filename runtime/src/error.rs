@@ -128,6 +128,15 @@ pub enum Error {
         /// What was attempted.
         what: &'static str,
     },
+    /// A key could not be recorded and the holder's fallback policy is
+    /// [`crate::Fallback::Error`] (or `GRAPHED_STRICT=1` is set): nothing ran.
+    #[error("step `{step}` cannot be recorded for this key and eager fallback is off (Config::fallback or GRAPHED_STRICT): {reason}")]
+    NotCapturable {
+        /// The step.
+        step: &'static str,
+        /// Why it cannot be recorded.
+        reason: String,
+    },
     /// Lowering a plan to a backend recording failed; the key runs eagerly.
     #[error("lowering to {backend} failed: {reason}")]
     Lower {

@@ -15,6 +15,40 @@ use crate::plan::Plan;
 use crate::step::Step;
 use std::sync::Arc;
 
+/// What a holder does when a key cannot be recorded and would run eagerly (a body that reads
+/// device memory back, allocates, or calls another step, a lowering the backend refuses).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fallback {
+    /// Run eagerly, and say so once per holder and key: as a `tracing` warning where a
+    /// subscriber is installed, on stderr where none is.
+    #[default]
+    Warn,
+    /// Refuse: the call returns [`Error::NotCapturable`] with the reason, and nothing runs.
+    Error,
+    /// Run eagerly without a word (the reason is still in [`Stats::eager_reasons`]).
+    Silent,
+}
+
+impl Fallback {
+    /// The policy in force: `GRAPHED_STRICT=1` (or `true`, `yes`, `on`) makes every fallback
+    /// an error, whatever the holder's [`Config`] says, so a CI run can assert that every step
+    /// was recorded.
+    fn effective(self) -> Fallback {
+        static STRICT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let strict = *STRICT.get_or_init(|| {
+            matches!(
+                std::env::var("GRAPHED_STRICT").as_deref().map(str::trim),
+                Ok("1" | "true" | "yes" | "on")
+            )
+        });
+        if strict {
+            Fallback::Error
+        } else {
+            self
+        }
+    }
+}
+
 /// Bounds and options of a holder's cache.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -31,6 +65,8 @@ pub struct Config {
     /// recently used forgotten first, with their reasons: a body that never records does
     /// not grow the holder without bound.
     pub max_unrecorded_keys: usize,
+    /// What happens when a key cannot be recorded (see [`Fallback`]).
+    pub fallback: Fallback,
 }
 
 impl Default for Config {
@@ -41,6 +77,7 @@ impl Default for Config {
             warmup: 0,
             recapture_on_shape_change: true,
             max_unrecorded_keys: 64,
+            fallback: Fallback::Warn,
         }
     }
 }
@@ -566,7 +603,7 @@ impl Graphed {
                 let reason = format!("not capturable: {e}");
                 #[cfg(feature = "nccl")]
                 let reason = self.ranks.agree::<()>(Err(reason))?.unwrap_err();
-                return Ok(self.fall_back(key, reason));
+                return self.fall_back(key, reason);
             }
             Err(e) => {
                 #[cfg(feature = "nccl")]
@@ -593,7 +630,7 @@ impl Graphed {
         let lowered = self.ranks.agree(lowered)?;
         let recording = match lowered {
             Ok(r) => r,
-            Err(reason) => return Ok(self.fall_back(key, reason)),
+            Err(reason) => return self.fall_back(key, reason),
         };
         let lower_time = t1.elapsed();
         let bytes = rec.plan.static_bytes();
@@ -620,16 +657,35 @@ impl Graphed {
         })))
     }
 
-    fn fall_back(&mut self, key: &CaptureKey, reason: String) -> State {
-        if self.warned.insert(key.clone()) {
-            tracing::warn!(
-                step = self.name,
-                "graphed: `{}` runs eagerly for this key: {reason}",
-                self.name
-            );
+    fn fall_back(&mut self, key: &CaptureKey, reason: String) -> Result<State> {
+        match self.config.fallback.effective() {
+            Fallback::Error => {
+                return Err(Error::NotCapturable {
+                    step: self.name,
+                    reason,
+                })
+            }
+            Fallback::Warn if self.warned.insert(key.clone()) => {
+                let no_subscriber = tracing::dispatcher::get_default(|d| {
+                    d.is::<tracing::subscriber::NoSubscriber>()
+                });
+                if no_subscriber {
+                    eprintln!(
+                        "graphed: warning: step `{}` runs eagerly for this key (not recorded): {reason} (Config::fallback sets what happens; GRAPHED_STRICT=1 makes it an error)",
+                        self.name
+                    );
+                } else {
+                    tracing::warn!(
+                        step = self.name,
+                        "graphed: `{}` runs eagerly for this key: {reason}",
+                        self.name
+                    );
+                }
+            }
+            Fallback::Warn | Fallback::Silent => {}
         }
         self.stats.eager_reasons.push(reason);
-        State::Eager
+        Ok(State::Eager)
     }
 
     /// Evicts least-recently-used recordings until one of `bytes` more fits the bounds.

@@ -28,7 +28,9 @@ pub use device::{Device, Required};
 pub use dist::{Communicator, DataParallel, ReduceOp};
 pub use dtype::{DType, Element, Scalar as ScalarValue};
 pub use error::{Error, FaultKind, KernelFault, Result};
-pub use holder::{AsInput, Body, CallArgs, CaptureKey, Config, Graphed, InputArg, Out, Stats};
+pub use holder::{
+    AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, Stats,
+};
 pub use kernel::{
     ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch, ParamInfo, ParamType,
     ScalarArg,

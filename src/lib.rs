@@ -14,6 +14,11 @@ pub use graphed_runtime::*;
 pub mod sample;
 pub mod train;
 
+/// The README's Rust blocks, run as doc-tests by `cargo test` (not part of the API).
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 /// The names most programs need.
 pub mod prelude {
     pub use graphed_macros::{graphed, kernel};

@@ -137,6 +137,23 @@ pub enum Error {
         /// Why it cannot be recorded.
         reason: String,
     },
+    /// The drift sentinel found a replay that differs from an eager run of the same step
+    /// from the same state ([`crate::Config::sentinel_every`]); the key runs eagerly now.
+    #[error("drift: a replay of step `{step}` differs from its eager run at {buffer}[{index}] (replay bits {replay:#010x}, eager {eager:#010x}); key {key}; this key runs eagerly from now on")]
+    Drift {
+        /// The step.
+        step: &'static str,
+        /// The capture key, printed.
+        key: String,
+        /// The first differing buffer (`output i` or `state `name``).
+        buffer: String,
+        /// The first differing element.
+        index: usize,
+        /// The replay's bits there.
+        replay: u32,
+        /// The eager run's bits there.
+        eager: u32,
+    },
     /// Lowering a plan to a backend recording failed; the key runs eagerly.
     #[error("lowering to {backend} failed: {reason}")]
     Lower {

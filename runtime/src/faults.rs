@@ -77,3 +77,17 @@ pub fn capture_retries() -> u64 {
 pub(crate) fn note_capture_retry() {
     CAPTURE_RETRIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
+
+thread_local! {
+    static REPLAY_DRIFT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the next replay on this thread flip one bit of its first non-empty output after it
+/// ran, as a recording that drifted from eager would (for testing the drift sentinel).
+pub fn inject_replay_drift() {
+    REPLAY_DRIFT.with(|c| c.set(true));
+}
+
+pub(crate) fn take_replay_drift() -> bool {
+    REPLAY_DRIFT.with(|c| c.replace(false))
+}

@@ -67,6 +67,12 @@ pub struct Config {
     pub max_unrecorded_keys: usize,
     /// What happens when a key cannot be recorded (see [`Fallback`]).
     pub fallback: Fallback,
+    /// The drift sentinel: every this many replays of a key (0: never, the default), the
+    /// step also runs eagerly from the same starting state and the two are compared bitwise
+    /// (outputs and every state buffer). A mismatch is [`Error::Drift`] naming the first
+    /// differing buffer and index, and that key runs eagerly from then on. The step is applied
+    /// once: the state is put back before the eager run, whose results are kept.
+    pub sentinel_every: u32,
 }
 
 impl Default for Config {
@@ -78,6 +84,7 @@ impl Default for Config {
             recapture_on_shape_change: true,
             max_unrecorded_keys: 64,
             fallback: Fallback::Warn,
+            sentinel_every: 0,
         }
     }
 }
@@ -120,6 +127,8 @@ pub struct Stats {
     pub cached: usize,
     /// Kernel launches per replay of the last recording.
     pub launches_per_replay: usize,
+    /// Replays the drift sentinel compared with an eager run and found equal.
+    pub sentinel_checks: u64,
 }
 
 /// An input argument of a call.
@@ -193,6 +202,8 @@ struct Recorded {
     scalar_uses: Vec<(usize, usize, usize)>,
     scratch: Vec<(usize, usize, u32)>,
     bytes: u64,
+    /// Replays of this recording.
+    replays: u64,
 }
 
 enum State {
@@ -487,6 +498,13 @@ impl Graphed {
         }
         match &mut self.entries[idx].state {
             State::Recorded(rec) => {
+                let every = u64::from(self.config.sentinel_every);
+                let watched = every > 0 && (rec.replays + 1) % every == 0;
+                let before = if watched {
+                    Some(read_all(&self.device, &args.states)?)
+                } else {
+                    None
+                };
                 let copies = upload_inputs(&self.device, &rec.inputs, &args.inputs)?;
                 rec.scratch.clear();
                 for &(launch, word, slot) in &rec.scalar_uses {
@@ -494,11 +512,78 @@ impl Graphed {
                 }
                 rec.recording
                     .replay_with_inputs(self.device.backend(), &copies, &rec.scratch)?;
+                rec.replays += 1;
                 self.stats.replays += 1;
-                Ok(&rec.outputs)
+                if crate::faults::take_replay_drift() {
+                    if let Some(out) = rec.outputs.iter().find(|o| o.len > 0) {
+                        let mut w = self.device.backend().read(out)?;
+                        w[0] ^= 1;
+                        self.device.backend().write(out, &w)?;
+                    }
+                }
+                if let Some(before) = before {
+                    return self.sentinel(idx, before, &args, body);
+                }
             }
             _ => unreachable!("checked above"),
         }
+        match &self.entries[idx].state {
+            State::Recorded(rec) => Ok(&rec.outputs),
+            _ => unreachable!("checked above"),
+        }
+    }
+
+    /// The drift sentinel's check of the replay just made for entry `idx` (see
+    /// [`Config::sentinel_every`]): puts the state back as it was before (`before`), runs the
+    /// body eagerly, and compares outputs and state bitwise.
+    fn sentinel(
+        &mut self,
+        idx: usize,
+        before: Vec<Vec<u32>>,
+        args: &CallArgs<'_>,
+        body: &mut Body<'_>,
+    ) -> Result<&[RawView]> {
+        let State::Recorded(rec) = &self.entries[idx].state else {
+            unreachable!("the sentinel checks a replay")
+        };
+        let replay_outs = read_all(&self.device, &rec.outputs)?;
+        let replay_states = read_all(&self.device, &args.states)?;
+        for (v, words) in args.states.iter().zip(&before) {
+            self.device.backend().write(v, words)?;
+        }
+        self.run_body(args, body)?;
+        let eager_outs = read_all(&self.device, &self.eager_outputs)?;
+        let eager_states = read_all(&self.device, &args.states)?;
+        let outs = replay_outs.iter().zip(&eager_outs).enumerate();
+        let states = replay_states.iter().zip(&eager_states).enumerate();
+        let first = outs
+            .map(|(i, p)| (format!("output {i}"), p))
+            .chain(states.map(|(i, p)| {
+                let name = args.state_names.get(i).copied().unwrap_or("?");
+                (format!("state `{name}`"), p)
+            }))
+            .find_map(|(name, (r, e))| {
+                let at = r.iter().zip(e).position(|(a, b)| a != b)?;
+                Some((name, at, r[at], e[at]))
+            });
+        let Some((buffer, index, replay, eager)) = first else {
+            self.stats.sentinel_checks += 1;
+            return Ok(&self.eager_outputs);
+        };
+        let key = format!("{:?}", self.entries[idx].key);
+        let err = Error::Drift {
+            step: self.name,
+            key,
+            buffer,
+            index,
+            replay,
+            eager,
+        };
+        // The recording goes (after a drain); this key runs eagerly from now on.
+        self.drain()?;
+        self.entries[idx].state = State::Eager;
+        self.stats.eager_reasons.push(err.to_string());
+        Err(err)
     }
 
     /// Runs the body eagerly (no recording), e.g. to compare with replay.
@@ -535,6 +620,13 @@ impl Graphed {
     }
 
     fn run_eager(&mut self, args: &CallArgs<'_>, body: &mut Body<'_>) -> Result<&[RawView]> {
+        self.run_body(args, body)?;
+        self.stats.eager_calls += 1;
+        Ok(&self.eager_outputs)
+    }
+
+    /// Runs the body eagerly; its outputs are left in `eager_outputs`.
+    fn run_body(&mut self, args: &CallArgs<'_>, body: &mut Body<'_>) -> Result<()> {
         let owner = (self.id, self.name);
         let mut inputs = Vec::with_capacity(args.inputs.len());
         for input in &args.inputs {
@@ -559,9 +651,8 @@ impl Graphed {
             let _body = crate::device::BodyGuard::enter(self.id);
             body(&mut step, &inputs)?
         };
-        self.stats.eager_calls += 1;
         self.eager_outputs = outputs;
-        Ok(&self.eager_outputs)
+        Ok(())
     }
 
     /// Records and lowers a plan for `key`; a body that cannot be recorded yields `Eager`.
@@ -654,6 +745,7 @@ impl Graphed {
             scalar_uses: rec.scalar_uses,
             scratch: Vec::new(),
             bytes,
+            replays: 0,
         })))
     }
 
@@ -785,6 +877,11 @@ impl Drop for Graphed {
             std::process::abort();
         }
     }
+}
+
+/// Every view's words, read back (waits for the device).
+fn read_all(device: &Device, views: &[RawView]) -> Result<Vec<Vec<u32>>> {
+    views.iter().map(|v| device.backend().read(v)).collect()
 }
 
 /// Writes the host inputs into their static slots; returns the device inputs' copies

@@ -43,7 +43,7 @@ pub use step::{Input, Output, Scalar, Step};
 pub mod __private {
     pub use crate::faults::{
         capture_retries, destroy_device_memory, inject_capture_escape, inject_capture_fault,
-        inject_capture_invalidation, mutation,
+        inject_capture_invalidation, inject_replay_drift, mutation,
     };
     pub use crate::host_exec::*;
 }

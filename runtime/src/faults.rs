@@ -12,6 +12,11 @@ pub fn inject_capture_fault(reason: &str) {
     CAPTURE_FAULT.with(|c| *c.borrow_mut() = Some(reason.to_string()));
 }
 
+/// Forgets a capture fault injected on this thread that no capture has taken yet.
+pub fn clear_capture_fault() {
+    CAPTURE_FAULT.with(|c| c.borrow_mut().take());
+}
+
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn take_capture_fault() -> Option<String> {
     CAPTURE_FAULT.with(|c| c.borrow_mut().take())

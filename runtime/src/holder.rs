@@ -484,6 +484,7 @@ impl Graphed {
             }
         };
         self.entries[idx].last_used = clock;
+        let mut idx = idx;
         if let State::Warming(n) = &mut self.entries[idx].state {
             if *n < self.config.warmup {
                 *n += 1;
@@ -491,6 +492,12 @@ impl Graphed {
             }
             let key = self.entries[idx].key.clone();
             let state = self.record(&key, &args, body)?;
+            // Recording may have evicted other entries to make room: find this one again.
+            idx = self
+                .entries
+                .iter()
+                .position(|e| e.key == key)
+                .expect("a warming entry is never evicted by its own recording");
             self.entries[idx].state = state;
         }
         if !matches!(self.entries[idx].state, State::Recorded(_)) {

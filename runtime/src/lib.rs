@@ -42,8 +42,8 @@ pub use step::{Input, Output, Scalar, Step};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::faults::{
-        capture_retries, destroy_device_memory, inject_capture_escape, inject_capture_fault,
-        inject_capture_invalidation, inject_replay_drift, mutation,
+        capture_retries, clear_capture_fault, destroy_device_memory, inject_capture_escape,
+        inject_capture_fault, inject_capture_invalidation, inject_replay_drift, mutation,
     };
     pub use crate::host_exec::*;
 }

@@ -10,6 +10,7 @@ use proc_macro::TokenStream;
 mod fuzz;
 mod graphed;
 mod kernel;
+mod state;
 mod tokens;
 
 /// Defines a GPU kernel in graphed's kernel language. See the crate `graphed` for the language.
@@ -23,4 +24,13 @@ pub fn kernel(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn graphed(args: TokenStream, item: TokenStream) -> TokenStream {
     graphed::expand(args.into(), item.into()).into()
+}
+
+/// Makes a struct of buffers one `#[state]` parameter of a step: every field is a
+/// `Buffer<T>` or another `State` struct, except fields marked `#[state(skip)]`.
+#[proc_macro_derive(State, attributes(state))]
+pub fn derive_state(item: TokenStream) -> TokenStream {
+    state::expand(item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
 }

@@ -179,8 +179,8 @@ impl<T: Element> AsInput<T> for Buffer<T> {
 pub struct CallArgs<'a> {
     /// Input parameter names (for errors).
     pub input_names: &'static [&'static str],
-    /// State parameter names (for errors).
-    pub state_names: &'static [&'static str],
+    /// The name of each state buffer (for errors): the parameter's, or the field's.
+    pub state_names: Vec<&'static str>,
     /// Inputs in order.
     pub inputs: Vec<InputArg<'a>>,
     /// State buffers in order.

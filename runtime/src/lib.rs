@@ -18,6 +18,7 @@ mod host_exec;
 mod kernel;
 pub mod nvrtc;
 mod plan;
+mod state;
 mod step;
 pub mod testing;
 
@@ -36,6 +37,7 @@ pub use kernel::{
     ScalarArg,
 };
 pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
+pub use state::State;
 pub use step::{Input, Output, Scalar, Step};
 
 /// Used by code that `#[kernel]` and `#[graphed]` generate; not a stable API.

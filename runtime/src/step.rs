@@ -352,8 +352,10 @@ impl Step {
     }
 
     #[doc(hidden)]
-    pub fn __state<T: Element>(&self, buf: &Buffer<T>, name: &str) {
-        self.register(&buf.raw_view(), BufferRole::State, Some(name));
+    pub fn __state<S: crate::State + ?Sized>(&self, state: &S, name: &'static str) {
+        state.visit_state(name, &mut |n, v| {
+            self.register(&v, BufferRole::State, Some(n));
+        });
     }
 }
 

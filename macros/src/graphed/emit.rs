@@ -30,7 +30,6 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
 
     let mut call_params = Vec::new();
     let mut input_names = Vec::new();
-    let mut state_names = Vec::new();
     let mut inputs = Vec::new();
     let mut states = Vec::new();
     let mut scalars = Vec::new();
@@ -53,8 +52,10 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
             }
             Role::State { mutable } => {
                 call_params.push(quote!(#id: #pty));
-                states.push(quote!(#id.raw_view()));
-                state_names.push(pname.clone());
+                states.push(quote!(::graphed::State::visit_state(&*#id, #pname, &mut |__n, __v| {
+                    __states.push(__v);
+                    __state_names.push(__n);
+                });));
                 binds.push(quote!(__cx.__state(&*#id, #pname);));
                 pass.push(if *mutable {
                     quote!(&mut *#id)
@@ -118,12 +119,17 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
     let args = quote! {
         ::graphed::CallArgs {
             input_names: &[#(#input_names),*],
-            state_names: &[#(#state_names),*],
+            state_names: __state_names,
             inputs: ::std::vec![#(#inputs),*],
-            states: ::std::vec![#(#states),*],
+            states: __states,
             scalars: ::std::vec![#(#scalars),*],
             structural: ::std::vec![#(#keys),*],
         }
+    };
+    let collect_states = quote! {
+        let mut __states: ::std::vec::Vec<::graphed::RawView> = ::std::vec::Vec::new();
+        let mut __state_names: ::std::vec::Vec<&'static str> = ::std::vec::Vec::new();
+        #(#states)*
     };
     let closure = quote! {
         |__cx: &mut ::graphed::Step, __ins: &[::graphed::RawView]| -> ::graphed::Result<::std::vec::Vec<::graphed::RawView>> {
@@ -157,6 +163,7 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
 
             #[doc = #call_doc]
             #vis fn call<'__s>(&'__s mut self, #(#call_params),*) -> ::graphed::Result<#ret_ty> {
+                #collect_states
                 let __args = #args;
                 let mut __body = #closure;
                 let __outs = self.holder.call(__args, &mut __body)?;
@@ -165,6 +172,7 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
 
             /// Runs the step eagerly, without recording (same results as `call`, bitwise, on one backend).
             #vis fn eager<'__s>(&'__s mut self, #(#call_params),*) -> ::graphed::Result<#ret_ty> {
+                #collect_states
                 let __args = #args;
                 let mut __body = #closure;
                 let __outs = self.holder.eager(__args, &mut __body)?;

@@ -291,9 +291,17 @@ pub fn step(args: TokenStream, func: &syn::ItemFn, errors: &mut Vec<syn::Error>)
             continue;
         } else if is_state {
             match &*pt.ty {
-                syn::Type::Reference(r) if generic_of(&r.elem, "Buffer").is_some() => Role::State {
-                    mutable: r.mutability.is_some(),
-                },
+                // A `Buffer<T>`, or a struct of them (`#[derive(State)]`; the trait bound
+                // says so when it is not).
+                syn::Type::Reference(r)
+                    if matches!(&*r.elem, syn::Type::Path(_))
+                        && !ident_is(&r.elem, SCALARS)
+                        && !ident_is(&r.elem, KEYS) =>
+                {
+                    Role::State {
+                        mutable: r.mutability.is_some(),
+                    }
+                }
                 other => {
                     let inner = match other {
                         syn::Type::Reference(r) => &*r.elem,
@@ -304,7 +312,7 @@ pub fn step(args: TokenStream, func: &syn::ItemFn, errors: &mut Vec<syn::Error>)
                     } else {
                         ""
                     };
-                    errors.push(syn::Error::new_spanned(other, format!("a `#[state]` parameter is `&mut Buffer<T>`, or `&Buffer<T>` when the step only reads it{scalar}")));
+                    errors.push(syn::Error::new_spanned(other, format!("a `#[state]` parameter is `&mut Buffer<T>` (or a `#[derive(State)]` struct of buffers), or `&Buffer<T>` when the step only reads it{scalar}")));
                     continue;
                 }
             }

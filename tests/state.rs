@@ -48,7 +48,9 @@ fn opt(dev: &Device, p: &[f32]) -> Opt {
     Opt {
         params: dev.upload(p).unwrap(),
         moments: dev.alloc(p.len()).unwrap(),
-        inner: Inner { count: dev.alloc(1).unwrap() },
+        inner: Inner {
+            count: dev.alloc(1).unwrap(),
+        },
         label: "test".into(),
     }
 }
@@ -64,12 +66,22 @@ fn a_derived_state_replays_bitwise_like_eager_and_keys_by_every_allocation() {
         let mut replayed = OptStep::new(dev).unwrap();
         let mut eager = OptStep::new(dev).unwrap();
         for g in &gs {
-            let ya = replayed.call(&mut a, &g[..], 0.1).unwrap().to_host().unwrap();
+            let ya = replayed
+                .call(&mut a, &g[..], 0.1)
+                .unwrap()
+                .to_host()
+                .unwrap();
             let yb = eager.eager(&mut b, &g[..], 0.1).unwrap().to_host().unwrap();
             assert!(bitwise_eq(&ya, &yb));
         }
-        assert!(bitwise_eq(&a.params.to_host().unwrap(), &b.params.to_host().unwrap()));
-        assert!(bitwise_eq(&a.moments.to_host().unwrap(), &b.moments.to_host().unwrap()));
+        assert!(bitwise_eq(
+            &a.params.to_host().unwrap(),
+            &b.params.to_host().unwrap()
+        ));
+        assert!(bitwise_eq(
+            &a.moments.to_host().unwrap(),
+            &b.moments.to_host().unwrap()
+        ));
         assert_eq!(a.inner.count.to_host().unwrap(), vec![5]);
         assert_eq!(a.label, "test");
         let s = replayed.stats();
@@ -80,7 +92,11 @@ fn a_derived_state_replays_bitwise_like_eager_and_keys_by_every_allocation() {
         assert_eq!(replayed.stats().recordings, 2);
         assert_eq!(a.inner.count.to_host().unwrap(), vec![41]);
         let keys = replayed.holder().keys();
-        assert_eq!(keys[0].states.len(), 3, "three buffers in the key: {keys:?}");
+        assert_eq!(
+            keys[0].states.len(),
+            3,
+            "three buffers in the key: {keys:?}"
+        );
         // The recordings pin every buffer: dropping the struct frees none of them.
         let before = dev.allocated_bytes();
         drop(a);
@@ -103,5 +119,45 @@ fn an_input_aliasing_a_field_of_a_derived_state_is_refused_naming_the_field() {
             }
             other => panic!("expected InputMismatch, got {other:?}"),
         }
+    });
+}
+
+#[derive(State)]
+struct Shaped {
+    w: Buffer<f32>,
+    #[state(key)]
+    parts: Vec<usize>,
+}
+
+/// w[i] *= a for the first `n` elements
+#[kernel(workgroup = 64)]
+pub fn scale_head(n: u32, a: f32, w: &mut [f32]) {
+    let i = global_id().x;
+    if i < n {
+        w[i] *= a;
+    }
+}
+
+#[graphed]
+fn shaped_step(cx: &mut Step, #[state] s: &mut Shaped) -> Result<()> {
+    let n = s.parts[0];
+    scale_head::launch(cx, s.w.len(), n as u32, 2.0, &mut s.w)?;
+    Ok(())
+}
+
+#[test]
+fn a_state_key_field_is_part_of_the_capture_key() {
+    on_every_backend(|dev| {
+        let mut s = Shaped {
+            w: dev.upload(&[1.0f32; 4]).unwrap(),
+            parts: vec![1, 3],
+        };
+        let mut step = ShapedStep::new(dev).unwrap();
+        step.call(&mut s).unwrap();
+        step.call(&mut s).unwrap();
+        s.parts = vec![3, 1];
+        step.call(&mut s).unwrap();
+        assert_eq!(s.w.to_host().unwrap(), vec![8.0, 2.0, 2.0, 1.0]);
+        assert_eq!(step.stats().recordings, 2);
     });
 }

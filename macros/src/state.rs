@@ -20,16 +20,20 @@ pub fn expand(item: TokenStream) -> syn::Result<TokenStream> {
         ));
     };
     let mut visits = Vec::new();
+    let mut keys = Vec::new();
     let mut errors: Option<syn::Error> = None;
     for f in &fields.named {
-        let mut skip = false;
+        let (mut skip, mut key) = (false, false);
         for a in f.attrs.iter().filter(|a| a.path().is_ident("state")) {
             let r = a.parse_nested_meta(|m| {
                 if m.path.is_ident("skip") {
                     skip = true;
                     Ok(())
+                } else if m.path.is_ident("key") {
+                    key = true;
+                    Ok(())
                 } else {
-                    Err(m.error("unknown option: write `#[state(skip)]` for a field that is not a buffer"))
+                    Err(m.error("unknown option: write `#[state(skip)]` for a field that is not a buffer, or `#[state(key)]` for a structural value that is part of the capture key"))
                 }
             });
             if let Err(e) = r {
@@ -39,13 +43,18 @@ pub fn expand(item: TokenStream) -> syn::Result<TokenStream> {
                 }
             }
         }
+        let id = f.ident.as_ref().expect("named fields");
+        if key {
+            keys.push(quote!(__out.push(::graphed::__private::key_hash(&self.#id));));
+            continue;
+        }
         if skip {
             continue;
         }
-        let id = f.ident.as_ref().expect("named fields");
         let name = id.to_string();
         let ty = &f.ty;
         visits.push(quote_spanned_field(ty, id, &name));
+        keys.push(quote!(<#ty as ::graphed::State>::state_key(&self.#id, __out);));
     }
     if let Some(e) = errors {
         return Err(e);
@@ -60,6 +69,9 @@ pub fn expand(item: TokenStream) -> syn::Result<TokenStream> {
                 __f: &mut dyn ::core::ops::FnMut(&'static str, ::graphed::RawView),
             ) {
                 #(#visits)*
+            }
+            fn state_key(&self, __out: &mut ::std::vec::Vec<u64>) {
+                #(#keys)*
             }
         }
     })

@@ -22,6 +22,10 @@ pub trait State {
     /// Visits every buffer with its name (`name` for a lone buffer, the field's name in a
     /// struct).
     fn visit_state(&self, name: &'static str, f: &mut dyn FnMut(&'static str, RawView));
+
+    /// Pushes the hashes of the fields marked `#[state(key)]` (structural values such as a
+    /// model's layer sizes): part of the capture key like a `#[key]` parameter.
+    fn state_key(&self, _out: &mut Vec<u64>) {}
 }
 
 impl<T: Element> State for Buffer<T> {

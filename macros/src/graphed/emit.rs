@@ -52,10 +52,13 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
             }
             Role::State { mutable } => {
                 call_params.push(quote!(#id: #pty));
-                states.push(quote!(::graphed::State::visit_state(&*#id, #pname, &mut |__n, __v| {
+                states.push(
+                    quote!(::graphed::State::visit_state(&*#id, #pname, &mut |__n, __v| {
                     __states.push(__v);
                     __state_names.push(__n);
-                });));
+                });
+                ::graphed::State::state_key(&*#id, &mut __state_keys);),
+                );
                 binds.push(quote!(__cx.__state(&*#id, #pname);));
                 pass.push(if *mutable {
                     quote!(&mut *#id)
@@ -123,12 +126,17 @@ pub fn holder(func: &syn::ItemFn, step: &Step) -> TokenStream {
             inputs: ::std::vec![#(#inputs),*],
             states: __states,
             scalars: ::std::vec![#(#scalars),*],
-            structural: ::std::vec![#(#keys),*],
+            structural: {
+                let mut __k = ::std::vec![#(#keys),*];
+                __k.extend(__state_keys);
+                __k
+            },
         }
     };
     let collect_states = quote! {
         let mut __states: ::std::vec::Vec<::graphed::RawView> = ::std::vec::Vec::new();
         let mut __state_names: ::std::vec::Vec<&'static str> = ::std::vec::Vec::new();
+        let mut __state_keys: ::std::vec::Vec<u64> = ::std::vec::Vec::new();
         #(#states)*
     };
     let closure = quote! {

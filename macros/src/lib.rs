@@ -11,6 +11,7 @@ mod fuzz;
 mod graphed;
 mod kernel;
 mod state;
+mod suggest;
 mod tokens;
 
 /// Defines a GPU kernel in graphed's kernel language. See the crate `graphed` for the language.

@@ -910,6 +910,17 @@ fn upload_inputs<'a>(
 
 /// A step output borrowed from its holder: it cannot outlive the next `call` (the borrow
 /// checker rejects that), so a replay can never overwrite data you still hold.
+///
+/// Holding one across the next call is a borrow error (`E0499`: "cannot borrow `step` as
+/// mutable more than once at a time", pointing at the second `call`). Copy what you keep
+/// before calling again:
+///
+/// - `out.to_host()?` — a `Vec<T>` on the host;
+/// - `out.to_buffer()?` — a new device buffer you own;
+/// - `out.copy_into(&mine)?` — into a buffer you own, without allocating.
+///
+/// A clone of the output's buffer taken inside the body does not escape the rule: outside
+/// the body it is refused with `Error::StepSlot`.
 pub struct Out<'a, T: Element> {
     view: &'a RawView,
     _t: PhantomData<T>,

@@ -1460,9 +1460,16 @@ impl<'a> Checker<'a> {
             );
             return Err(());
         }
+        let known: Vec<&str> = self
+            .scopes
+            .iter()
+            .flat_map(|s| s.keys().map(String::as_str))
+            .chain(self.params.iter().map(|p| p.name.as_str()))
+            .collect();
+        let hint = crate::suggest::hint(&name, known);
         self.error(
             p,
-            format!("unknown variable `{name}`; declare it with `let` before its use"),
+            format!("unknown variable `{name}`{hint}; declare it with `let` before its use"),
         );
         Err(())
     }
@@ -1665,7 +1672,10 @@ impl<'a> Checker<'a> {
             n if AtomicOp::from_name(n).is_some() => self.error(c, "an atomic is a statement or a `let` initializer: `let old = atomic_add(y, i, 1u32);`"),
             n if self.lookup(n).is_some() || self.param_index(n).is_some() => self.error(&c.func, format!("`{n}` is not a function")),
             n if n == self.kernel_name => self.error(&c.func, format!("a kernel cannot call itself: GPUs have no recursion; rewrite `{n}` with a loop, or launch it again from the host")),
-            _ => self.error(&c.func, format!("unknown function `{name}`; kernels can call only builtins (math functions, id builtins, atomics, `barrier()`); helper functions and recursion are not supported")),
+            _ => {
+                let hint = crate::suggest::hint(&name, crate::suggest::BUILTIN_FNS.iter().copied());
+                self.error(&c.func, format!("unknown function `{name}`{hint}; kernels can call only builtins (math functions, id builtins, atomics, `barrier()`); helper functions are not supported yet: write the helper's body inline, or as its own kernel launched from the step"))
+            }
         }
         Err(())
     }
@@ -1824,7 +1834,8 @@ impl<'a> Checker<'a> {
             args.extend(m.args.iter());
             return self.math(f, &name, &args, m, expect);
         }
-        self.error(&m.method, format!("method `{name}` is not supported in kernels; the builtins are `len()` and the math functions (`sqrt`, `min`, `max`, …)"));
+        let hint = crate::suggest::hint(&name, crate::suggest::METHODS.iter().copied());
+        self.error(&m.method, format!("method `{name}` is not supported in kernels{hint}; the builtins are `len()` and the math functions (`sqrt`, `min`, `max`, …)"));
         Err(())
     }
 }

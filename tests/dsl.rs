@@ -589,6 +589,119 @@ pub fn trig(x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `for` over `(a..b).step_by(s)` at the edges of `i32` and `u32`: ends at the type's limits
+/// and steps that pass the end, so the loop stops where `j + s` would overflow (as in Rust)
+/// instead of wrapping around. Outputs per case: iterations and a hash of the values, for
+/// the `i32` loop and the `u32` loop; then the same for four loops with constant steps. Each
+/// loop leaves after 100 iterations, so a loop that wraps shows as a wrong count, not a hang.
+#[kernel(workgroup = 64)]
+pub fn step_by_edges(
+    a: &[i32],
+    b: &[i32],
+    s: &[i32],
+    ua: &[u32],
+    ub: &[u32],
+    us: &[u32],
+    out: &mut [u32],
+) {
+    let i = global_id().x;
+    if i < a.len() {
+        let mut n = 0u32;
+        let mut h = 0u32;
+        for j in (a[i]..b[i]).step_by(s[i]) {
+            n += 1;
+            h = h * 31 + j as u32;
+            if n == 100 {
+                break;
+            }
+        }
+        out[i * 4] = n;
+        out[i * 4 + 1] = h;
+        let mut un = 0u32;
+        let mut uh = 0u32;
+        for j in (ua[i]..ub[i]).step_by(us[i]) {
+            un += 1;
+            uh = uh * 31 + j;
+            if un == 100 {
+                break;
+            }
+        }
+        out[i * 4 + 2] = un;
+        out[i * 4 + 3] = uh;
+    }
+    if i == 0 {
+        let o = a.len() * 4;
+        let mut n = 0u32;
+        let mut h = 0u32;
+        for j in (0..i32::MAX).step_by(1i32 << 30u32) {
+            n += 1;
+            h = h * 31 + j as u32;
+            if n == 100 {
+                break;
+            }
+        }
+        out[o] = n;
+        out[o + 1] = h;
+        n = 0u32;
+        h = 0u32;
+        for j in (i32::MIN..i32::MAX).step_by(i32::MAX) {
+            n += 1;
+            h = h * 31 + j as u32;
+            if n == 100 {
+                break;
+            }
+        }
+        out[o + 2] = n;
+        out[o + 3] = h;
+        n = 0u32;
+        h = 0u32;
+        for j in (0u32..u32::MAX).step_by(0x8000_0000u32) {
+            n += 1;
+            h = h * 31 + j;
+            if n == 100 {
+                break;
+            }
+        }
+        out[o + 4] = n;
+        out[o + 5] = h;
+        n = 0u32;
+        h = 0u32;
+        for j in ((u32::MAX - 5)..u32::MAX).step_by(3u32) {
+            n += 1;
+            h = h * 31 + j;
+            if n == 100 {
+                break;
+            }
+        }
+        out[o + 6] = n;
+        out[o + 7] = h;
+    }
+}
+
+/// `(0..n).step_by(s)` with run-time steps that may be 0 or negative: a fault on the host,
+/// no iterations on GPU targets. Writes the iterations of the `i32` and the `u32` loop.
+#[kernel(workgroup = 64)]
+pub fn step_by_run_time(n: i32, s: i32, us: u32, out: &mut [u32]) {
+    if global_id().x == 0 {
+        let mut c = 0u32;
+        for _j in (0..n).step_by(s) {
+            c += 1;
+            if c == 100 {
+                break;
+            }
+        }
+        out[0] = c;
+        let mut uc = 0u32;
+        for _j in (0u32..n as u32).step_by(us) {
+            uc += 1;
+            if uc == 100 {
+                break;
+            }
+        }
+        out[1] = uc;
+    }
+}
+
 /// Every kernel of this file, for the naga and NVRTC checks.
 fn all_kernels() -> Vec<&'static KernelDef> {
     vec![
@@ -605,6 +718,8 @@ fn all_kernels() -> Vec<&'static KernelDef> {
         &float_ops::DEF,
         &grid_stride::DEF,
         &control_flow::DEF,
+        &step_by_edges::DEF,
+        &step_by_run_time::DEF,
         &ids_3d::DEF,
         &bool_logic::DEF,
         &constants::DEF,
@@ -1769,6 +1884,124 @@ fn control_flow_while_loop_break_continue_return_if_value() {
             assert_exact(&out.to_host().unwrap(), &want, &format!("n={n}"), |i| {
                 format!("output {} of x = {}", i % 6, x[i / 6])
             });
+        }
+    });
+}
+
+/// Iterations and a hash of the values of `(a..b).step_by(s)` as Rust runs it, capped at 100
+/// iterations as the kernel is.
+fn step_by_ref<T: Copy>(it: impl Iterator<Item = T>, bits: impl Fn(T) -> u32) -> [u32; 2] {
+    let (mut n, mut h) = (0u32, 0u32);
+    for j in it.take(100) {
+        n += 1;
+        h = h.wrapping_mul(31).wrapping_add(bits(j));
+    }
+    [n, h]
+}
+
+#[test]
+fn step_by_stops_where_the_next_value_would_overflow() {
+    // Tolerance: exact.
+    let mut r = rng("step_by_edges");
+    let mut cases: Vec<(i32, i32, i32, u32, u32, u32)> = vec![
+        (0, i32::MAX, 1 << 30, 0, u32::MAX, 1 << 31),
+        (i32::MIN, i32::MAX, i32::MAX, u32::MAX - 5, u32::MAX, 3),
+        (i32::MAX - 10, i32::MAX, 3, u32::MAX - 1, u32::MAX, 1),
+        (i32::MIN, i32::MIN + 1, i32::MAX, 0, 1, u32::MAX),
+        (-7, 20, 4, 7, 20, 4),
+        (5, 5, 1, 5, 5, 1),
+        (10, 0, 2, 10, 0, 2),
+        (i32::MIN, 0, i32::MAX, 1, u32::MAX, u32::MAX - 1),
+        (-3, i32::MAX, i32::MAX - 1, 3, u32::MAX, u32::MAX / 2),
+    ];
+    for _ in 0..200 {
+        let (a, b): (i32, i32) = (r.random(), r.random());
+        let (ua, ub): (u32, u32) = (r.random(), r.random());
+        let s = r.random_range(1..=i32::MAX);
+        let us = r.random_range(1..=u32::MAX);
+        cases.push((a, b, s, ua, ub, us));
+    }
+    let want: Vec<u32> = cases
+        .iter()
+        .flat_map(|&(a, b, s, ua, ub, us)| {
+            let signed = step_by_ref((a..b).step_by(s as usize), |j| j as u32);
+            let unsigned = step_by_ref((ua..ub).step_by(us as usize), |j| j);
+            [signed, unsigned].concat()
+        })
+        .chain(step_by_ref((0..i32::MAX).step_by(1 << 30), |j| j as u32))
+        .chain(step_by_ref((i32::MIN..i32::MAX).step_by(i32::MAX as usize), |j| j as u32))
+        .chain(step_by_ref((0..u32::MAX).step_by(1 << 31), |j| j))
+        .chain(step_by_ref((u32::MAX - 5..u32::MAX).step_by(3), |j| j))
+        .collect();
+    // The first constant case as the issue states it: 0 and 2^30, then 2^31 overflows.
+    assert_eq!(&want[want.len() - 8..want.len() - 6], &[2, (1 << 30) as u32]);
+    on_every_backend(|dev| {
+        let a = dev.upload(&cases.iter().map(|c| c.0).collect::<Vec<_>>()).unwrap();
+        let b = dev.upload(&cases.iter().map(|c| c.1).collect::<Vec<_>>()).unwrap();
+        let s = dev.upload(&cases.iter().map(|c| c.2).collect::<Vec<_>>()).unwrap();
+        let ua = dev.upload(&cases.iter().map(|c| c.3).collect::<Vec<_>>()).unwrap();
+        let ub = dev.upload(&cases.iter().map(|c| c.4).collect::<Vec<_>>()).unwrap();
+        let us = dev.upload(&cases.iter().map(|c| c.5).collect::<Vec<_>>()).unwrap();
+        let mut out = poisoned(dev, want.len(), POISON_U32);
+        step_by_edges::launch(
+            dev,
+            Grid::threads(cases.len()),
+            &a,
+            &b,
+            &s,
+            &ua,
+            &ub,
+            &us,
+            &mut out,
+        )
+        .unwrap();
+        assert_exact(&out.to_host().unwrap(), &want, "step_by", |i| {
+            let what = ["i32 count", "i32 hash", "u32 count", "u32 hash"][i % 4];
+            match cases.get(i / 4) {
+                Some(c) => format!("{what} of {c:?}"),
+                None => format!("constant-step loop {}", (i - cases.len() * 4) / 2),
+            }
+        });
+    });
+}
+
+#[test]
+fn step_by_zero_or_negative_at_run_time_faults_on_the_host_and_runs_no_iteration_on_gpus() {
+    // Tolerance: exact.
+    on_every_backend(|dev| {
+        // Positive steps still run as in Rust.
+        let mut out = poisoned(dev, 2, POISON_U32);
+        step_by_run_time::launch(dev, 1, 10, 3, 4u32, &mut out).unwrap();
+        assert_eq!(out.to_host().unwrap(), [4, 3], "steps 3 and 4 over 0..10");
+        for (s, us, which) in [
+            (0, 1u32, "i32"),
+            (-2, 1, "i32"),
+            (i32::MIN, 1, "i32"),
+            (3, 0, "u32"),
+        ] {
+            let mut out = poisoned(dev, 2, POISON_U32);
+            let r = step_by_run_time::launch(dev, 1, 10, s, us, &mut out);
+            if dev.kind() == graphed::BackendKind::Host {
+                let step = if which == "i32" { s as i64 } else { us as i64 };
+                match r {
+                    Err(graphed::Error::Fault(f)) => {
+                        assert_eq!(f.kernel, "step_by_run_time");
+                        assert_eq!(f.kind, graphed::FaultKind::BadStep { step }, "{f}");
+                        let msg = f.to_string();
+                        assert!(
+                            msg.contains(&format!("step_by({step})")) && msg.contains("at least 1"),
+                            "{msg}"
+                        );
+                    }
+                    other => panic!("step ({s}, {us}): want a BadStep fault, got {other:?}"),
+                }
+            } else {
+                r.unwrap();
+                // A step below 1 runs no iteration; the other loop runs as in Rust.
+                let count = |step: i64| if step < 1 { 0 } else { 10u32.div_ceil(step as u32) };
+                let want = [count(s as i64), count(us as i64)];
+                assert_eq!(out.to_host().unwrap(), want, "step ({s}, {us}): no iterations");
+            }
         }
     });
 }

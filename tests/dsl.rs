@@ -702,6 +702,18 @@ pub fn step_by_run_time(n: i32, s: i32, us: u32, out: &mut [u32]) {
     }
 }
 
+/// An LCG stepped `n` times in one loop, so no compiler can skip the iterations.
+#[kernel(workgroup = 64)]
+pub fn long_loop(n: u32, out: &mut [u32]) {
+    if global_id().x == 0 {
+        let mut v = 1u32;
+        for _i in 0..n {
+            v = v * 1664525 + 1013904223;
+        }
+        out[0] = v;
+    }
+}
+
 /// Every kernel of this file, for the naga and NVRTC checks.
 fn all_kernels() -> Vec<&'static KernelDef> {
     vec![
@@ -720,6 +732,7 @@ fn all_kernels() -> Vec<&'static KernelDef> {
         &control_flow::DEF,
         &step_by_edges::DEF,
         &step_by_run_time::DEF,
+        &long_loop::DEF,
         &ids_3d::DEF,
         &bool_logic::DEF,
         &constants::DEF,
@@ -848,6 +861,17 @@ const KNOWN_ISSUES: &[KnownIssue] = &[
         applies: |x, _| x[1].abs() >= 2f32.powi(126),
         reason: "`x / y` is `x * (1 / y)`, and for |y| >= 2^126 the subnormal `1 / y` is flushed \
                  to zero: f32::MAX / f32::MAX is 0, not 1 (and `%` follows)",
+    },
+    KnownIssue {
+        backend: WGPU,
+        adapters: &["llvmpipe"],
+        check: "long_loop",
+        applies: |_, _| true,
+        reason: "each invocation gets about 65,535 loop iterations in all, over all its loops \
+                 (gallivm's loop limiter), and past them leaves every loop after one \
+                 iteration, silently; the library's kernels keep below it (`matmul` splits \
+                 `k` and `reduce_rows` splits rows past 16,384: `matmul_and_reduce_rows_past_\
+                 the_lavapipe_loop_cap`)",
     },
     KnownIssue {
         backend: WGPU,
@@ -1929,19 +1953,37 @@ fn step_by_stops_where_the_next_value_would_overflow() {
             [signed, unsigned].concat()
         })
         .chain(step_by_ref((0..i32::MAX).step_by(1 << 30), |j| j as u32))
-        .chain(step_by_ref((i32::MIN..i32::MAX).step_by(i32::MAX as usize), |j| j as u32))
+        .chain(step_by_ref(
+            (i32::MIN..i32::MAX).step_by(i32::MAX as usize),
+            |j| j as u32,
+        ))
         .chain(step_by_ref((0..u32::MAX).step_by(1 << 31), |j| j))
         .chain(step_by_ref((u32::MAX - 5..u32::MAX).step_by(3), |j| j))
         .collect();
     // The first constant case as the issue states it: 0 and 2^30, then 2^31 overflows.
-    assert_eq!(&want[want.len() - 8..want.len() - 6], &[2, (1 << 30) as u32]);
+    assert_eq!(
+        &want[want.len() - 8..want.len() - 6],
+        &[2, (1 << 30) as u32]
+    );
     on_every_backend(|dev| {
-        let a = dev.upload(&cases.iter().map(|c| c.0).collect::<Vec<_>>()).unwrap();
-        let b = dev.upload(&cases.iter().map(|c| c.1).collect::<Vec<_>>()).unwrap();
-        let s = dev.upload(&cases.iter().map(|c| c.2).collect::<Vec<_>>()).unwrap();
-        let ua = dev.upload(&cases.iter().map(|c| c.3).collect::<Vec<_>>()).unwrap();
-        let ub = dev.upload(&cases.iter().map(|c| c.4).collect::<Vec<_>>()).unwrap();
-        let us = dev.upload(&cases.iter().map(|c| c.5).collect::<Vec<_>>()).unwrap();
+        let a = dev
+            .upload(&cases.iter().map(|c| c.0).collect::<Vec<_>>())
+            .unwrap();
+        let b = dev
+            .upload(&cases.iter().map(|c| c.1).collect::<Vec<_>>())
+            .unwrap();
+        let s = dev
+            .upload(&cases.iter().map(|c| c.2).collect::<Vec<_>>())
+            .unwrap();
+        let ua = dev
+            .upload(&cases.iter().map(|c| c.3).collect::<Vec<_>>())
+            .unwrap();
+        let ub = dev
+            .upload(&cases.iter().map(|c| c.4).collect::<Vec<_>>())
+            .unwrap();
+        let us = dev
+            .upload(&cases.iter().map(|c| c.5).collect::<Vec<_>>())
+            .unwrap();
         let mut out = poisoned(dev, want.len(), POISON_U32);
         step_by_edges::launch(
             dev,
@@ -1998,10 +2040,133 @@ fn step_by_zero_or_negative_at_run_time_faults_on_the_host_and_runs_no_iteration
             } else {
                 r.unwrap();
                 // A step below 1 runs no iteration; the other loop runs as in Rust.
-                let count = |step: i64| if step < 1 { 0 } else { 10u32.div_ceil(step as u32) };
+                let count = |step: i64| {
+                    if step < 1 {
+                        0
+                    } else {
+                        10u32.div_ceil(step as u32)
+                    }
+                };
                 let want = [count(s as i64), count(us as i64)];
-                assert_eq!(out.to_host().unwrap(), want, "step ({s}, {us}): no iterations");
+                assert_eq!(
+                    out.to_host().unwrap(),
+                    want,
+                    "step ({s}, {us}): no iterations"
+                );
             }
+        }
+    });
+}
+
+#[test]
+fn lavapipe_cuts_long_loops_short_as_a_known_issue() {
+    // Tolerance: exact, except where `KNOWN_ISSUES` covers the adapter (reported).
+    on_every_backend(|dev| {
+        let n = 100_000u32;
+        let want = (0..n).fold(1u32, |v, _| {
+            v.wrapping_mul(1664525).wrapping_add(1013904223)
+        });
+        let mut out = poisoned(dev, 1, POISON_U32);
+        long_loop::launch(dev, 1, n, &mut out).unwrap();
+        let mut got = out.to_host().unwrap();
+        exempt_known(dev, "long_loop", &mut got, &[want], |_| (vec![], 0.0));
+        assert_eq!(got, [want], "{n} iterations");
+    });
+}
+
+/// `Σ_k a[r, k]·b[k, c]` in f64.
+fn matmul_f64(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut c = vec![0.0f64; m * n];
+    for r in 0..m {
+        for kk in 0..k {
+            let av = a[r * k + kk] as f64;
+            for j in 0..n {
+                c[r * n + j] += av * b[kk * n + j] as f64;
+            }
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_and_reduce_rows_past_the_lavapipe_loop_cap() {
+    // The library's kernels must not meet the `long_loop` known issue: exact on sums of ones,
+    // else within 1e-5 (relative, whole output) of f64, on every backend.
+    use graphed::kernels::elementwise::Act;
+    use graphed::kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm, Tile};
+    use graphed::kernels::reduce::{reduce_rows, Reduce};
+    let mut r = rng("loop_cap");
+    on_every_backend(|dev| {
+        // The issue's product: 1×1×65536 of ones, on both tilings.
+        for tile in [Tile::Auto, Tile::T64] {
+            let k = 65_536;
+            let ones = dev.upload(&vec![1.0f32; k]).unwrap();
+            let mut c = poisoned(dev, 1, POISON_F32);
+            let g = Gemm::nn(1, 1, k).with_tile(tile);
+            matmul(dev, g, &ones, &ones, &mut c, &Epilogue::none()).unwrap();
+            assert_eq!(c.to_host().unwrap(), [k as f32], "{g:?} of ones");
+        }
+        // Random factors with a bias, an activation and accumulation, with the row sums.
+        for (m, n, k, tile) in [(3, 5, 70_001, Tile::Auto), (2, 67, 65_600, Tile::T64)] {
+            let a = floats(&mut r, m * k, 0.0, 1.0);
+            let b = floats(&mut r, k * n, 0.0, 1.0);
+            let bias = floats(&mut r, n, -1.0, 1.0);
+            let c0 = floats(&mut r, m * n, -1.0, 1.0);
+            let db0 = floats(&mut r, m, -1.0, 1.0);
+            let p = matmul_f64(m, n, k, &a, &b);
+            let want: Vec<f64> = (0..m * n)
+                .map(|i| (p[i] + bias[i % n] as f64).max(0.0) + c0[i] as f64)
+                .collect();
+            let want_db: Vec<f64> = (0..m)
+                .map(|row| {
+                    let s: f64 = a[row * k..(row + 1) * k].iter().map(|&v| v as f64).sum();
+                    s + db0[row] as f64
+                })
+                .collect();
+            // `op(A) = A` is `m × k`, so its row sums are the sums of `a`'s rows.
+            let (ab, bb, biasb) = (
+                dev.upload(&a).unwrap(),
+                dev.upload(&b).unwrap(),
+                dev.upload(&bias).unwrap(),
+            );
+            let mut cb = dev.upload(&c0).unwrap();
+            let mut dbb = dev.upload(&db0).unwrap();
+            let g = Gemm::nn(m, n, k).with_tile(tile);
+            let epi = Epilogue::bias_act(&biasb, Act::Relu).accumulate(true);
+            matmul_row_sums(dev, g, &ab, &bb, &mut cb, &mut dbb, &epi).unwrap();
+            assert_close(&cb.to_host().unwrap(), &want, 1e-5, &format!("{g:?}: C"));
+            assert_close(
+                &dbb.to_host().unwrap(),
+                &want_db,
+                1e-5,
+                &format!("{g:?}: row sums"),
+            );
+        }
+        // The issue's reduction: one row of 2^24 ones; then rows of 2^17 + 3 random values.
+        let cols = 1 << 24;
+        let x = dev.upload(&vec![1.0f32; cols]).unwrap();
+        let mut out = poisoned(dev, 1, POISON_F32);
+        reduce_rows(dev, Reduce::Sum, &x, cols, &mut out).unwrap();
+        assert_eq!(out.to_host().unwrap(), [cols as f32], "Σ of 2^24 ones");
+        let (rows, cols) = (3, (1 << 17) + 3);
+        let xs = floats(&mut r, rows * cols, -1.0, 1.0);
+        let x = dev.upload(&xs).unwrap();
+        for op in [
+            Reduce::Sum,
+            Reduce::Mean,
+            Reduce::Max,
+            Reduce::SumSq,
+            Reduce::L2,
+        ] {
+            let mut out = poisoned(dev, rows, POISON_F32);
+            reduce_rows(dev, op, &x, cols, &mut out).unwrap();
+            let want: Vec<f64> = xs.chunks(cols).map(|row| op.eval_f64(row)).collect();
+            assert_close(
+                &out.to_host().unwrap(),
+                &want,
+                1e-5,
+                &format!("reduce_rows({op:?}) of {rows}×{cols}"),
+            );
         }
     });
 }

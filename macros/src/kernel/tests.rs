@@ -663,5 +663,8 @@ fn step_by_a_constant_below_one_is_rejected_with_what_to_write() {
         }
     });
     assert!(negative.contains("`step_by(-1)`"), "{negative}");
-    assert!(negative.contains("count up and mirror the index"), "{negative}");
+    assert!(
+        negative.contains("count up and mirror the index"),
+        "{negative}"
+    );
 }

@@ -589,6 +589,131 @@ pub fn trig(x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `for` over `(a..b).step_by(s)` at the edges of `i32` and `u32`: ends at the type's limits
+/// and steps that pass the end, so the loop stops where `j + s` would overflow (as in Rust)
+/// instead of wrapping around. Outputs per case: iterations and a hash of the values, for
+/// the `i32` loop and the `u32` loop; then the same for four loops with constant steps. Each
+/// loop leaves after 100 iterations, so a loop that wraps shows as a wrong count, not a hang.
+#[kernel(workgroup = 64)]
+pub fn step_by_edges(
+    a: &[i32],
+    b: &[i32],
+    s: &[i32],
+    ua: &[u32],
+    ub: &[u32],
+    us: &[u32],
+    out: &mut [u32],
+) {
+    let i = global_id().x;
+    if i < a.len() {
+        let mut n = 0u32;
+        let mut h = 0u32;
+        for j in (a[i]..b[i]).step_by(s[i]) {
+            n += 1;
+            h = h * 31 + j as u32;
+            if n == 100 {
+                break;
+            }
+        }
+        out[i * 4] = n;
+        out[i * 4 + 1] = h;
+        let mut un = 0u32;
+        let mut uh = 0u32;
+        for j in (ua[i]..ub[i]).step_by(us[i]) {
+            un += 1;
+            uh = uh * 31 + j;
+            if un == 100 {
+                break;
+            }
+        }
+        out[i * 4 + 2] = un;
+        out[i * 4 + 3] = uh;
+    }
+    if i == 0 {
+        let o = a.len() * 4;
+        let mut n = 0u32;
+        let mut h = 0u32;
+        for j in (0..i32::MAX).step_by(1i32 << 30u32) {
+            n += 1;
+            h = h * 31 + j as u32;
+            if n == 100 {
+                break;
+            }
+        }
+        out[o] = n;
+        out[o + 1] = h;
+        n = 0u32;
+        h = 0u32;
+        for j in (i32::MIN..i32::MAX).step_by(i32::MAX) {
+            n += 1;
+            h = h * 31 + j as u32;
+            if n == 100 {
+                break;
+            }
+        }
+        out[o + 2] = n;
+        out[o + 3] = h;
+        n = 0u32;
+        h = 0u32;
+        for j in (0u32..u32::MAX).step_by(0x8000_0000u32) {
+            n += 1;
+            h = h * 31 + j;
+            if n == 100 {
+                break;
+            }
+        }
+        out[o + 4] = n;
+        out[o + 5] = h;
+        n = 0u32;
+        h = 0u32;
+        for j in ((u32::MAX - 5)..u32::MAX).step_by(3u32) {
+            n += 1;
+            h = h * 31 + j;
+            if n == 100 {
+                break;
+            }
+        }
+        out[o + 6] = n;
+        out[o + 7] = h;
+    }
+}
+
+/// `(0..n).step_by(s)` with run-time steps that may be 0 or negative: a fault on the host,
+/// no iterations on GPU targets. Writes the iterations of the `i32` and the `u32` loop.
+#[kernel(workgroup = 64)]
+pub fn step_by_run_time(n: i32, s: i32, us: u32, out: &mut [u32]) {
+    if global_id().x == 0 {
+        let mut c = 0u32;
+        for _j in (0..n).step_by(s) {
+            c += 1;
+            if c == 100 {
+                break;
+            }
+        }
+        out[0] = c;
+        let mut uc = 0u32;
+        for _j in (0u32..n as u32).step_by(us) {
+            uc += 1;
+            if uc == 100 {
+                break;
+            }
+        }
+        out[1] = uc;
+    }
+}
+
+/// An LCG stepped `n` times in one loop, so no compiler can skip the iterations.
+#[kernel(workgroup = 64)]
+pub fn long_loop(n: u32, out: &mut [u32]) {
+    if global_id().x == 0 {
+        let mut v = 1u32;
+        for _i in 0..n {
+            v = v * 1664525 + 1013904223;
+        }
+        out[0] = v;
+    }
+}
+
 /// Every kernel of this file, for the naga and NVRTC checks.
 fn all_kernels() -> Vec<&'static KernelDef> {
     vec![
@@ -605,6 +730,9 @@ fn all_kernels() -> Vec<&'static KernelDef> {
         &float_ops::DEF,
         &grid_stride::DEF,
         &control_flow::DEF,
+        &step_by_edges::DEF,
+        &step_by_run_time::DEF,
+        &long_loop::DEF,
         &ids_3d::DEF,
         &bool_logic::DEF,
         &constants::DEF,
@@ -733,6 +861,17 @@ const KNOWN_ISSUES: &[KnownIssue] = &[
         applies: |x, _| x[1].abs() >= 2f32.powi(126),
         reason: "`x / y` is `x * (1 / y)`, and for |y| >= 2^126 the subnormal `1 / y` is flushed \
                  to zero: f32::MAX / f32::MAX is 0, not 1 (and `%` follows)",
+    },
+    KnownIssue {
+        backend: WGPU,
+        adapters: &["llvmpipe"],
+        check: "long_loop",
+        applies: |_, _| true,
+        reason: "each invocation gets about 65,535 loop iterations in all, over all its loops \
+                 (gallivm's loop limiter), and past them leaves every loop after one \
+                 iteration, silently; the library's kernels keep below it (`matmul` splits \
+                 `k` and `reduce_rows` splits rows past 16,384: `matmul_and_reduce_rows_past_\
+                 the_lavapipe_loop_cap`)",
     },
     KnownIssue {
         backend: WGPU,
@@ -1769,6 +1908,265 @@ fn control_flow_while_loop_break_continue_return_if_value() {
             assert_exact(&out.to_host().unwrap(), &want, &format!("n={n}"), |i| {
                 format!("output {} of x = {}", i % 6, x[i / 6])
             });
+        }
+    });
+}
+
+/// Iterations and a hash of the values of `(a..b).step_by(s)` as Rust runs it, capped at 100
+/// iterations as the kernel is.
+fn step_by_ref<T: Copy>(it: impl Iterator<Item = T>, bits: impl Fn(T) -> u32) -> [u32; 2] {
+    let (mut n, mut h) = (0u32, 0u32);
+    for j in it.take(100) {
+        n += 1;
+        h = h.wrapping_mul(31).wrapping_add(bits(j));
+    }
+    [n, h]
+}
+
+#[test]
+fn step_by_stops_where_the_next_value_would_overflow() {
+    // Tolerance: exact.
+    let mut r = rng("step_by_edges");
+    let mut cases: Vec<(i32, i32, i32, u32, u32, u32)> = vec![
+        (0, i32::MAX, 1 << 30, 0, u32::MAX, 1 << 31),
+        (i32::MIN, i32::MAX, i32::MAX, u32::MAX - 5, u32::MAX, 3),
+        (i32::MAX - 10, i32::MAX, 3, u32::MAX - 1, u32::MAX, 1),
+        (i32::MIN, i32::MIN + 1, i32::MAX, 0, 1, u32::MAX),
+        (-7, 20, 4, 7, 20, 4),
+        (5, 5, 1, 5, 5, 1),
+        (10, 0, 2, 10, 0, 2),
+        (i32::MIN, 0, i32::MAX, 1, u32::MAX, u32::MAX - 1),
+        (-3, i32::MAX, i32::MAX - 1, 3, u32::MAX, u32::MAX / 2),
+    ];
+    for _ in 0..200 {
+        let (a, b): (i32, i32) = (r.random(), r.random());
+        let (ua, ub): (u32, u32) = (r.random(), r.random());
+        let s = r.random_range(1..=i32::MAX);
+        let us = r.random_range(1..=u32::MAX);
+        cases.push((a, b, s, ua, ub, us));
+    }
+    let want: Vec<u32> = cases
+        .iter()
+        .flat_map(|&(a, b, s, ua, ub, us)| {
+            let signed = step_by_ref((a..b).step_by(s as usize), |j| j as u32);
+            let unsigned = step_by_ref((ua..ub).step_by(us as usize), |j| j);
+            [signed, unsigned].concat()
+        })
+        .chain(step_by_ref((0..i32::MAX).step_by(1 << 30), |j| j as u32))
+        .chain(step_by_ref(
+            (i32::MIN..i32::MAX).step_by(i32::MAX as usize),
+            |j| j as u32,
+        ))
+        .chain(step_by_ref((0..u32::MAX).step_by(1 << 31), |j| j))
+        .chain(step_by_ref((u32::MAX - 5..u32::MAX).step_by(3), |j| j))
+        .collect();
+    // The first constant case as the issue states it: 0 and 2^30, then 2^31 overflows.
+    assert_eq!(
+        &want[want.len() - 8..want.len() - 6],
+        &[2, (1 << 30) as u32]
+    );
+    on_every_backend(|dev| {
+        let a = dev
+            .upload(&cases.iter().map(|c| c.0).collect::<Vec<_>>())
+            .unwrap();
+        let b = dev
+            .upload(&cases.iter().map(|c| c.1).collect::<Vec<_>>())
+            .unwrap();
+        let s = dev
+            .upload(&cases.iter().map(|c| c.2).collect::<Vec<_>>())
+            .unwrap();
+        let ua = dev
+            .upload(&cases.iter().map(|c| c.3).collect::<Vec<_>>())
+            .unwrap();
+        let ub = dev
+            .upload(&cases.iter().map(|c| c.4).collect::<Vec<_>>())
+            .unwrap();
+        let us = dev
+            .upload(&cases.iter().map(|c| c.5).collect::<Vec<_>>())
+            .unwrap();
+        let mut out = poisoned(dev, want.len(), POISON_U32);
+        step_by_edges::launch(
+            dev,
+            Grid::threads(cases.len()),
+            &a,
+            &b,
+            &s,
+            &ua,
+            &ub,
+            &us,
+            &mut out,
+        )
+        .unwrap();
+        assert_exact(&out.to_host().unwrap(), &want, "step_by", |i| {
+            let what = ["i32 count", "i32 hash", "u32 count", "u32 hash"][i % 4];
+            match cases.get(i / 4) {
+                Some(c) => format!("{what} of {c:?}"),
+                None => format!("constant-step loop {}", (i - cases.len() * 4) / 2),
+            }
+        });
+    });
+}
+
+#[test]
+fn step_by_zero_or_negative_at_run_time_faults_on_the_host_and_runs_no_iteration_on_gpus() {
+    // Tolerance: exact.
+    on_every_backend(|dev| {
+        // Positive steps still run as in Rust.
+        let mut out = poisoned(dev, 2, POISON_U32);
+        step_by_run_time::launch(dev, 1, 10, 3, 4u32, &mut out).unwrap();
+        assert_eq!(out.to_host().unwrap(), [4, 3], "steps 3 and 4 over 0..10");
+        for (s, us, which) in [
+            (0, 1u32, "i32"),
+            (-2, 1, "i32"),
+            (i32::MIN, 1, "i32"),
+            (3, 0, "u32"),
+        ] {
+            let mut out = poisoned(dev, 2, POISON_U32);
+            let r = step_by_run_time::launch(dev, 1, 10, s, us, &mut out);
+            if dev.kind() == graphed::BackendKind::Host {
+                let step = if which == "i32" { s as i64 } else { us as i64 };
+                match r {
+                    Err(graphed::Error::Fault(f)) => {
+                        assert_eq!(f.kernel, "step_by_run_time");
+                        assert_eq!(f.kind, graphed::FaultKind::BadStep { step }, "{f}");
+                        let msg = f.to_string();
+                        assert!(
+                            msg.contains(&format!("step_by({step})")) && msg.contains("at least 1"),
+                            "{msg}"
+                        );
+                    }
+                    other => panic!("step ({s}, {us}): want a BadStep fault, got {other:?}"),
+                }
+            } else {
+                r.unwrap();
+                // A step below 1 runs no iteration; the other loop runs as in Rust.
+                let count = |step: i64| {
+                    if step < 1 {
+                        0
+                    } else {
+                        10u32.div_ceil(step as u32)
+                    }
+                };
+                let want = [count(s as i64), count(us as i64)];
+                assert_eq!(
+                    out.to_host().unwrap(),
+                    want,
+                    "step ({s}, {us}): no iterations"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn lavapipe_cuts_long_loops_short_as_a_known_issue() {
+    // Tolerance: exact, except where `KNOWN_ISSUES` covers the adapter (reported).
+    on_every_backend(|dev| {
+        let n = 100_000u32;
+        let want = (0..n).fold(1u32, |v, _| {
+            v.wrapping_mul(1664525).wrapping_add(1013904223)
+        });
+        let mut out = poisoned(dev, 1, POISON_U32);
+        long_loop::launch(dev, 1, n, &mut out).unwrap();
+        let mut got = out.to_host().unwrap();
+        exempt_known(dev, "long_loop", &mut got, &[want], |_| (vec![], 0.0));
+        assert_eq!(got, [want], "{n} iterations");
+    });
+}
+
+/// `Σ_k a[r, k]·b[k, c]` in f64.
+fn matmul_f64(m: usize, n: usize, k: usize, a: &[f32], b: &[f32]) -> Vec<f64> {
+    let mut c = vec![0.0f64; m * n];
+    for r in 0..m {
+        for kk in 0..k {
+            let av = a[r * k + kk] as f64;
+            for j in 0..n {
+                c[r * n + j] += av * b[kk * n + j] as f64;
+            }
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_and_reduce_rows_past_the_lavapipe_loop_cap() {
+    // The library's kernels must not meet the `long_loop` known issue: exact on sums of ones,
+    // else within 1e-5 (relative, whole output) of f64, on every backend.
+    use graphed::kernels::elementwise::Act;
+    use graphed::kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm, Tile};
+    use graphed::kernels::reduce::{reduce_rows, Reduce};
+    let mut r = rng("loop_cap");
+    on_every_backend(|dev| {
+        // The issue's product: 1×1×65536 of ones, on both tilings.
+        for tile in [Tile::Auto, Tile::T64] {
+            let k = 65_536;
+            let ones = dev.upload(&vec![1.0f32; k]).unwrap();
+            let mut c = poisoned(dev, 1, POISON_F32);
+            let g = Gemm::nn(1, 1, k).with_tile(tile);
+            matmul(dev, g, &ones, &ones, &mut c, &Epilogue::none()).unwrap();
+            assert_eq!(c.to_host().unwrap(), [k as f32], "{g:?} of ones");
+        }
+        // Random factors with a bias, an activation and accumulation, with the row sums.
+        for (m, n, k, tile) in [(3, 5, 70_001, Tile::Auto), (2, 67, 65_600, Tile::T64)] {
+            let a = floats(&mut r, m * k, 0.0, 1.0);
+            let b = floats(&mut r, k * n, 0.0, 1.0);
+            let bias = floats(&mut r, n, -1.0, 1.0);
+            let c0 = floats(&mut r, m * n, -1.0, 1.0);
+            let db0 = floats(&mut r, m, -1.0, 1.0);
+            let p = matmul_f64(m, n, k, &a, &b);
+            let want: Vec<f64> = (0..m * n)
+                .map(|i| (p[i] + bias[i % n] as f64).max(0.0) + c0[i] as f64)
+                .collect();
+            let want_db: Vec<f64> = (0..m)
+                .map(|row| {
+                    let s: f64 = a[row * k..(row + 1) * k].iter().map(|&v| v as f64).sum();
+                    s + db0[row] as f64
+                })
+                .collect();
+            // `op(A) = A` is `m × k`, so its row sums are the sums of `a`'s rows.
+            let (ab, bb, biasb) = (
+                dev.upload(&a).unwrap(),
+                dev.upload(&b).unwrap(),
+                dev.upload(&bias).unwrap(),
+            );
+            let mut cb = dev.upload(&c0).unwrap();
+            let mut dbb = dev.upload(&db0).unwrap();
+            let g = Gemm::nn(m, n, k).with_tile(tile);
+            let epi = Epilogue::bias_act(&biasb, Act::Relu).accumulate(true);
+            matmul_row_sums(dev, g, &ab, &bb, &mut cb, &mut dbb, &epi).unwrap();
+            assert_close(&cb.to_host().unwrap(), &want, 1e-5, &format!("{g:?}: C"));
+            assert_close(
+                &dbb.to_host().unwrap(),
+                &want_db,
+                1e-5,
+                &format!("{g:?}: row sums"),
+            );
+        }
+        // The issue's reduction: one row of 2^24 ones; then rows of 2^17 + 3 random values.
+        let cols = 1 << 24;
+        let x = dev.upload(&vec![1.0f32; cols]).unwrap();
+        let mut out = poisoned(dev, 1, POISON_F32);
+        reduce_rows(dev, Reduce::Sum, &x, cols, &mut out).unwrap();
+        assert_eq!(out.to_host().unwrap(), [cols as f32], "Σ of 2^24 ones");
+        let (rows, cols) = (3, (1 << 17) + 3);
+        let xs = floats(&mut r, rows * cols, -1.0, 1.0);
+        let x = dev.upload(&xs).unwrap();
+        for op in [
+            Reduce::Sum,
+            Reduce::Mean,
+            Reduce::Max,
+            Reduce::SumSq,
+            Reduce::L2,
+        ] {
+            let mut out = poisoned(dev, rows, POISON_F32);
+            reduce_rows(dev, op, &x, cols, &mut out).unwrap();
+            let want: Vec<f64> = xs.chunks(cols).map(|row| op.eval_f64(row)).collect();
+            assert_close(
+                &out.to_host().unwrap(),
+                &want,
+                1e-5,
+                &format!("reduce_rows({op:?}) of {rows}×{cols}"),
+            );
         }
     });
 }

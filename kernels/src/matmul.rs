@@ -22,13 +22,16 @@ use graphed_runtime::blas::Sgemm;
 use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::elementwise::Act;
-use crate::shape::{expect_len, u32_of};
+use crate::shape::{expect_len, groups, u32_of};
 
 /// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation), `k` in steps of 16. `ta`/`tb`: `A`
 /// is stored `k × m` / `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when
 /// `has_bias`), activation `act`, times `gate′(aux[row, col])` (when `gate != 0`),
 /// `+ c[row, col]` (when `accumulate`). With `has_db`, the first column of workgroups also
 /// writes `db[row] = Σ_k op(A)[row, k]` (added to `db` when `accumulate`).
+///
+/// Workgroup layer `z` of the grid covers `k` in `[z·kc, (z + 1)·kc)` and writes its `C` and
+/// `db` at offsets `z·m·n` and `z·m` (`kc = k` and one layer unless [`matmul`] splits `k`).
 ///
 /// Step `t` stores the tile that step `t − 1` loaded into registers, then loads the next
 /// tile while it computes on this one, so global loads overlap the arithmetic.
@@ -37,6 +40,7 @@ pub fn matmul_t64(
     m: u32,
     n: u32,
     k: u32,
+    kc: u32,
     ta: bool,
     tb: bool,
     has_bias: bool,
@@ -103,7 +107,13 @@ pub fn matmul_t64(
     let mut d2 = 0.0;
     let mut d3 = 0.0;
     let sums = has_db && workgroup_id().x == 0 && tx == 0;
-    let tiles = (k + 15) / 16;
+    // This launch's part of `k`: `[kz, k1)`, part `z` of a split `k` (else all of it).
+    let z = workgroup_id().z;
+    let kz = z * kc;
+    let k1 = min(k, kz + kc);
+    let zc = z * m * n;
+    let zd = z * m;
+    let tiles = (k1 - kz + 15) / 16;
     for t in 0..(tiles + 1) {
         if t > 0 {
             sa[ka * 68 + ra] = pa0;
@@ -117,13 +127,13 @@ pub fn matmul_t64(
             barrier();
         }
         if t < tiles {
-            let k0 = t * 16;
+            let k0 = kz + t * 16;
             for q in 0..4u32 {
                 let gr = row0 + ra + dra * q;
                 let gk = k0 + ka + dka * q;
                 // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
                 let mut va = 0.0;
-                if gr < m && gk < k {
+                if gr < m && gk < k1 {
                     if ta {
                         va = a[gk * m + gr];
                     } else {
@@ -133,7 +143,7 @@ pub fn matmul_t64(
                 let gc = col0 + cb + dcb * q;
                 let hk = k0 + kb + dkb * q;
                 let mut vb = 0.0;
-                if gc < n && hk < k {
+                if gc < n && hk < k1 {
                     if tb {
                         vb = b[gc * k + hk];
                     } else {
@@ -209,9 +219,9 @@ pub fn matmul_t64(
                     d3
                 };
                 if accumulate {
-                    d += db[row];
+                    d += db[zd + row];
                 }
-                db[row] = d;
+                db[zd + row] = d;
             }
             for j in 0..4u32 {
                 let col = col0 + tx4 + j;
@@ -298,9 +308,9 @@ pub fn matmul_t64(
                         }
                     }
                     if accumulate {
-                        v += c[idx];
+                        v += c[zc + idx];
                     }
-                    c[idx] = v;
+                    c[zc + idx] = v;
                 }
             }
         }
@@ -315,6 +325,7 @@ pub fn matmul_t16(
     m: u32,
     n: u32,
     k: u32,
+    kc: u32,
     ta: bool,
     tb: bool,
     has_bias: bool,
@@ -358,7 +369,13 @@ pub fn matmul_t16(
     let mut acc = 0.0;
     let mut d = 0.0;
     let sums = has_db && workgroup_id().x == 0 && tx == 0;
-    let tiles = (k + 63) / 64;
+    // This launch's part of `k`, as in `matmul_t64`.
+    let z = workgroup_id().z;
+    let kz = z * kc;
+    let k1 = min(k, kz + kc);
+    let zc = z * m * n;
+    let zd = z * m;
+    let tiles = (k1 - kz + 63) / 64;
     for t in 0..(tiles + 1) {
         if t > 0 {
             sa[ka * 17 + ra] = pa0;
@@ -372,13 +389,13 @@ pub fn matmul_t16(
             barrier();
         }
         if t < tiles {
-            let k0 = t * 64;
+            let k0 = kz + t * 64;
             for q in 0..4u32 {
                 let gr = row0 + ra + dra * q;
                 let gk = k0 + ka + dka * q;
                 // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
                 let mut va = 0.0;
-                if gr < m && gk < k {
+                if gr < m && gk < k1 {
                     if ta {
                         va = a[gk * m + gr];
                     } else {
@@ -388,7 +405,7 @@ pub fn matmul_t16(
                 let gc = col0 + cb + dcb * q;
                 let hk = k0 + kb + dkb * q;
                 let mut vb = 0.0;
-                if gc < n && hk < k {
+                if gc < n && hk < k1 {
                     if tb {
                         vb = b[gc * k + hk];
                     } else {
@@ -413,18 +430,18 @@ pub fn matmul_t16(
         if t > 0 {
             // A constant trip count for whole steps (unrolled by GPU compilers); only the
             // last, partial step of `k` loops over what it holds.
-            let k0 = (t - 1) * 64;
-            if k0 + 64 <= k {
+            let k0 = kz + (t - 1) * 64;
+            if k0 + 64 <= k1 {
                 for kk in 0..64u32 {
                     acc = fma(sa[kk * 17 + ty], sb[kk * 17 + tx], acc);
                 }
             } else {
-                for kk in 0..(k - k0) {
+                for kk in 0..(k1 - k0) {
                     acc = fma(sa[kk * 17 + ty], sb[kk * 17 + tx], acc);
                 }
             }
             if sums {
-                for kk in 0..min(64u32, k - k0) {
+                for kk in 0..min(64u32, k1 - k0) {
                     d += sa[kk * 17 + ty];
                 }
             }
@@ -434,9 +451,9 @@ pub fn matmul_t16(
     if row < m {
         if sums {
             if accumulate {
-                d += db[row];
+                d += db[zd + row];
             }
-            db[row] = d;
+            db[zd + row] = d;
         }
         if col < n {
             let idx = row * n + col;
@@ -483,9 +500,9 @@ pub fn matmul_t16(
                 }
             }
             if accumulate {
-                v += c[idx];
+                v += c[zc + idx];
             }
-            c[idx] = v;
+            c[zc + idx] = v;
         }
     }
 }
@@ -554,6 +571,97 @@ pub fn gemm_epilogue(
     }
 }
 
+/// The second pass of a product whose `k` [`matmul`] split into `parts` ranges: `C[r, c]` is
+/// the epilogue of [`matmul_t64`] applied to `Σ_z p[z·m·n + r·n + c]` (in increasing `z`),
+/// and with `has_db`, `db[r] = Σ_z dp[z·m + r]` (plus `db[r]` when `accumulate`).
+#[kernel(workgroup = 256)]
+pub fn matmul_split_sum(
+    m: u32,
+    n: u32,
+    parts: u32,
+    has_bias: bool,
+    act: u32,
+    gate: u32,
+    accumulate: bool,
+    has_db: bool,
+    p: &[f32],
+    dp: &[f32],
+    bias: &[f32],
+    aux: &[f32],
+    c: &mut [f32],
+    db: &mut [f32],
+) {
+    let len = m * n;
+    let stride = global_size().x;
+    let mut idx = global_id().x;
+    while idx < len {
+        let mut v = p[idx];
+        for z in 1..parts {
+            v += p[z * len + idx];
+        }
+        if has_bias {
+            v += bias[idx % n];
+        }
+        if act == 1 {
+            v = max(v, 0.0);
+        } else if act == 2 {
+            let u = 0.7978846 * (v + 0.044715 * v * v * v);
+            v = v / (1.0 + exp(-2.0 * u));
+        } else if act == 3 {
+            v = tanh(clamp(v, -15.0, 15.0));
+        } else if act == 4 {
+            v = 1.0 / (1.0 + exp(-v));
+        } else if act == 5 {
+            v = exp(v);
+        } else if act == 6 {
+            v = log(v);
+        }
+        if gate != 0 {
+            let z = aux[idx];
+            if gate == 1 {
+                v = select(z > 0.0, v, 0.0);
+            } else if gate == 2 {
+                let zc = clamp(z, -100.0, 100.0);
+                let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
+                let s = 1.0 / (1.0 + exp(-2.0 * u));
+                let e = exp(-2.0 * abs(u));
+                let sd = e / ((1.0 + e) * (1.0 + e));
+                v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
+            } else if gate == 3 {
+                let e = exp(clamp(z, -30.0, 30.0));
+                let ch = e + 1.0 / e;
+                v = v * (4.0 / (ch * ch));
+            } else if gate == 4 {
+                let e = exp(-abs(z));
+                v = v * (e / ((1.0 + e) * (1.0 + e)));
+            } else if gate == 5 {
+                v = v * exp(z);
+            } else if gate == 6 {
+                v = v / z;
+            }
+        }
+        if accumulate {
+            v += c[idx];
+        }
+        c[idx] = v;
+        idx += stride;
+    }
+    if has_db {
+        let mut r = global_id().x;
+        while r < m {
+            let mut d = dp[r];
+            for z in 1..parts {
+                d += dp[z * m + r];
+            }
+            if accumulate {
+                d += db[r];
+            }
+            db[r] = d;
+            r += stride;
+        }
+    }
+}
+
 /// `db[r] = Σ_k op(A)[r, k]` (plus `db[r]` when `accumulate`), `k` in increasing order, one
 /// invocation per row of `op(A)` (`A` stored `k × m` when `ta`, else `m × k`): the row sums
 /// [`matmul_row_sums`] adds beside a product computed elsewhere.
@@ -577,6 +685,14 @@ pub fn gemm_row_sums(m: u32, k: u32, ta: bool, accumulate: bool, a: &[f32], db: 
         r += stride;
     }
 }
+
+/// Products with `k` above this split `k` into ranges of this length (a workgroup layer each,
+/// partial products summed by [`matmul_split_sum`](mod@matmul_split_sum)), so no invocation
+/// loops over more than it: lavapipe (llvmpipe) gives an invocation about 65,535 loop
+/// iterations in all and silently leaves its loops past them (`KNOWN_ISSUES` in
+/// `tests/dsl.rs`). The rule depends on the shape alone, so every backend, replay and eager
+/// run split alike; products of up to this `k` (MLP-sized ones) are one launch as before.
+pub const SPLIT_K: usize = 16384;
 
 /// Products with at least this many multiply-adds (`m·n·k`) take the vendor BLAS under
 /// [`Tile::Auto`]. Measured on the H200 (BENCHMARKS.md): MLP-S, whose largest product is
@@ -804,7 +920,11 @@ fn launch<C: Launch + ?Sized>(
             g.m, g.n
         )));
     }
-    let grid = Grid::workgroups_2d(gx.max(1) as u32, gy.max(1) as u32);
+    let (gx, gy) = (gx.max(1) as u32, gy.max(1) as u32);
+    if g.k > SPLIT_K {
+        return split_k(cx, g, tile, (gx, gy), a, b, c, db, epi);
+    }
+    let grid = Grid::workgroups_2d(gx, gy);
     let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
     // Unused inputs are bound to `a` (never read); an unused `db` to an empty view past `c`.
     let bias = epi.bias.unwrap_or(a);
@@ -827,6 +947,7 @@ fn launch<C: Launch + ?Sized>(
             m,
             n,
             k,
+            k,
             g.ta,
             g.tb,
             epi.bias.is_some(),
@@ -847,6 +968,7 @@ fn launch<C: Launch + ?Sized>(
             m,
             n,
             k,
+            k,
             g.ta,
             g.tb,
             epi.bias.is_some(),
@@ -862,6 +984,87 @@ fn launch<C: Launch + ?Sized>(
             db,
         ),
     }
+}
+
+/// A product with `k > SPLIT_K`: layer `z` of one launch computes the raw partial product of
+/// `k` range `z` (at most `SPLIT_K` long, more only past `SPLIT_K²`, keeping the ranges at
+/// most `SPLIT_K`) into a scratch buffer, and [`matmul_split_sum`](mod@matmul_split_sum) adds
+/// the ranges in order and applies the epilogue.
+#[allow(clippy::too_many_arguments)]
+fn split_k<C: Launch + ?Sized>(
+    cx: &C,
+    g: Gemm,
+    tile: Tile,
+    (gx, gy): (u32, u32),
+    a: &Buffer<f32>,
+    b: &Buffer<f32>,
+    c: &mut Buffer<f32>,
+    db: Option<&mut Buffer<f32>>,
+    epi: &Epilogue<'_>,
+) -> Result<()> {
+    let kc = g.k.div_ceil(SPLIT_K).next_multiple_of(64).max(SPLIT_K);
+    let parts = g.k.div_ceil(kc);
+    let (mn, m) = (g.m * g.n, g.m);
+    let has_db = db.is_some();
+    let dlen = if has_db { parts * m } else { 0 };
+    let plen = parts
+        .checked_mul(mn)
+        .and_then(|v| v.checked_add(dlen))
+        .filter(|&v| u32::try_from(v).is_ok())
+        .ok_or_else(|| {
+            Error::Shape(format!(
+                "matmul: {}×{}×{} needs {parts} partial products of {mn} elements, more than 2^32",
+                g.m, g.n, g.k
+            ))
+        })?;
+    let scratch = cx.scratch(plen.max(1))?;
+    let mut pc = scratch.slice(0..parts * mn)?;
+    let mut pd = scratch.slice(parts * mn..parts * mn + dlen)?;
+    let grid = Grid::workgroups_3d(gx, gy, parts as u32);
+    let (mu, nu, ku, kcu) = (g.m as u32, g.n as u32, g.k as u32, kc as u32);
+    let no = false;
+    if tile == Tile::T64 {
+        matmul_t64::launch(
+            cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, a, a, &mut pc,
+            &mut pd,
+        )?;
+    } else {
+        matmul_t16::launch(
+            cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, a, a, &mut pc,
+            &mut pd,
+        )?;
+    }
+    let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
+    // Unused inputs are bound to `a` (never read); an unused `db` to an empty view past `c`.
+    let bias = epi.bias.unwrap_or(a);
+    let aux = epi.gate.map(|(_, x)| x).unwrap_or(a);
+    let accumulate = epi.accumulate.unwrap_or(ScalarArg::from(false));
+    let mut empty;
+    let db = match db {
+        Some(d) => d,
+        None => {
+            empty = c.slice(c.len()..c.len())?;
+            &mut empty
+        }
+    };
+    matmul_split_sum::launch(
+        cx,
+        Grid::workgroups(groups(mn.max(m))),
+        mu,
+        nu,
+        parts as u32,
+        epi.bias.is_some(),
+        epi.act.code(),
+        gate,
+        accumulate,
+        has_db,
+        &pc,
+        &pd,
+        bias,
+        aux,
+        c,
+        db,
+    )
 }
 
 enum Routed<'d> {

@@ -14,7 +14,8 @@
 //!    and a second launch (`G = 1`) reduces those partials by steps 1–2 again.
 //!
 //! A per-row reduction gives each row to one workgroup (step 1 with `G = 1` over the row's
-//! columns, then step 2). Mean multiplies the sum by `1/n`; the L2 norm is the square root of
+//! columns, then step 2); a row longer than 16384 is cut into parts of 16384 reduced so, and
+//! the row of their results is reduced again (as a row, in part order). Mean multiplies the sum by `1/n`; the L2 norm is the square root of
 //! the sum of squares. No atomics on floats are used anywhere.
 
 use graphed_macros::kernel;
@@ -119,22 +120,35 @@ pub fn reduce_all(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32]) {
     }
 }
 
-/// Per-row reduction of a row-major `out.len() × cols` matrix: workgroup `w` reduces rows
+/// Per-row reduction of a row-major matrix with `cols` columns, each row cut into `parts`
+/// parts of `part` columns (the last may be shorter; `parts = 1`, `part = cols` for whole
+/// rows): `out` has an element per (row, part), and workgroup `w` reduces parts
 /// `w, w + G, …`, each by steps 1–2 of the module's order. Codes as in [`reduce_all`].
 #[kernel(workgroup = 256)]
-pub fn reduce_rows(op: u32, post: u32, scale: f32, cols: u32, x: &[f32], out: &mut [f32]) {
+pub fn reduce_rows(
+    op: u32,
+    post: u32,
+    scale: f32,
+    cols: u32,
+    part: u32,
+    parts: u32,
+    x: &[f32],
+    out: &mut [f32],
+) {
     let s = shared::<f32, 256>();
     let t = local_id().x;
-    let rows = out.len();
+    let tasks = out.len();
     let mut r = workgroup_id().x;
-    while r < rows {
-        let base = r * cols;
+    while r < tasks {
+        let lo = (r % parts) * part;
+        let len = min(part, cols - lo);
+        let base = (r / parts) * cols + lo;
         let mut acc = 0.0;
         if op == 2 {
             acc = f32::NEG_INFINITY;
         }
         let mut c = t;
-        while c < cols {
+        while c < len {
             let v = x[base + c];
             if op == 0 {
                 acc += v;
@@ -267,7 +281,13 @@ pub fn l2_norm<C: Launch + ?Sized>(
     reduce(cx, Reduce::L2, x, out, ws)
 }
 
-/// Reduces each row of the row-major `out.len() × cols` matrix `x` into `out[row]`. One launch.
+/// Reduces each row of the row-major `out.len() × cols` matrix `x` into `out[row]`. One
+/// launch for rows of up to [`SINGLE_PASS_MAX`] columns; longer rows are cut into parts of
+/// that many, reduced into a scratch buffer by one launch, whose rows of partial results the
+/// next launch reduces (and so on), so no invocation loops over more than `SINGLE_PASS_MAX /
+/// 256` elements of a row: lavapipe (llvmpipe) gives an invocation about 65,535 loop
+/// iterations in all and silently leaves its loops past them. The cut depends on the shape
+/// alone, so every backend, replay and eager run add in the same order.
 pub fn reduce_rows<C: Launch + ?Sized>(
     cx: &C,
     op: Reduce,
@@ -283,15 +303,34 @@ pub fn reduce_rows<C: Launch + ?Sized>(
     u32_of("length", n)?;
     let (acc, post) = op.codes();
     let scale = if cols == 0 { 0.0 } else { 1.0 / cols as f32 };
-    let g = rows.clamp(1, MAX_GROUPS as usize) as u32;
-    reduce_rows::launch(
-        cx,
-        Grid::workgroups(g),
-        acc,
-        post,
-        scale,
-        cols as u32,
-        x,
-        out,
-    )
+    let groups = |tasks: usize| tasks.clamp(1, MAX_GROUPS as usize) as u32;
+    // The widths of the passes: each cuts its rows into parts of `SINGLE_PASS_MAX`.
+    let mut widths = vec![cols];
+    while *widths.last().unwrap() > SINGLE_PASS_MAX {
+        let w = widths.last().unwrap().div_ceil(SINGLE_PASS_MAX);
+        widths.push(w);
+    }
+    if widths.len() == 1 {
+        let c = cols as u32;
+        let g = Grid::workgroups(groups(rows));
+        return reduce_rows::launch(cx, g, acc, post, scale, c, c, 1u32, x, out);
+    }
+    let scratch = cx.scratch(rows * widths[1..].iter().sum::<usize>())?;
+    let mut from = x.slice(0..n)?;
+    let mut at = 0;
+    // The partials of a sum of squares are sums: later passes add them (the last may root).
+    let mut code = acc;
+    for pass in 0..widths.len() - 1 {
+        let (w, parts) = (widths[pass], widths[pass + 1]);
+        let mut to = scratch.slice(at..at + rows * parts)?;
+        let (w32, p32, part) = (w as u32, parts as u32, SINGLE_PASS_MAX as u32);
+        let g = Grid::workgroups(groups(rows * parts));
+        reduce_rows::launch(cx, g, code, 0u32, 0.0f32, w32, part, p32, &from, &mut to)?;
+        code = if code == 1 { 0 } else { code };
+        at += rows * parts;
+        from = to;
+    }
+    let w = *widths.last().unwrap() as u32;
+    let g = Grid::workgroups(groups(rows));
+    reduce_rows::launch(cx, g, code, post, scale, w, w, 1u32, &from, out)
 }

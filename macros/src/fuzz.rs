@@ -441,8 +441,15 @@ impl KernelGen<'_> {
                 let t = *self.rng.pick(&["u32", "i32"]);
                 let start = self.expr(t);
                 let end = self.expr(t);
+                // Steps: any expression (a constant below 1 is rejected), one clamped to at
+                // least 1 (known only at run time when its operand is), or a literal that
+                // may pass the type's range.
                 let step = if self.rng.chance(30) {
-                    Some(self.expr(t))
+                    Some(match self.rng.below(3) {
+                        0 => self.expr(t),
+                        1 => format!("max({}, 1)", self.expr(t)),
+                        _ => self.rng.pick(&["2", "3", "64", "1 << 30"]).to_string(),
+                    })
                 } else {
                     None
                 };

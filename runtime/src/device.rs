@@ -678,4 +678,8 @@ impl Launch for Device {
             .sgemm(&g.shape(), flag, &a, &b, &c)
             .map(|()| true)
     }
+
+    fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
+        self.alloc(len)
+    }
 }

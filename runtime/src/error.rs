@@ -10,7 +10,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub struct KernelFault {
     /// The kernel's name.
     pub kernel: &'static str,
-    /// The slice parameter or workgroup array accessed.
+    /// The slice parameter or workgroup array accessed (the loop variable for a bad step).
     pub target: &'static str,
     /// What went wrong.
     pub kind: FaultKind,
@@ -30,6 +30,12 @@ pub enum FaultKind {
     BadView,
     /// Some invocations of a workgroup finished while others waited at `barrier()`.
     DivergentBarrier,
+    /// A `for` loop's run-time `step_by` step below 1 (`target` names the loop variable).
+    /// GPU targets run no iteration of such a loop instead.
+    BadStep {
+        /// The step.
+        step: i64,
+    },
 }
 
 impl fmt::Display for KernelFault {
@@ -45,6 +51,12 @@ impl fmt::Display for KernelFault {
                 f,
                 "kernel `{}`: some invocations of a workgroup returned while others waited at `barrier()`",
                 self.kernel
+            ),
+            FaultKind::BadStep { step } => write!(
+                f,
+                "kernel `{}`: the loop over `{}` has step_by({step}); a step must be at least 1 \
+                 (Rust's step_by takes a usize and panics on 0)",
+                self.kernel, self.target
             ),
         }
     }

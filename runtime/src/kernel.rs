@@ -225,4 +225,9 @@ pub trait Launch {
         let _ = (g, a, b, c);
         Ok(false)
     }
+
+    /// A temporary of `len` elements for a library call's intermediate results (partial
+    /// sums of a long product or reduction): a step's workspace, kept with its recording, or,
+    /// eagerly, a fresh allocation. Its contents are unspecified until written.
+    fn scratch(&self, len: usize) -> Result<crate::Buffer<f32>>;
 }

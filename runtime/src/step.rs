@@ -471,4 +471,8 @@ impl Launch for Step {
         });
         Ok(true)
     }
+
+    fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
+        self.workspace(len)
+    }
 }

@@ -23,6 +23,7 @@ fn all() -> Vec<&'static KernelDef> {
         &matmul::matmul_t16::DEF,
         &matmul::gemm_epilogue::DEF,
         &matmul::gemm_row_sums::DEF,
+        &matmul::matmul_split_sum::DEF,
         &loss::softmax_xent_narrow::DEF,
         &loss::softmax_xent_wide::DEF,
         &loss::mse_pass::DEF,

@@ -853,10 +853,23 @@ impl<'a> Checker<'a> {
         let ty = start.ty;
         let step = match step {
             Some(s) => {
-                let v = self.expr(s, Some(ty))?;
+                let mut v = self.expr(s, Some(ty))?;
                 if v.ty != ty {
                     self.error(s, mismatch(ty, v.ty));
                     return Err(());
+                }
+                // A step known here is checked now and folded, so the emitters see a literal.
+                match const_value(&v, &self.known) {
+                    Some(ExprKind::LitU32(0) | ExprKind::LitI32(0)) => self.error(
+                        s,
+                        "`step_by(0)` never advances (Rust's `step_by` panics on 0); the step must be at least 1: `(a..b).step_by(2)`",
+                    ),
+                    Some(ExprKind::LitI32(k)) if k < 0 => self.error(
+                        s,
+                        format!("`step_by({k})`: the step must be at least 1 (Rust's `step_by` takes a `usize`); to count down, count up and mirror the index: `for k in 0..n {{ let i = n - 1 - k; … }}`"),
+                    ),
+                    Some(k @ (ExprKind::LitU32(_) | ExprKind::LitI32(_))) => v.kind = k,
+                    _ => {}
                 }
                 Some(v)
             }
@@ -871,6 +884,7 @@ impl<'a> Checker<'a> {
         self.scopes.pop();
         Ok(Stmt::For {
             var: mangled,
+            source: name.trim_start_matches("r#").to_string(),
             ty,
             start,
             end,

@@ -303,8 +303,13 @@ pub enum Stmt {
         els: Vec<Stmt>,
     },
     /// `for var in start..end` (`end` evaluated once, as in Rust), with an optional step.
+    /// As in Rust, the loop ends where `var + step` would pass `end` or overflow the type. A
+    /// step that is not a literal is checked at run time: below 1 it is a fault on the host
+    /// and no iteration on GPU targets (a literal below 1 is a compile error).
     For {
         var: String,
+        /// The loop variable's name in the source, for the host's fault.
+        source: String,
         ty: Ty,
         start: Expr,
         end: Expr,
@@ -335,19 +340,37 @@ pub enum Stmt {
     },
 }
 
-/// Whether every loop of `body` terminates by construction: a `for` over a range with step 1
-/// (`i < end` bounds it and `i + 1` cannot wrap). `while`, `loop`, a `for` with another step
-/// (0, or one that can wrap past `end`) and a compare-exchange (a retry loop in WGSL) may
-/// not. Lets the wgpu backend drop naga's loop-bounding counters from such kernels.
+/// How a `for` loop's step is known, for the emitters.
+pub enum ForStep<'a> {
+    /// No step, or a literal 1: `var + 1` cannot pass `end`, since `var < end`.
+    Unit,
+    /// A literal above 1 (the checker rejects literals below 1 and folds known steps).
+    Literal(&'a Expr),
+    /// Known only at run time: checked before the loop.
+    RunTime(&'a Expr),
+}
+
+impl ForStep<'_> {
+    pub fn of(step: &Option<Expr>) -> ForStep<'_> {
+        match step {
+            None => ForStep::Unit,
+            Some(e) => match e.kind {
+                ExprKind::LitU32(1) | ExprKind::LitI32(1) => ForStep::Unit,
+                ExprKind::LitU32(_) | ExprKind::LitI32(_) => ForStep::Literal(e),
+                _ => ForStep::RunTime(e),
+            },
+        }
+    }
+}
+
+/// Whether every loop of `body` terminates by construction: every `for` does (its variable
+/// is immutable and each step moves it at least 1 closer to `end`, never past it: the
+/// emitters stop where `var + step` would pass `end`, and a run-time step below 1 runs no
+/// iteration). `while`, `loop` and a compare-exchange (a retry loop in WGSL) may not. Lets
+/// the wgpu backend drop naga's loop-bounding counters from such kernels.
 pub fn loops_terminate(body: &[Stmt]) -> bool {
     body.iter().all(|s| match s {
-        Stmt::For { step, body, .. } => {
-            let unit = match step {
-                None => true,
-                Some(e) => matches!(e.kind, ExprKind::LitU32(1) | ExprKind::LitI32(1)),
-            };
-            unit && loops_terminate(body)
-        }
+        Stmt::For { body, .. } => loops_terminate(body),
         Stmt::While { .. } | Stmt::Loop { .. } => false,
         Stmt::If { then, els, .. } => loops_terminate(then) && loops_terminate(els),
         Stmt::Atomic { op, .. } => *op != AtomicOp::CompareExchange,

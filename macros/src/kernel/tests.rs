@@ -599,7 +599,7 @@ fn barriers_order_storage_only_where_a_written_slice_is_accessed_on_both_sides()
 }
 
 #[test]
-fn loops_terminate_only_for_unit_step_ranges() {
+fn loops_terminate_for_ranges_of_any_step_but_not_while_loop_or_retry() {
     let body = |item: TokenStream| {
         let k = lower(quote!(workgroup = 64), item).unwrap_or_else(|e| panic!("{e:#?}"));
         loops_terminate(&k.body)
@@ -613,10 +613,15 @@ fn loops_terminate_only_for_unit_step_ranges() {
             }
         }
     }));
-    assert!(!body(quote! {
-        pub fn strided(n: u32, y: &mut [f32]) {
+    // A step that passes `end` or the type's range ends the loop; a run-time step below 1
+    // runs no iteration (a fault on the host).
+    assert!(body(quote! {
+        pub fn strided(n: u32, s: i32, y: &mut [f32]) {
             for i in (global_id().x..n).step_by(64) {
                 y[i] = 0.0;
+            }
+            for j in (0..i32::MAX).step_by(s) {
+                y[0] = j as f32;
             }
         }
     }));
@@ -635,4 +640,31 @@ fn loops_terminate_only_for_unit_step_ranges() {
             z[0] = old;
         }
     }));
+}
+
+#[test]
+fn step_by_a_constant_below_one_is_rejected_with_what_to_write() {
+    let err = |item: TokenStream| errors(quote!(workgroup = 64), item).join("\n");
+    let zero = err(quote! {
+        pub fn z(y: &mut [f32]) {
+            const S: u32 = 4;
+            for i in (0..y.len()).step_by(S - 4) {
+                y[i] = 0.0;
+            }
+        }
+    });
+    assert!(zero.contains("`step_by(0)` never advances"), "{zero}");
+    assert!(zero.contains("at least 1"), "{zero}");
+    let negative = err(quote! {
+        pub fn n(y: &mut [f32]) {
+            for i in (10..0).step_by(-1) {
+                y[i as u32] = 0.0;
+            }
+        }
+    });
+    assert!(negative.contains("`step_by(-1)`"), "{negative}");
+    assert!(
+        negative.contains("count up and mirror the index"),
+        "{negative}"
+    );
 }

@@ -202,23 +202,44 @@ impl Cuda<'_> {
                 end,
                 step,
                 body,
+                ..
             } => {
                 self.line("{");
                 self.indent += 1;
-                self.line(&format!("const {} {var}_end = {};", ty(*t), self.expr(end)));
-                let one = if *t == Ty::U32 { "1u" } else { "1" };
-                let step = step
-                    .as_ref()
-                    .map(|s| self.expr(s))
-                    .unwrap_or_else(|| one.to_string());
-                self.line(&format!("const {} {var}_step = {step};", ty(*t)));
+                let tn = ty(*t);
+                self.line(&format!("const {tn} {var}_end = {};", self.expr(end)));
+                let st = self.expr(start);
+                let step = ForStep::of(step);
+                let e = match step {
+                    ForStep::Unit => {
+                        let one = if *t == Ty::U32 { "1u" } else { "1" };
+                        self.line(&format!("const {tn} {var}_step = {one};"));
+                        None
+                    }
+                    ForStep::Literal(e) | ForStep::RunTime(e) => {
+                        self.line(&format!("const {tn} {var}_step = {};", self.expr(e)));
+                        Some(matches!(step, ForStep::RunTime(_)))
+                    }
+                };
+                // A run-time step below 1 runs no iteration (the host faults instead).
+                if e == Some(true) {
+                    self.line(&format!("if ({var}_step > 0) {{"));
+                    self.indent += 1;
+                }
                 let inc = binary(BinOp::Add, *t, var, &format!("{var}_step"));
-                let head = format!(
-                    "for ({} {var} = {}; {var} < {var}_end; {var} = {inc})",
-                    ty(*t),
-                    self.expr(start)
-                );
+                // Past `end`, or past the type's range, the loop ends instead of wrapping: the
+                // next value is taken only while `step < end - var` (in unsigned arithmetic,
+                // where the distance of two ints always fits).
+                let update = match e {
+                    None => format!("{var} = {inc}"),
+                    Some(_) => format!("{var} = ((unsigned int){var}_step < (unsigned int){var}_end - (unsigned int){var}) ? {inc} : {var}_end"),
+                };
+                let head = format!("for ({tn} {var} = {st}; {var} < {var}_end; {update})");
                 self.nested(&head, body);
+                if e == Some(true) {
+                    self.indent -= 1;
+                    self.line("}");
+                }
                 self.indent -= 1;
                 self.line("}");
             }

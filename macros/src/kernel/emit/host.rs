@@ -165,6 +165,7 @@ impl Host<'_> {
             }
             Stmt::For {
                 var,
+                source,
                 ty,
                 start,
                 end,
@@ -172,15 +173,42 @@ impl Host<'_> {
                 body,
             } => {
                 let t = ty.rust();
-                let one = if *ty == Ty::U32 { "1u32" } else { "1i32" };
-                let step = step
-                    .as_ref()
-                    .map(|s| self.expr(s))
-                    .unwrap_or_else(|| one.to_string());
                 let (st, en) = (self.expr(start), self.expr(end));
+                let step = ForStep::of(step);
+                let sv = match step {
+                    ForStep::Unit => {
+                        if *ty == Ty::U32 {
+                            "1u32".to_string()
+                        } else {
+                            "1i32".to_string()
+                        }
+                    }
+                    ForStep::Literal(e) | ForStep::RunTime(e) => self.expr(e),
+                };
+                self.line(&format!(
+                    "{{ let {var}_end: {t} = {en}; let {var}_step: {t} = {sv};"
+                ));
+                if let ForStep::RunTime(_) = step {
+                    // As Rust's `step_by` panics on 0, a step below 1 is a fault here.
+                    let bad = if *ty == Ty::U32 { "== 0u32" } else { "< 1i32" };
+                    self.line(&format!(
+                        "if {var}_step {bad} {{ return ::core::result::Result::Err(::graphed::KernelFault {{ kernel: {:?}, target: {source:?}, kind: ::graphed::FaultKind::BadStep {{ step: {var}_step as i64 }} }}); }}",
+                        self.k.name
+                    ));
+                }
                 // The next value is computed before the body so `continue` cannot skip it.
-                self.line(&format!("{{ let {var}_end: {t} = {en}; let {var}_step: {t} = {step}; let mut {var}_next: {t} = {st};"));
-                self.line(&format!("while {var}_next < {var}_end {{ let {var}: {t} = {var}_next; {var}_next = {var}_next.wrapping_add({var}_step);"));
+                // Where `var + step` would pass `end` or the type's range, the loop ends.
+                let next = match step {
+                    ForStep::Unit => format!("{var}_next.wrapping_add({var}_step)"),
+                    _ if *ty == Ty::U32 => format!(
+                        "if {var}_step < {var}_end - {var} {{ {var} + {var}_step }} else {{ {var}_end }}"
+                    ),
+                    _ => format!(
+                        "if ({var}_step as u32) < ({var}_end as u32).wrapping_sub({var} as u32) {{ {var}.wrapping_add({var}_step) }} else {{ {var}_end }}"
+                    ),
+                };
+                self.line(&format!("let mut {var}_next: {t} = {st};"));
+                self.line(&format!("while {var}_next < {var}_end {{ let {var}: {t} = {var}_next; {var}_next = {next};"));
                 self.block(body);
                 self.line("} }");
             }

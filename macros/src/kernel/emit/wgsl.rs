@@ -405,22 +405,51 @@ impl Wgsl<'_> {
                 end,
                 step,
                 body,
+                ..
             } => {
                 self.line("{");
                 self.indent += 1;
-                self.line(&format!("let {var}_end: {} = {};", ty(*t), self.expr(end)));
-                let one = if *t == Ty::U32 { "1u" } else { "1i" };
-                let step = step
-                    .as_ref()
-                    .map(|s| self.expr(s))
-                    .unwrap_or_else(|| one.to_string());
-                self.line(&format!("let {var}_step: {} = {step};", ty(*t)));
-                let head = format!(
-                    "for (var {var}: {} = {}; {var} < {var}_end; {var} = {var} + {var}_step)",
-                    ty(*t),
-                    self.expr(start)
-                );
+                let tn = ty(*t);
+                self.line(&format!("let {var}_end: {tn} = {};", self.expr(end)));
+                let st = self.expr(start);
+                let step = ForStep::of(step);
+                let e = match step {
+                    ForStep::Unit => {
+                        let one = if *t == Ty::U32 { "1u" } else { "1i" };
+                        self.line(&format!("let {var}_step: {tn} = {one};"));
+                        None
+                    }
+                    ForStep::Literal(e) | ForStep::RunTime(e) => {
+                        self.line(&format!("let {var}_step: {tn} = {};", self.expr(e)));
+                        Some(matches!(step, ForStep::RunTime(_)))
+                    }
+                };
+                // A run-time step below 1 runs no iteration (the host faults instead).
+                if e == Some(true) {
+                    let zero = if *t == Ty::U32 { "0u" } else { "0i" };
+                    self.line(&format!("if ({var}_step > {zero}) {{"));
+                    self.indent += 1;
+                }
+                // Past `end`, or past the type's range, the loop ends instead of wrapping: the
+                // next value is taken only while `step < end - var` (in u32, where the
+                // distance of two i32 always fits).
+                let update = match e {
+                    None => format!("{var} = {var} + {var}_step"),
+                    Some(_) => {
+                        let fits = if *t == Ty::U32 {
+                            format!("{var}_step < {var}_end - {var}")
+                        } else {
+                            format!("bitcast<u32>({var}_step) < bitcast<u32>({var}_end) - bitcast<u32>({var})")
+                        };
+                        format!("{var} = select({var}_end, {var} + {var}_step, {fits})")
+                    }
+                };
+                let head = format!("for (var {var}: {tn} = {st}; {var} < {var}_end; {update})");
                 self.nested(&head, body);
+                if e == Some(true) {
+                    self.indent -= 1;
+                    self.line("}");
+                }
                 self.indent -= 1;
                 self.line("}");
             }

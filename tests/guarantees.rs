@@ -483,12 +483,13 @@ fn pair_step(
 #[test]
 fn host_launches_in_opposite_binding_orders_do_not_deadlock() {
     let dev = graphed::Device::host();
-    let a = dev.upload(&vec![1.0f32; 4096]).unwrap();
-    let b = dev.upload(&vec![2.0f32; 4096]).unwrap();
+    let a = dev.upload(&vec![1.0f32; 64]).unwrap();
+    let b = dev.upload(&vec![2.0f32; 64]).unwrap();
     let (tx, rx) = mpsc::channel();
     let mut handles = Vec::new();
-    for t in 0..2 {
-        let (mut x, mut y) = if t == 0 {
+    // Four threads, two in each order: the old code deadlocked within the 60 s here.
+    for t in 0..4 {
+        let (mut x, mut y) = if t % 2 == 0 {
             (a.clone(), b.clone())
         } else {
             (b.clone(), a.clone())
@@ -497,13 +498,13 @@ fn host_launches_in_opposite_binding_orders_do_not_deadlock() {
         let tx = tx.clone();
         handles.push(std::thread::spawn(move || {
             let mut step = PairStep::new(&dev).unwrap();
-            for _ in 0..2000 {
+            for _ in 0..20_000 {
                 step.call(&mut x, &mut y).unwrap();
             }
             tx.send(()).unwrap();
         }));
     }
-    for _ in 0..2 {
+    for _ in 0..4 {
         rx.recv_timeout(Duration::from_secs(60))
             .expect("host launches deadlocked (locks taken in opposite orders)");
     }

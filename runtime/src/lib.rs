@@ -31,7 +31,7 @@ pub use error::{Error, FaultKind, KernelFault, Result};
 pub use holder::{AsInput, Body, CallArgs, CaptureKey, Config, Graphed, InputArg, Out, Stats};
 pub use kernel::{
     ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch, ParamInfo, ParamType,
-    ScalarArg,
+    ScalarArg, MAX_WORKGROUPS_PER_DIMENSION,
 };
 pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
 pub use step::{Input, Output, Scalar, Step};

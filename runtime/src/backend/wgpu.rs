@@ -33,14 +33,19 @@ impl ShaderChecks {
         division: false,
     };
 
-    fn from_env() -> ShaderChecks {
+    /// The words `GRAPHED_WGPU_CHECKS` accepts.
+    const WORDS: &'static str = "a comma-separated list of bounds, loops, division, all or none";
+
+    fn from_env() -> Result<ShaderChecks> {
         match std::env::var("GRAPHED_WGPU_CHECKS") {
             Ok(v) if !v.trim().is_empty() => ShaderChecks::parse(&v),
-            _ => ShaderChecks::DEFAULT,
+            _ => Ok(ShaderChecks::DEFAULT),
         }
     }
 
-    fn parse(v: &str) -> ShaderChecks {
+    /// Fails closed: an unknown word (`bound`, `Bounds`) would otherwise switch index
+    /// clamping off without a word, so it refuses to open the device instead.
+    fn parse(v: &str) -> Result<ShaderChecks> {
         let mut c = ShaderChecks {
             bounds: false,
             loops: false,
@@ -59,12 +64,16 @@ impl ShaderChecks {
                 "bounds" => c.bounds = true,
                 "loops" => c.loops = true,
                 "division" => c.division = true,
-                other => tracing::warn!(
-                    "graphed: GRAPHED_WGPU_CHECKS: unknown check `{other}` ignored (known: bounds, loops, division, all, none)"
-                ),
+                _ => {
+                    return Err(Error::BadEnv {
+                        var: "GRAPHED_WGPU_CHECKS",
+                        value: v.into(),
+                        hint: ShaderChecks::WORDS,
+                    })
+                }
             }
         }
-        c
+        Ok(c)
     }
 }
 
@@ -104,6 +113,7 @@ fn buffer(view: &RawView) -> &wgpu::Buffer {
 
 impl WgpuBackend {
     pub(crate) fn open() -> Result<WgpuBackend> {
+        let checks = ShaderChecks::from_env()?;
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
             backends: wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY),
             ..wgpu::InstanceDescriptor::new_without_display_handle()
@@ -149,7 +159,7 @@ impl WgpuBackend {
             info,
             limits,
             pipelines: Mutex::new(HashMap::new()),
-            checks: ShaderChecks::from_env(),
+            checks,
             error,
         })
     }
@@ -189,6 +199,17 @@ impl WgpuBackend {
                     l.max_compute_workgroup_size_y,
                     l.max_compute_workgroup_size_z
                 ),
+            });
+        }
+        if kernel.workgroup_bytes > l.max_compute_workgroup_storage_size {
+            return Err(Error::Limit {
+                backend: NAME,
+                what: format!(
+                    "workgroup memory of kernel `{}` in bytes (the adapter's `max_compute_workgroup_storage_size`)",
+                    kernel.name
+                ),
+                asked: kernel.workgroup_bytes.into(),
+                limit: l.max_compute_workgroup_storage_size.into(),
             });
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -325,14 +346,24 @@ impl Backend for WgpuBackend {
         (self.limits.min_storage_buffer_offset_alignment as usize / 4).max(1)
     }
     fn alloc(&self, words: usize) -> Result<Memory> {
-        let bytes = (words.max(1) * 4) as u64;
-        if bytes > self.limits.max_buffer_size
-            || bytes > self.limits.max_storage_buffer_binding_size
-        {
-            return Err(Error::OutOfMemory {
-                backend: NAME,
-                bytes,
-            });
+        // `Device::alloc_raw` refused counts whose bytes overflow.
+        let bytes = words.max(1) as u64 * 4;
+        // Fixed limits of the adapter, not a lack of free memory: each buffer is bound whole.
+        for (name, limit) in [
+            (
+                "max_storage_buffer_binding_size",
+                self.limits.max_storage_buffer_binding_size,
+            ),
+            ("max_buffer_size", self.limits.max_buffer_size),
+        ] {
+            if bytes > limit {
+                return Err(Error::Limit {
+                    backend: NAME,
+                    what: format!("bytes of one buffer (the adapter's `{name}`)"),
+                    asked: bytes.into(),
+                    limit: limit.into(),
+                });
+            }
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -346,7 +377,7 @@ impl Backend for WgpuBackend {
         if pollster::block_on(scope.pop()).is_some() {
             return Err(Error::OutOfMemory {
                 backend: NAME,
-                bytes,
+                bytes: Some(bytes),
             });
         }
         Ok(Memory::Wgpu(buf))
@@ -703,15 +734,37 @@ mod tests {
     #[test]
     fn shader_checks_parse_lists_all_and_none() {
         assert_eq!(ShaderChecks::DEFAULT, checks(true, false, false));
-        assert_eq!(ShaderChecks::parse("all"), checks(true, true, true));
-        assert_eq!(ShaderChecks::parse("none"), checks(false, false, false));
         assert_eq!(
-            ShaderChecks::parse("loops, division"),
+            ShaderChecks::parse("all").unwrap(),
+            checks(true, true, true)
+        );
+        assert_eq!(
+            ShaderChecks::parse("none").unwrap(),
+            checks(false, false, false)
+        );
+        assert_eq!(
+            ShaderChecks::parse("loops, division").unwrap(),
             checks(false, true, true)
         );
         assert_eq!(
-            ShaderChecks::parse("bounds,typo"),
+            ShaderChecks::parse(" bounds ,").unwrap(),
             checks(true, false, false)
         );
+    }
+
+    #[test]
+    fn shader_checks_refuse_unknown_words() {
+        for v in ["bound", "Bounds", "garbage", "bounds,typo", "all,BOUNDS"] {
+            match ShaderChecks::parse(v) {
+                Err(e @ crate::Error::BadEnv { var, .. }) => {
+                    assert_eq!(var, "GRAPHED_WGPU_CHECKS");
+                    assert_eq!(
+                        e.to_string(),
+                        format!("environment variable GRAPHED_WGPU_CHECKS={v:?} is not understood: a comma-separated list of bounds, loops, division, all or none")
+                    );
+                }
+                other => panic!("{v}: expected BadEnv, got {other:?}"),
+            }
+        }
     }
 }

@@ -101,6 +101,57 @@ fn device_err(reason: impl std::fmt::Display) -> Error {
     }
 }
 
+/// The window-system surface extensions wgpu's Vulkan instance enables whenever a driver offers
+/// them. Compute never makes a surface; with them enabled, Mesa's device-select layer connects
+/// to a Wayland (and X) display while listing devices, which prints `error: XDG_RUNTIME_DIR is
+/// invalid or not set in the environment.` on every machine without a desktop session.
+#[cfg(all(unix, not(target_vendor = "apple"), not(target_os = "android")))]
+const WINDOW_SYSTEM_EXTENSIONS: [&std::ffi::CStr; 3] = [
+    c"VK_KHR_wayland_surface",
+    c"VK_KHR_xcb_surface",
+    c"VK_KHR_xlib_surface",
+];
+
+/// An instance that asks for what compute needs: on Linux and the BSDs a Vulkan instance
+/// without the window-system surface extensions; elsewhere (or if that instance cannot be
+/// made) wgpu's own.
+fn compute_instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let desc = wgpu::InstanceDescriptor {
+        backends,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    };
+    #[cfg(all(unix, not(target_vendor = "apple"), not(target_os = "android")))]
+    if backends.contains(wgpu::Backends::VULKAN) {
+        let hal_desc = wgpu::hal::InstanceDescriptor {
+            name: "graphed",
+            flags: desc.flags,
+            memory_budget_thresholds: desc.memory_budget_thresholds,
+            backend_options: desc.backend_options.clone(),
+            telemetry: None,
+            display: None,
+        };
+        let compute_only: Box<wgpu::hal::vulkan::CreateInstanceCallback> = Box::new(|args| {
+            args.extensions
+                .retain(|e| !WINDOW_SYSTEM_EXTENSIONS.contains(e));
+        });
+        // SAFETY: wgpu-hal asks callbacks not to remove extensions, because it assumes an
+        // available extension is enabled. For these three it only assumes so when creating a
+        // surface from a Wayland, XCB or Xlib window, and it checks the enabled list first
+        // (wgpu-hal 30, `vulkan/instance.rs`): a surface is never made here, and
+        // `VK_KHR_surface`, which the device's `VK_KHR_swapchain` needs, stays enabled.
+        match unsafe {
+            wgpu::hal::vulkan::Instance::init_with_callback(&hal_desc, Some(compute_only))
+        } {
+            // SAFETY: a Vulkan instance that wgpu-hal just made; wgpu takes ownership of it.
+            Ok(hal) => return unsafe { wgpu::Instance::from_hal::<wgpu::hal::api::Vulkan>(hal) },
+            Err(e) => tracing::debug!(
+                "graphed: a compute-only Vulkan instance failed ({e}); using wgpu's own"
+            ),
+        }
+    }
+    wgpu::Instance::new(desc)
+}
+
 fn buffer(view: &RawView) -> &wgpu::Buffer {
     match &view.buf.mem {
         Memory::Wgpu(b) => b,
@@ -114,10 +165,8 @@ fn buffer(view: &RawView) -> &wgpu::Buffer {
 impl WgpuBackend {
     pub(crate) fn open() -> Result<WgpuBackend> {
         let checks = ShaderChecks::from_env()?;
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends: wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY),
-            ..wgpu::InstanceDescriptor::new_without_display_handle()
-        });
+        let instance =
+            compute_instance(wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY));
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             force_fallback_adapter: false,

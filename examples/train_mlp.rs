@@ -82,50 +82,108 @@ pub struct Report {
     pub recordings: u64,
 }
 
-const USAGE: &str = "usage: train_mlp [--backend host|wgpu|cuda] [--steps N] [--batch B] [--accumulate K] [--eager] [--lr X] [--seed S] [--data MNIST_DIR] [--plot loss.svg] [--min-accuracy A] [--quiet]";
+/// The command line (`--help` prints it).
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "train_mlp",
+    about = "Train an MLP classifier with a recorded training step.",
+    allow_negative_numbers = true
+)]
+struct Cli {
+    /// The backend (default: the best available).
+    #[arg(long, value_parser = backend)]
+    backend: Option<BackendKind>,
+    /// Optimizer updates.
+    #[arg(long, value_name = "N", default_value_t = Options::default().steps, value_parser = positive)]
+    steps: usize,
+    /// Rows per update.
+    #[arg(long, value_name = "B", default_value_t = Options::default().batch, value_parser = positive)]
+    batch: usize,
+    /// Micro-batches per update (divides --batch).
+    #[arg(long, value_name = "K", default_value_t = Options::default().accumulate, value_parser = positive)]
+    accumulate: usize,
+    /// Run eagerly instead of replaying.
+    #[arg(long)]
+    eager: bool,
+    /// AdamW's learning rate.
+    #[arg(long, value_name = "X", default_value_t = Options::default().lr, value_parser = learning_rate)]
+    lr: f32,
+    /// Initialisation and shuffling.
+    #[arg(long, value_name = "S", default_value_t = Options::default().seed)]
+    seed: u64,
+    /// A folder with MNIST's four IDX files (default: the shipped 8×8 digits).
+    #[arg(long, value_name = "MNIST_DIR")]
+    data: Option<std::path::PathBuf>,
+    /// Write the loss curve as SVG.
+    #[arg(long, value_name = "loss.svg")]
+    plot: Option<std::path::PathBuf>,
+    /// Exit with an error below this test accuracy (0 to 1).
+    #[arg(long, value_name = "A", value_parser = fraction)]
+    min_accuracy: Option<f64>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
 
-/// Parses the command line (without the program name).
-pub fn parse(args: impl IntoIterator<Item = String>) -> std::result::Result<Options, String> {
-    let mut o = Options::default();
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value\n{USAGE}"));
-        let num = |s: String, name: &str| {
-            s.parse::<f64>()
-                .map_err(|_| format!("{name}: not a number: {s}"))
-        };
-        match a.as_str() {
-            "--backend" => {
-                o.backend = Some(match val("--backend")?.as_str() {
-                    "host" => BackendKind::Host,
-                    "wgpu" => BackendKind::Wgpu,
-                    "cuda" => BackendKind::Cuda,
-                    other => return Err(format!("--backend: unknown backend {other}\n{USAGE}")),
-                })
-            }
-            "--steps" => o.steps = num(val("--steps")?, "--steps")? as usize,
-            "--batch" => o.batch = num(val("--batch")?, "--batch")? as usize,
-            "--accumulate" => o.accumulate = num(val("--accumulate")?, "--accumulate")? as usize,
-            "--lr" => o.lr = num(val("--lr")?, "--lr")? as f32,
-            "--seed" => o.seed = num(val("--seed")?, "--seed")? as u64,
-            "--min-accuracy" => {
-                o.min_accuracy = Some(num(val("--min-accuracy")?, "--min-accuracy")?)
-            }
-            "--data" => o.data = Some(val("--data")?.into()),
-            "--plot" => o.plot = Some(val("--plot")?.into()),
-            "--eager" => o.eager = true,
-            "--quiet" => o.quiet = true,
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other}\n{USAGE}")),
-        }
+fn backend(s: &str) -> std::result::Result<BackendKind, String> {
+    match s {
+        "host" => Ok(BackendKind::Host),
+        "wgpu" => Ok(BackendKind::Wgpu),
+        "cuda" => Ok(BackendKind::Cuda),
+        _ => Err(format!("unknown backend {s} (host, wgpu or cuda)")),
     }
-    if o.batch == 0 || o.accumulate == 0 || o.batch % o.accumulate != 0 {
-        return Err(format!(
-            "--batch ({}) must be a positive multiple of --accumulate ({})",
-            o.batch, o.accumulate
+}
+
+/// A whole number of at least 1 (`-1`, `nan`, `1e30` and `1.5` are not).
+fn positive(s: &str) -> std::result::Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("not a whole number of at least 1".into()),
+    }
+}
+
+fn learning_rate(s: &str) -> std::result::Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err("must be a finite number above 0".into()),
+    }
+}
+
+fn fraction(s: &str) -> std::result::Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err("must be a number from 0 to 1".into()),
+    }
+}
+
+/// Parses the command line (without the program name). `--help` comes back as an error too:
+/// `clap::Error::exit` prints it and exits 0, other errors exit 2.
+pub fn parse(args: impl IntoIterator<Item = String>) -> std::result::Result<Options, clap::Error> {
+    use clap::{CommandFactory, Parser};
+    let c = Cli::try_parse_from(std::iter::once("train_mlp".to_string()).chain(args))?;
+    if c.batch % c.accumulate != 0 {
+        return Err(Cli::command().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "--batch ({}) must be a multiple of --accumulate ({})",
+                c.batch, c.accumulate
+            ),
         ));
     }
-    Ok(o)
+    Ok(Options {
+        backend: c.backend,
+        steps: c.steps,
+        batch: c.batch,
+        accumulate: c.accumulate,
+        eager: c.eager,
+        lr: c.lr,
+        seed: c.seed,
+        data: c.data,
+        plot: c.plot,
+        quiet: c.quiet,
+        min_accuracy: c.min_accuracy,
+    })
 }
 
 /// A labelled data set: `rows × features` pixels in [0, 1].
@@ -206,39 +264,74 @@ fn idx(path: &std::path::Path, magic: u32) -> std::result::Result<(Vec<usize>, V
         .map(|i| word(i).map(|w| w as usize))
         .collect::<std::result::Result<_, _>>()?;
     let start = 4 * (1 + dims.len());
-    let n: usize = dims.iter().product();
+    let n = dims
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or(format!("{}: dimensions {dims:?} overflow", path.display()))?;
     let data = bytes
-        .get(start..start + n)
-        .ok_or(format!("{}: truncated data", path.display()))?
-        .to_vec();
-    Ok((dims, data))
+        .get(start..)
+        .filter(|d| d.len() >= n)
+        .ok_or(format!("{}: truncated data", path.display()))?;
+    if data.len() > n {
+        return Err(format!(
+            "{}: {} bytes after the {n} its header {dims:?} describes",
+            path.display(),
+            data.len() - n
+        ));
+    }
+    Ok((dims, data.to_vec()))
 }
 
-/// MNIST from its four IDX files in `dir`.
+/// MNIST from its four IDX files in `dir`: as many labels as images in each set, every label
+/// a class of 0..=9, test images of the training images' size.
 pub fn mnist(dir: &std::path::Path) -> std::result::Result<Data, String> {
-    let images = |name: &str| -> std::result::Result<(usize, Vec<f32>), String> {
+    const CLASSES: usize = 10;
+    let images = |name: &str| -> std::result::Result<(usize, usize, Vec<f32>), String> {
         let (dims, data) = idx(&dir.join(name), 0x0803)?;
         Ok((
+            dims[0],
             dims[1] * dims[2],
             data.into_iter().map(|p| p as f32 / 255.0).collect(),
         ))
     };
-    let labels = |name: &str| -> std::result::Result<Vec<u32>, String> {
-        Ok(idx(&dir.join(name), 0x0801)?
-            .1
-            .into_iter()
-            .map(u32::from)
-            .collect())
+    let labels = |name: &str, images: usize| -> std::result::Result<Vec<u32>, String> {
+        let path = dir.join(name);
+        let (_, data) = idx(&path, 0x0801)?;
+        if data.len() != images {
+            return Err(format!(
+                "{}: {} labels for {images} images",
+                path.display(),
+                data.len()
+            ));
+        }
+        if let Some((row, l)) = data
+            .iter()
+            .enumerate()
+            .find(|(_, &l)| l as usize >= CLASSES)
+        {
+            return Err(format!(
+                "{}: label {l} of row {row} is not a class of 0..={}",
+                path.display(),
+                CLASSES - 1
+            ));
+        }
+        Ok(data.into_iter().map(u32::from).collect())
     };
-    let (features, train_x) = images("train-images-idx3-ubyte")?;
-    let (_, test_x) = images("t10k-images-idx3-ubyte")?;
+    let (n_train, features, train_x) = images("train-images-idx3-ubyte")?;
+    let (n_test, test_features, test_x) = images("t10k-images-idx3-ubyte")?;
+    if features == 0 || test_features != features {
+        return Err(format!(
+            "{}: images of {test_features} pixels, the training images have {features}",
+            dir.join("t10k-images-idx3-ubyte").display()
+        ));
+    }
     Ok(Data {
         features,
-        classes: 10,
+        classes: CLASSES,
         train_x,
-        train_y: labels("train-labels-idx1-ubyte")?,
+        train_y: labels("train-labels-idx1-ubyte", n_train)?,
         test_x,
-        test_y: labels("t10k-labels-idx1-ubyte")?,
+        test_y: labels("t10k-labels-idx1-ubyte", n_test)?,
     })
 }
 
@@ -366,6 +459,9 @@ pub fn run(opts: &Options) -> std::result::Result<Report, String> {
         vec![data.features, 256, 256, data.classes]
     };
     let n_train = data.train_y.len();
+    if data.test_y.is_empty() {
+        return Err("the test set is empty: there is nothing to measure accuracy on".into());
+    }
     if n_train < opts.batch {
         return Err(format!(
             "--batch {} is larger than the training set ({n_train} rows)",
@@ -501,13 +597,7 @@ pub fn svg(losses: &[(usize, f32)]) -> String {
 
 #[allow(dead_code)]
 fn main() {
-    let opts = match parse(std::env::args().skip(1)) {
-        Ok(o) => o,
-        Err(msg) => {
-            eprintln!("{msg}");
-            std::process::exit(2);
-        }
-    };
+    let opts = parse(std::env::args().skip(1)).unwrap_or_else(|e| e.exit());
     match run(&opts) {
         Ok(r) => {
             let (mine, other) = if opts.eager {

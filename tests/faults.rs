@@ -463,7 +463,14 @@ fn out_of_memory_while_allocating_static_buffers_is_typed_and_leaves_nothing() {
         let before = dev.allocated_bytes();
         let mut step = HugeStep::new(dev).unwrap();
         let err = step.call(&[1.0f32; 4][..]).unwrap_err();
-        assert!(matches!(err, graphed::Error::OutOfMemory { .. }), "{err:?}");
+        // 4 TiB: out of memory, or over the adapter's buffer limits (wgpu).
+        assert!(
+            matches!(
+                err,
+                graphed::Error::OutOfMemory { .. } | graphed::Error::Limit { .. }
+            ),
+            "{err:?}"
+        );
         assert_eq!(step.stats().cached, 0);
         assert_eq!(
             dev.allocated_bytes(),

@@ -1106,14 +1106,16 @@ fn vendor<'d, C: Launch + ?Sized>(
     }
     if let Some(db) = db {
         let (m, k) = (g.m as u32, g.k as u32);
-        gemm_row_sums::launch(cx, Grid::threads(g.m), m, k, g.ta, accumulate, a, db)?;
+        // Grid-stride kernels: at most `MAX_GROUPS` workgroups whatever the shape.
+        let rows = Grid::workgroups(crate::shape::groups(g.m));
+        gemm_row_sums::launch(cx, rows, m, k, g.ta, accumulate, a, db)?;
     }
     if transforms {
         let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
         // Unused inputs are bound to `a` (never read).
         let bias = epi.bias.unwrap_or(a);
         let aux = epi.gate.map(|(_, x)| x).unwrap_or(a);
-        let cells = Grid::threads(g.m * g.n);
+        let cells = Grid::workgroups(crate::shape::groups(g.m * g.n));
         gemm_epilogue::launch(
             cx,
             cells,

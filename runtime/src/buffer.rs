@@ -12,6 +12,14 @@ use crate::error::{Error, Result};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Bytes of `words` 32-bit words, or `None` past what one allocation may hold: `isize::MAX`
+/// bytes, Rust's own limit, checked before any backend sees the count.
+pub(crate) fn word_bytes(words: usize) -> Option<u64> {
+    (words as u64)
+        .checked_mul(4)
+        .filter(|&b| b <= isize::MAX as u64)
+}
+
 /// One device allocation. Freed when the last handle (buffer, view, recording) drops.
 pub struct RawBuffer {
     pub(crate) id: u64,
@@ -30,11 +38,13 @@ impl RawBuffer {
         mem: Memory,
         slot: Option<(u64, &'static str)>,
     ) -> Self {
+        // `Device::alloc_raw` refused counts past `word_bytes`, so this cannot saturate.
+        let bytes = word_bytes(words).unwrap_or(u64::MAX);
         let now = device
             .inner
             .allocated
-            .fetch_add(words as u64 * 4, Ordering::Relaxed)
-            + words as u64 * 4;
+            .fetch_add(bytes, Ordering::Relaxed)
+            .saturating_add(bytes);
         device.inner.peak.fetch_max(now, Ordering::Relaxed);
         RawBuffer {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -46,7 +56,7 @@ impl RawBuffer {
     }
     /// Size in bytes.
     pub fn bytes(&self) -> u64 {
-        self.words as u64 * 4
+        word_bytes(self.words).unwrap_or(u64::MAX)
     }
 }
 
@@ -55,7 +65,7 @@ impl Drop for RawBuffer {
         self.device
             .inner
             .allocated
-            .fetch_sub(self.words as u64 * 4, Ordering::Relaxed);
+            .fetch_sub(self.bytes(), Ordering::Relaxed);
     }
 }
 

@@ -140,17 +140,14 @@ impl Required {
     }
 }
 
+/// The process's one device of a backend, opened on first use. A failure is kept and returned
+/// as it was (the error already names the backend) to every later caller.
 fn shared(
-    slot: &'static OnceLock<std::result::Result<Device, String>>,
-    kind: BackendKind,
+    slot: &'static OnceLock<Result<Device>>,
     open: impl FnOnce() -> Result<Box<dyn Backend>>,
 ) -> Result<Device> {
-    slot.get_or_init(|| open().map(Device::from_backend).map_err(|e| e.to_string()))
+    slot.get_or_init(|| open().map(Device::from_backend))
         .clone()
-        .map_err(|reason| Error::Unavailable {
-            backend: kind.name(),
-            reason,
-        })
 }
 
 impl Device {
@@ -175,8 +172,8 @@ impl Device {
 
     /// The wgpu backend on the best adapter. One shared device per process.
     pub fn wgpu() -> Result<Device> {
-        static WGPU: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
-        shared(&WGPU, BackendKind::Wgpu, || {
+        static WGPU: OnceLock<Result<Device>> = OnceLock::new();
+        shared(&WGPU, || {
             Ok(Box::new(crate::backend::wgpu::WgpuBackend::open()?))
         })
     }
@@ -192,8 +189,8 @@ impl Device {
     pub fn cuda() -> Result<Device> {
         #[cfg(feature = "cuda")]
         {
-            static CUDA: OnceLock<std::result::Result<Device, String>> = OnceLock::new();
-            shared(&CUDA, BackendKind::Cuda, || {
+            static CUDA: OnceLock<Result<Device>> = OnceLock::new();
+            shared(&CUDA, || {
                 Ok(Box::new(crate::backend::cuda::CudaBackend::open(0)?))
             })
         }
@@ -261,6 +258,10 @@ impl Device {
     /// is an error instead of a fallback.
     pub fn best() -> Result<Device> {
         let required = Required::from_env()?;
+        // Not in the fallback order below, so not "tried": a required CUDA fails here.
+        if required.cuda && !cfg!(feature = "cuda") {
+            return Device::cuda();
+        }
         if let Ok(v) = std::env::var("GRAPHED_BACKEND") {
             return Device::open(parse_backend(&v)?);
         }
@@ -345,23 +346,33 @@ impl Device {
     }
 
     pub(crate) fn alloc_raw(&self, words: usize) -> Result<Arc<RawBuffer>> {
-        let mem = self.inner.backend.alloc(words)?;
-        Ok(Arc::new(RawBuffer::new(self.clone(), words, mem, None)))
+        self.alloc_owned(words, None)
     }
 
-    /// An allocation that is a static slot of holder `owner` (named `step`).
+    /// An allocation that is a static slot of holder `owner` (id, step name).
     pub(crate) fn alloc_slot(
         &self,
         words: usize,
         owner: (u64, &'static str),
     ) -> Result<Arc<RawBuffer>> {
+        self.alloc_owned(words, Some(owner))
+    }
+
+    fn alloc_owned(
+        &self,
+        words: usize,
+        slot: Option<(u64, &'static str)>,
+    ) -> Result<Arc<RawBuffer>> {
+        if crate::buffer::word_bytes(words).is_none() {
+            return Err(Error::Limit {
+                backend: self.kind().name(),
+                what: format!("bytes of a buffer of {words} 4-byte elements"),
+                asked: words as u128 * 4,
+                limit: isize::MAX as u128,
+            });
+        }
         let mem = self.inner.backend.alloc(words)?;
-        Ok(Arc::new(RawBuffer::new(
-            self.clone(),
-            words,
-            mem,
-            Some(owner),
-        )))
+        Ok(Arc::new(RawBuffer::new(self.clone(), words, mem, slot)))
     }
 
     /// A zeroed buffer of `len` elements.
@@ -540,7 +551,7 @@ pub(crate) fn bind(
         )));
     }
     let mut out = BoundLaunch {
-        grid: grid.resolve(kernel.workgroup),
+        grid: grid.resolve(kernel.workgroup).map_err(fail)?,
         args: Vec::with_capacity(kernel.arg_words as usize),
         views: Vec::new(),
         writes: Vec::new(),
@@ -681,5 +692,49 @@ impl Launch for Device {
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
         self.alloc(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_device_that_failed_keeps_its_error_as_it_was() {
+        static SLOT: OnceLock<Result<Device>> = OnceLock::new();
+        let open = || -> Result<Box<dyn Backend>> {
+            Err(Error::Unavailable {
+                backend: "wgpu",
+                reason: "no GPU adapter found".into(),
+            })
+        };
+        for _ in 0..2 {
+            let err = shared(&SLOT, open).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Unavailable {
+                        backend: "wgpu",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                "backend `wgpu` is unavailable: no GPU adapter found"
+            );
+        }
+        // Another kind of failure stays that kind (a bad setting is not a missing backend).
+        static BAD: OnceLock<Result<Device>> = OnceLock::new();
+        let err = shared(&BAD, || {
+            Err(Error::BadEnv {
+                var: "GRAPHED_WGPU_CHECKS",
+                value: "bound".into(),
+                hint: "a comma-separated list of bounds, loops, division, all or none",
+            })
+        })
+        .unwrap_err();
+        assert!(matches!(err, Error::BadEnv { .. }), "{err:?}");
     }
 }

@@ -65,7 +65,9 @@ impl fmt::Display for KernelFault {
 impl std::error::Error for KernelFault {}
 
 /// Everything that can go wrong in graphed's runtime.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Clone`, so a device that failed to open can report the same error to every later caller.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// A required backend is missing, or no backend could be opened.
     #[error("backend `{backend}` is unavailable: {reason}")]
@@ -75,7 +77,7 @@ pub enum Error {
         /// Why, and what to install.
         reason: String,
     },
-    /// A bad value of `GRAPHED_BACKEND` or `GRAPHED_REQUIRE`.
+    /// A bad value of `GRAPHED_BACKEND`, `GRAPHED_REQUIRE` or `GRAPHED_WGPU_CHECKS`.
     #[error("environment variable {var}={value:?} is not understood: {hint}")]
     BadEnv {
         /// The variable.
@@ -191,11 +193,139 @@ pub enum Error {
         reason: String,
     },
     /// Out of device memory.
-    #[error("out of device memory allocating {bytes} bytes on {backend}")]
+    #[error(
+        "out of device memory on {backend}{}",
+        .bytes.map(|b| format!(" allocating {b} bytes")).unwrap_or_default()
+    )]
     OutOfMemory {
         /// The backend.
         backend: &'static str,
-        /// Bytes asked for.
-        bytes: u64,
+        /// Bytes asked for, where the failure was an allocation of known size (a driver can
+        /// also run out while building a recording or loading a module).
+        bytes: Option<u64>,
     },
+    /// A request over a fixed limit of graphed, the backend or the adapter — not a lack of free
+    /// memory: asking again will fail the same way.
+    #[error("{what}: {asked} is over the limit of {limit} on {backend}")]
+    Limit {
+        /// The backend.
+        backend: &'static str,
+        /// What was counted and which limit applies, e.g. "bytes of one buffer (the adapter's
+        /// `max_storage_buffer_binding_size`)".
+        what: String,
+        /// How much was asked for (wide enough to hold a count that overflows `u64`).
+        asked: u128,
+        /// The limit.
+        limit: u128,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first run of three words that appears twice in `text`, if any ("backend `cuda` is
+    /// unavailable: backend `cuda` is unavailable: …" repeats its prefix).
+    fn repeated_phrase(text: &str) -> Option<String> {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let phrases: Vec<String> = words.windows(3).map(|w| w.join(" ")).collect();
+        phrases
+            .iter()
+            .enumerate()
+            .find(|(i, p)| phrases[i + 1..].contains(p))
+            .map(|(_, p)| p.clone())
+    }
+
+    #[test]
+    fn every_variant_says_what_happened_once() {
+        let fault = KernelFault {
+            kernel: "axpy",
+            target: "y",
+            kind: FaultKind::OutOfBounds { index: 9, len: 8 },
+        };
+        let cases: Vec<(Error, &str)> = vec![
+            (
+                Error::Unavailable { backend: "cuda", reason: "graphed was built without `--features cuda`".into() },
+                "backend `cuda` is unavailable: graphed was built without `--features cuda`",
+            ),
+            (
+                Error::BadEnv { var: "GRAPHED_BACKEND", value: "tpu".into(), hint: "one of host, wgpu, cuda" },
+                "environment variable GRAPHED_BACKEND=\"tpu\" is not understood: one of host, wgpu, cuda",
+            ),
+            (
+                Error::Compile { kernel: "axpy", backend: "wgpu", log: "unknown identifier `q`".into() },
+                "kernel `axpy` failed to compile for wgpu: unknown identifier `q`",
+            ),
+            (Error::Fault(fault), "kernel `axpy`: index 9 is out of bounds for `y` of length 8"),
+            (
+                Error::Fault(KernelFault { kernel: "axpy", target: "y", kind: FaultKind::BadView }),
+                "kernel `axpy`: the view bound to `y` does not fit its buffer",
+            ),
+            (
+                Error::Fault(KernelFault { kernel: "tree", target: "s", kind: FaultKind::DivergentBarrier }),
+                "kernel `tree`: some invocations of a workgroup returned while others waited at `barrier()`",
+            ),
+            (
+                Error::Launch { kernel: "axpy", reason: "2 arguments for 3 parameters".into() },
+                "launch of `axpy`: 2 arguments for 3 parameters",
+            ),
+            (Error::Shape("copy of 3 f32 into 4 f32".into()), "copy of 3 f32 into 4 f32"),
+            (
+                Error::InputMismatch { input: "x".into(), reason: "16 elements, the slot has 17".into() },
+                "input `x` does not match: 16 elements, the slot has 17",
+            ),
+            (
+                Error::ReadbackInRecording("Buffer::to_host"),
+                "readback inside a recording: Buffer::to_host (a recorded step cannot read device memory on the host; read outputs after `call()`)",
+            ),
+            (
+                Error::AllocationInRecording,
+                "allocation inside a recording: allocate step buffers with `cx.output(..)` or `cx.workspace(..)`, and state before the first call",
+            ),
+            (
+                Error::LaunchOutsideRecording("axpy"),
+                "kernel `axpy` was launched on the device while recording a step; launch it through the step context `cx`",
+            ),
+            (
+                Error::Lower { backend: "cuda", reason: "the capture escaped".into() },
+                "lowering to cuda failed: the capture escaped",
+            ),
+            (
+                Error::Drain { backend: "wgpu", reason: "device lost".into() },
+                "drain failed on wgpu: device lost",
+            ),
+            (
+                Error::Device { backend: "cuda", reason: "an illegal memory access".into() },
+                "cuda device error: an illegal memory access",
+            ),
+            (
+                Error::OutOfMemory { backend: "cuda", bytes: Some(1 << 40) },
+                "out of device memory on cuda allocating 1099511627776 bytes",
+            ),
+            (
+                Error::OutOfMemory { backend: "cuda", bytes: None },
+                "out of device memory on cuda",
+            ),
+            (
+                Error::Limit {
+                    backend: "wgpu",
+                    what: "bytes of one buffer (the adapter's `max_storage_buffer_binding_size`)".into(),
+                    asked: 134_217_732,
+                    limit: 134_217_728,
+                },
+                "bytes of one buffer (the adapter's `max_storage_buffer_binding_size`): 134217732 is over the limit of 134217728 on wgpu",
+            ),
+        ];
+        for (err, want) in cases {
+            let text = err.to_string();
+            assert_eq!(text, want, "{err:?}");
+            assert_eq!(repeated_phrase(&text), None, "{text}");
+            // A clone says the same (a failed shared device hands its error to every caller).
+            assert_eq!(err.clone().to_string(), text);
+        }
+        assert_eq!(
+            repeated_phrase("backend `cuda` is unavailable: backend `cuda` is unavailable: x"),
+            Some("backend `cuda` is".into())
+        );
+    }
 }

@@ -21,6 +21,8 @@ pub struct KernelDef {
     pub cuda: &'static str,
     /// Workgroup shape.
     pub workgroup: [u32; 3],
+    /// Bytes of workgroup memory (`shared::<T, N>()` arrays) one workgroup uses.
+    pub workgroup_bytes: u32,
     /// Parameters in declaration order.
     pub params: &'static [ParamInfo],
     /// Words in the argument block: one per scalar, two (offset, length) per slice.
@@ -68,23 +70,28 @@ pub enum ParamType {
     },
 }
 
+/// Most workgroups a launch may run along each dimension, on every backend: WebGPU's default
+/// `max_compute_workgroups_per_dimension` (what wgpu enforces) and CUDA's limit along y and z.
+pub const MAX_WORKGROUPS_PER_DIMENSION: u32 = 65_535;
+
 /// How many workgroups a launch runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Grid {
     /// Exactly these workgroup counts.
     Workgroups([u32; 3]),
-    /// Enough workgroups to cover this many invocations in each dimension.
-    Threads([u32; 3]),
+    /// Enough workgroups to cover this many invocations in each dimension (`u64`, so a count
+    /// built from a `usize` is never truncated; the launch refuses what no backend can run).
+    Threads([u64; 3]),
 }
 
 impl Grid {
     /// `n` invocations along x (rounded up to whole workgroups).
     pub fn threads(n: usize) -> Grid {
-        Grid::Threads([n.min(u32::MAX as usize) as u32, 1, 1])
+        Grid::Threads([n as u64, 1, 1])
     }
     /// `x × y` invocations.
     pub fn threads_2d(x: usize, y: usize) -> Grid {
-        Grid::Threads([x as u32, y as u32, 1])
+        Grid::Threads([x as u64, y as u64, 1])
     }
     /// `x` workgroups along x.
     pub fn workgroups(x: u32) -> Grid {
@@ -98,15 +105,46 @@ impl Grid {
     pub fn workgroups_3d(x: u32, y: u32, z: u32) -> Grid {
         Grid::Workgroups([x, y, z])
     }
-    /// The workgroup counts for a kernel with workgroup shape `wg`.
-    pub fn resolve(self, wg: [u32; 3]) -> [u32; 3] {
+    /// The workgroup counts for a kernel with workgroup shape `wg`, where they keep the grid
+    /// rule of every backend: at most [`MAX_WORKGROUPS_PER_DIMENSION`] workgroups and at most
+    /// 2^32 invocations along each dimension (so `global_id()` never wraps). Otherwise says
+    /// which dimension is over and why.
+    pub fn resolve(self, wg: [u32; 3]) -> std::result::Result<[u32; 3], String> {
+        let counts: [u64; 3] = match self {
+            Grid::Workgroups(g) => g.map(u64::from),
+            Grid::Threads(t) => [0, 1, 2].map(|d| t[d].div_ceil(u64::from(wg[d].max(1)))),
+        };
+        let mut out = [0u32; 3];
+        for (d, axis) in ["x", "y", "z"].into_iter().enumerate() {
+            let size = u64::from(wg[d].max(1));
+            if counts[d] > u64::from(MAX_WORKGROUPS_PER_DIMENSION) {
+                let has = match self {
+                    Grid::Workgroups(_) => format!("has {} workgroups", counts[d]),
+                    Grid::Threads(_) => {
+                        format!("needs {} workgroups of {size}", counts[d])
+                    }
+                };
+                return Err(format!(
+                    "{self} {has} along {axis}, more than the {MAX_WORKGROUPS_PER_DIMENSION} per dimension every backend allows"
+                ));
+            }
+            if counts[d] * size > 1 << 32 {
+                return Err(format!(
+                    "{self} runs {} invocations along {axis} (workgroups of {size}), more than 2^32: `global_id().{axis}` would wrap",
+                    counts[d] * size
+                ));
+            }
+            out[d] = counts[d] as u32;
+        }
+        Ok(out)
+    }
+}
+
+impl std::fmt::Display for Grid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Grid::Workgroups(g) => g,
-            Grid::Threads(t) => [
-                t[0].div_ceil(wg[0]),
-                t[1].div_ceil(wg[1]),
-                t[2].div_ceil(wg[2]),
-            ],
+            Grid::Workgroups([x, y, z]) => write!(f, "grid of {x} × {y} × {z} workgroups"),
+            Grid::Threads([x, y, z]) => write!(f, "grid of {x} × {y} × {z} invocations"),
         }
     }
 }
@@ -230,4 +268,38 @@ pub trait Launch {
     /// sums of a long product or reduction): a step's workspace, kept with its recording, or,
     /// eagerly, a fresh allocation. Its contents are unspecified until written.
     fn scratch(&self, len: usize) -> Result<crate::Buffer<f32>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grids_resolve_within_the_rule_or_say_why_not() {
+        assert_eq!(Grid::threads(1000).resolve([256, 1, 1]), Ok([4, 1, 1]));
+        assert_eq!(Grid::threads(0).resolve([256, 1, 1]), Ok([0, 1, 1]));
+        assert_eq!(
+            Grid::threads_2d(65_535 * 16, 65_535 * 16).resolve([16, 16, 1]),
+            Ok([65_535, 65_535, 1])
+        );
+        assert_eq!(
+            Grid::workgroups_3d(65_535, 65_535, 65_535).resolve([1, 1, 1]),
+            Ok([65_535; 3])
+        );
+        // Past 2^32 along x, no longer truncated to 64.
+        assert_eq!(
+            Grid::threads_2d((1 << 32) + 64, 3).resolve([64, 1, 1]),
+            Err("grid of 4294967360 × 3 × 1 invocations needs 67108865 workgroups of 64 along x, more than the 65535 per dimension every backend allows".into())
+        );
+        assert_eq!(
+            Grid::threads_2d(16, 65_536 * 4 + 1).resolve([4, 4, 1]),
+            Err("grid of 16 × 262145 × 1 invocations needs 65537 workgroups of 4 along y, more than the 65535 per dimension every backend allows".into())
+        );
+        // Few workgroups of a huge shape would still wrap `global_id()` (no backend runs
+        // such a shape; the host would).
+        assert_eq!(
+            Grid::workgroups(65_535).resolve([1 << 17, 1, 1]),
+            Err("grid of 65535 × 1 × 1 workgroups runs 8589803520 invocations along x (workgroups of 131072), more than 2^32: `global_id().x` would wrap".into())
+        );
+    }
 }

@@ -34,7 +34,7 @@ pub use holder::{
 };
 pub use kernel::{
     ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch, ParamInfo, ParamType,
-    ScalarArg,
+    ScalarArg, MAX_WORKGROUPS_PER_DIMENSION,
 };
 pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
 pub use state::State;

@@ -224,6 +224,8 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
     let (sig, args) = launcher_parts(&k.params);
     let arg_words = k.arg_words as u32;
     let loops_terminate = ir::loops_terminate(&k.body);
+    // Every element type is 4 bytes; the checker caps the sum at 48 KiB.
+    let workgroup_bytes: u32 = k.shared.iter().map(|s| s.size * 4).sum();
     let ldoc = launch_doc(func);
     quote! {
         #(#docs)*
@@ -244,6 +246,7 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
                 wgsl: WGSL,
                 cuda: CUDA,
                 workgroup: WORKGROUP,
+                workgroup_bytes: #workgroup_bytes,
                 params: &[#(#params_info),*],
                 arg_words: #arg_words,
                 host,

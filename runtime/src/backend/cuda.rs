@@ -29,6 +29,8 @@ const RING_WORDS: usize = 1 << 20;
 const ARG_ALIGN: usize = 4;
 /// Stream captures tried per lowering when another thread invalidates them.
 const CAPTURE_ATTEMPTS: u32 = 3;
+/// Bytes of static `__shared__` memory one block may declare.
+const STATIC_SHARED_BYTES: u32 = 48 * 1024;
 
 /// Errors after which the context can run nothing more ("sticky" errors).
 fn is_sticky(e: &DriverError) -> bool {
@@ -128,7 +130,7 @@ fn err(e: DriverError) -> Error {
     if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
         return Error::OutOfMemory {
             backend: NAME,
-            bytes: 0,
+            bytes: None,
         };
     }
     Error::Device {
@@ -279,12 +281,17 @@ impl CudaBackend {
     }
 
     fn raw_alloc(&self, words: usize) -> Result<CudaMem> {
-        let bytes = words.max(1) * 4;
+        let bytes = words.max(1).checked_mul(4).ok_or_else(|| Error::Limit {
+            backend: NAME,
+            what: format!("bytes of a buffer of {words} 4-byte elements"),
+            asked: words as u128 * 4,
+            limit: usize::MAX as u128,
+        })?;
         // SAFETY: the context is bound; the result is zeroed on the stream below.
         let p = unsafe { result::malloc_sync(bytes) }.map_err(|e| match err(e) {
             Error::OutOfMemory { .. } => Error::OutOfMemory {
                 backend: NAME,
-                bytes: bytes as u64,
+                bytes: Some(bytes as u64),
             },
             other => other,
         })?;
@@ -308,6 +315,19 @@ impl CudaBackend {
             .get(&key)
         {
             return Ok(f.cu_function());
+        }
+        // The kernel language caps workgroup memory at CUDA's static `__shared__` limit; a
+        // definition built otherwise is refused before compiling rather than by the module loader.
+        if kernel.workgroup_bytes > STATIC_SHARED_BYTES {
+            return Err(Error::Limit {
+                backend: NAME,
+                what: format!(
+                    "workgroup memory of kernel `{}` in bytes (CUDA's static `__shared__` limit)",
+                    kernel.name
+                ),
+                asked: kernel.workgroup_bytes.into(),
+                limit: STATIC_SHARED_BYTES.into(),
+            });
         }
         let ptx = crate::nvrtc::compile(kernel, &self.arch)?;
         let module = self

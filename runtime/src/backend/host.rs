@@ -80,13 +80,13 @@ impl Backend for HostBackend {
         if bytes > physical_memory() {
             return Err(Error::OutOfMemory {
                 backend: "host",
-                bytes,
+                bytes: Some(bytes),
             });
         }
         let mut v = Vec::new();
         v.try_reserve_exact(words).map_err(|_| Error::OutOfMemory {
             backend: "host",
-            bytes: words as u64 * 4,
+            bytes: Some(bytes),
         })?;
         v.resize(words, 0);
         Ok(Memory::Host(std::sync::Mutex::new(v)))

@@ -33,14 +33,19 @@ impl ShaderChecks {
         division: false,
     };
 
-    fn from_env() -> ShaderChecks {
+    /// The words `GRAPHED_WGPU_CHECKS` accepts.
+    const WORDS: &'static str = "a comma-separated list of bounds, loops, division, all or none";
+
+    fn from_env() -> Result<ShaderChecks> {
         match std::env::var("GRAPHED_WGPU_CHECKS") {
             Ok(v) if !v.trim().is_empty() => ShaderChecks::parse(&v),
-            _ => ShaderChecks::DEFAULT,
+            _ => Ok(ShaderChecks::DEFAULT),
         }
     }
 
-    fn parse(v: &str) -> ShaderChecks {
+    /// Fails closed: an unknown word (`bound`, `Bounds`) would otherwise switch index
+    /// clamping off without a word, so it refuses to open the device instead.
+    fn parse(v: &str) -> Result<ShaderChecks> {
         let mut c = ShaderChecks {
             bounds: false,
             loops: false,
@@ -59,12 +64,16 @@ impl ShaderChecks {
                 "bounds" => c.bounds = true,
                 "loops" => c.loops = true,
                 "division" => c.division = true,
-                other => tracing::warn!(
-                    "graphed: GRAPHED_WGPU_CHECKS: unknown check `{other}` ignored (known: bounds, loops, division, all, none)"
-                ),
+                _ => {
+                    return Err(Error::BadEnv {
+                        var: "GRAPHED_WGPU_CHECKS",
+                        value: v.into(),
+                        hint: ShaderChecks::WORDS,
+                    })
+                }
             }
         }
-        c
+        Ok(c)
     }
 }
 
@@ -112,6 +121,57 @@ fn device_err(reason: impl std::fmt::Display) -> Error {
     }
 }
 
+/// The window-system surface extensions wgpu's Vulkan instance enables whenever a driver offers
+/// them. Compute never makes a surface; with them enabled, Mesa's device-select layer connects
+/// to a Wayland (and X) display while listing devices, which prints `error: XDG_RUNTIME_DIR is
+/// invalid or not set in the environment.` on every machine without a desktop session.
+#[cfg(all(unix, not(target_vendor = "apple"), not(target_os = "android")))]
+const WINDOW_SYSTEM_EXTENSIONS: [&std::ffi::CStr; 3] = [
+    c"VK_KHR_wayland_surface",
+    c"VK_KHR_xcb_surface",
+    c"VK_KHR_xlib_surface",
+];
+
+/// An instance that asks for what compute needs: on Linux and the BSDs a Vulkan instance
+/// without the window-system surface extensions; elsewhere (or if that instance cannot be
+/// made) wgpu's own.
+fn compute_instance(backends: wgpu::Backends) -> wgpu::Instance {
+    let desc = wgpu::InstanceDescriptor {
+        backends,
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    };
+    #[cfg(all(unix, not(target_vendor = "apple"), not(target_os = "android")))]
+    if backends.contains(wgpu::Backends::VULKAN) {
+        let hal_desc = wgpu::hal::InstanceDescriptor {
+            name: "graphed",
+            flags: desc.flags,
+            memory_budget_thresholds: desc.memory_budget_thresholds,
+            backend_options: desc.backend_options.clone(),
+            telemetry: None,
+            display: None,
+        };
+        let compute_only: Box<wgpu::hal::vulkan::CreateInstanceCallback> = Box::new(|args| {
+            args.extensions
+                .retain(|e| !WINDOW_SYSTEM_EXTENSIONS.contains(e));
+        });
+        // SAFETY: wgpu-hal asks callbacks not to remove extensions, because it assumes an
+        // available extension is enabled. For these three it only assumes so when creating a
+        // surface from a Wayland, XCB or Xlib window, and it checks the enabled list first
+        // (wgpu-hal 30, `vulkan/instance.rs`): a surface is never made here, and
+        // `VK_KHR_surface`, which the device's `VK_KHR_swapchain` needs, stays enabled.
+        match unsafe {
+            wgpu::hal::vulkan::Instance::init_with_callback(&hal_desc, Some(compute_only))
+        } {
+            // SAFETY: a Vulkan instance that wgpu-hal just made; wgpu takes ownership of it.
+            Ok(hal) => return unsafe { wgpu::Instance::from_hal::<wgpu::hal::api::Vulkan>(hal) },
+            Err(e) => tracing::debug!(
+                "graphed: a compute-only Vulkan instance failed ({e}); using wgpu's own"
+            ),
+        }
+    }
+    wgpu::Instance::new(desc)
+}
+
 fn buffer(view: &RawView) -> &wgpu::Buffer {
     match &view.buf.mem {
         Memory::Wgpu(b) => b,
@@ -124,10 +184,9 @@ fn buffer(view: &RawView) -> &wgpu::Buffer {
 
 impl WgpuBackend {
     pub(crate) fn open() -> Result<WgpuBackend> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends: wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY),
-            ..wgpu::InstanceDescriptor::new_without_display_handle()
-        });
+        let checks = ShaderChecks::from_env()?;
+        let instance =
+            compute_instance(wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY));
         let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             force_fallback_adapter: false,
@@ -170,7 +229,7 @@ impl WgpuBackend {
             info,
             limits,
             pipelines: Mutex::new(HashMap::new()),
-            checks: ShaderChecks::from_env(),
+            checks,
             error,
         })
     }
@@ -218,6 +277,17 @@ impl WgpuBackend {
                     l.max_compute_workgroup_size_y,
                     l.max_compute_workgroup_size_z
                 ),
+            });
+        }
+        if kernel.workgroup_bytes > l.max_compute_workgroup_storage_size {
+            return Err(Error::Limit {
+                backend: NAME,
+                what: format!(
+                    "workgroup memory of kernel `{}` in bytes (the adapter's `max_compute_workgroup_storage_size`)",
+                    kernel.name
+                ),
+                asked: kernel.workgroup_bytes.into(),
+                limit: l.max_compute_workgroup_storage_size.into(),
             });
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -354,14 +424,24 @@ impl Backend for WgpuBackend {
         (self.limits.min_storage_buffer_offset_alignment as usize / 4).max(1)
     }
     fn alloc(&self, words: usize) -> Result<Memory> {
-        let bytes = (words.max(1) * 4) as u64;
-        if bytes > self.limits.max_buffer_size
-            || bytes > self.limits.max_storage_buffer_binding_size
-        {
-            return Err(Error::OutOfMemory {
-                backend: NAME,
-                bytes,
-            });
+        // `Device::alloc_raw` refused counts whose bytes overflow.
+        let bytes = words.max(1) as u64 * 4;
+        // Fixed limits of the adapter, not a lack of free memory: each buffer is bound whole.
+        for (name, limit) in [
+            (
+                "max_storage_buffer_binding_size",
+                self.limits.max_storage_buffer_binding_size,
+            ),
+            ("max_buffer_size", self.limits.max_buffer_size),
+        ] {
+            if bytes > limit {
+                return Err(Error::Limit {
+                    backend: NAME,
+                    what: format!("bytes of one buffer (the adapter's `{name}`)"),
+                    asked: bytes.into(),
+                    limit: limit.into(),
+                });
+            }
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
@@ -375,7 +455,7 @@ impl Backend for WgpuBackend {
         if pollster::block_on(scope.pop()).is_some() {
             return Err(Error::OutOfMemory {
                 backend: NAME,
-                bytes,
+                bytes: Some(bytes),
             });
         }
         Ok(Memory::Wgpu(buf))
@@ -757,15 +837,37 @@ mod tests {
     #[test]
     fn shader_checks_parse_lists_all_and_none() {
         assert_eq!(ShaderChecks::DEFAULT, checks(true, false, false));
-        assert_eq!(ShaderChecks::parse("all"), checks(true, true, true));
-        assert_eq!(ShaderChecks::parse("none"), checks(false, false, false));
         assert_eq!(
-            ShaderChecks::parse("loops, division"),
+            ShaderChecks::parse("all").unwrap(),
+            checks(true, true, true)
+        );
+        assert_eq!(
+            ShaderChecks::parse("none").unwrap(),
+            checks(false, false, false)
+        );
+        assert_eq!(
+            ShaderChecks::parse("loops, division").unwrap(),
             checks(false, true, true)
         );
         assert_eq!(
-            ShaderChecks::parse("bounds,typo"),
+            ShaderChecks::parse(" bounds ,").unwrap(),
             checks(true, false, false)
         );
+    }
+
+    #[test]
+    fn shader_checks_refuse_unknown_words() {
+        for v in ["bound", "Bounds", "garbage", "bounds,typo", "all,BOUNDS"] {
+            match ShaderChecks::parse(v) {
+                Err(e @ crate::Error::BadEnv { var, .. }) => {
+                    assert_eq!(var, "GRAPHED_WGPU_CHECKS");
+                    assert_eq!(
+                        e.to_string(),
+                        format!("environment variable GRAPHED_WGPU_CHECKS={v:?} is not understood: a comma-separated list of bounds, loops, division, all or none")
+                    );
+                }
+                other => panic!("{v}: expected BadEnv, got {other:?}"),
+            }
+        }
     }
 }

@@ -88,14 +88,10 @@ fn one_gpu(steps: usize, rows: &mut Vec<Row>) -> Result<()> {
         let (us, lo, hi, cpu) = measure(
             steps,
             || {
-                let m = &mut m;
-                let args = (&mut m.params, &mut m.grads, &mut m.moments, &mut m.count);
                 if eager {
-                    step.eager(args.0, args.1, args.2, args.3, &x, &y, LR, &SIZES[..])
-                        .unwrap();
+                    step.eager(&mut m, &x, &y, LR).unwrap();
                 } else {
-                    step.call(args.0, args.1, args.2, args.3, &x, &y, LR, &SIZES[..])
-                        .unwrap();
+                    step.call(&mut m, &x, &y, LR).unwrap();
                 }
             },
             sync,
@@ -143,31 +139,10 @@ fn data_parallel(
             driver_cell
                 .borrow_mut()
                 .run(move |comm, (m, step, x, y)| {
-                    let args = (&mut m.params, &mut m.grads, &mut m.moments, &mut m.count);
                     if eager {
-                        step.eager(
-                            args.0,
-                            args.1,
-                            args.2,
-                            args.3,
-                            &*x,
-                            &*y,
-                            LR,
-                            &SIZES[..],
-                            comm,
-                        )?;
+                        step.eager(m, &*x, &*y, LR, comm)?;
                     } else {
-                        step.call(
-                            args.0,
-                            args.1,
-                            args.2,
-                            args.3,
-                            &*x,
-                            &*y,
-                            LR,
-                            &SIZES[..],
-                            comm,
-                        )?;
+                        step.call(m, &*x, &*y, LR, comm)?;
                     }
                     Ok(())
                 })

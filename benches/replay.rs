@@ -347,32 +347,13 @@ fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Ro
             steps,
             || {
                 let m = &mut eager_model;
-                step.eager(
-                    &mut m.params,
-                    &mut m.grads,
-                    &mut m.moments,
-                    &mut m.count,
-                    &x,
-                    &labels,
-                    1e-3,
-                    &m.sizes,
-                )
-                .unwrap();
+                step.eager(m, &x, &labels, 1e-3).unwrap();
             },
             sync,
         );
         let eager_peak = dev.peak_allocated_bytes() - base;
         let kernels = {
-            step.call(
-                &mut model.params,
-                &mut model.grads,
-                &mut model.moments,
-                &mut model.count,
-                &x,
-                &labels,
-                1e-3,
-                &model.sizes,
-            )?;
+            step.call(&mut model, &x, &labels, 1e-3)?;
             step.stats().launches_per_replay
         };
         rows.push(Row {
@@ -399,17 +380,7 @@ fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Ro
             steps,
             || {
                 let m = &mut model;
-                step.call(
-                    &mut m.params,
-                    &mut m.grads,
-                    &mut m.moments,
-                    &mut m.count,
-                    &x,
-                    &labels,
-                    1e-3,
-                    &m.sizes,
-                )
-                .unwrap();
+                step.call(m, &x, &labels, 1e-3).unwrap();
             },
             sync,
         );

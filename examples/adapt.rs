@@ -49,14 +49,10 @@ pub fn run(
     for s in 0..pretrain {
         let i = (s * rows) % (n - rows);
         pre.call(
-            &mut model.params,
-            &mut model.grads,
-            &mut model.moments,
-            &mut model.count,
+            &mut model,
             &data.train_x[i * 64..(i + rows) * 64],
             &data.train_y[i..i + rows],
             2e-3,
-            &sizes[..],
         )?;
     }
     let clean = model.accuracy(&device.upload(&data.test_x)?, &data.test_y)?;
@@ -68,7 +64,8 @@ pub fn run(
     let before = model.accuracy(&test_x, &data.test_y)?;
 
     let count = graphed::kernels::optim::Adam::new(device, model.params.len(), Default::default())?;
-    let (mut moments, mut counter) = (count.moments().clone(), count.count().clone());
+    // Adaptation starts the optimizer afresh: new moments and step counter.
+    (model.moments, model.count) = (count.moments().clone(), count.count().clone());
     let mut partials = device.alloc::<f32>(GradClip::partials_len(model.grads.len()))?;
     let mut norm = device.alloc::<f32>(1)?;
     let mut step = AdaptStep::new(device)?;
@@ -78,19 +75,7 @@ pub fn run(
         let x = shift(&data.train_x[i * 64..(i + 32) * 64], b + 1);
         let y = &data.train_y[i..i + 32];
         let t = Instant::now();
-        step.call(
-            &mut model.params,
-            &mut model.grads,
-            &mut moments,
-            &mut counter,
-            &mut partials,
-            &mut norm,
-            &x[..],
-            y,
-            1e-3,
-            1.0,
-            &sizes[..],
-        )?;
+        step.call(&mut model, &mut partials, &mut norm, &x[..], y, 1e-3, 1.0)?;
         device.synchronize()?;
         let dt = t.elapsed().as_secs_f64();
         if b == 0 {

@@ -337,7 +337,6 @@ pub fn mnist(dir: &std::path::Path) -> std::result::Result<Data, String> {
 
 /// One update (k micro-batches when accumulating) through whichever path `eager` selects.
 struct Trainer {
-    sizes: Vec<usize>,
     k: usize,
     eager: bool,
     full: TrainStep,
@@ -346,9 +345,8 @@ struct Trainer {
 }
 
 impl Trainer {
-    fn new(device: &Device, sizes: &[usize], k: usize, eager: bool) -> Result<Trainer> {
+    fn new(device: &Device, k: usize, eager: bool) -> Result<Trainer> {
         Ok(Trainer {
-            sizes: sizes.to_vec(),
             k,
             eager,
             full: TrainStep::new(device)?,
@@ -366,30 +364,11 @@ impl Trainer {
         lr: f32,
         want_loss: bool,
     ) -> Result<Option<f32>> {
-        let sizes = &self.sizes[..];
         if self.k == 1 {
             let loss = if self.eager {
-                self.full.eager(
-                    &mut m.params,
-                    &mut m.grads,
-                    &mut m.moments,
-                    &mut m.count,
-                    x,
-                    y,
-                    lr,
-                    sizes,
-                )?
+                self.full.eager(&mut *m, x, y, lr)?
             } else {
-                self.full.call(
-                    &mut m.params,
-                    &mut m.grads,
-                    &mut m.moments,
-                    &mut m.count,
-                    x,
-                    y,
-                    lr,
-                    sizes,
-                )?
+                self.full.call(&mut *m, x, y, lr)?
             };
             return if want_loss {
                 Ok(Some(loss.to_host()?[0]))
@@ -407,32 +386,18 @@ impl Trainer {
                 &y[j * rows..(j + 1) * rows],
             );
             let loss = if self.eager {
-                self.micro
-                    .eager(&mut m.params, &mut m.grads, xs, ys, j > 0, scale, sizes)?
+                self.micro.eager(&mut *m, xs, ys, j > 0, scale)?
             } else {
-                self.micro
-                    .call(&mut m.params, &mut m.grads, xs, ys, j > 0, scale, sizes)?
+                self.micro.call(&mut *m, xs, ys, j > 0, scale)?
             };
             if want_loss {
                 total += loss.to_host()?[0] / self.k as f32;
             }
         }
         if self.eager {
-            self.apply.eager(
-                &mut m.params,
-                &mut m.grads,
-                &mut m.moments,
-                &mut m.count,
-                lr,
-            )?;
+            self.apply.eager(&mut *m, lr)?;
         } else {
-            self.apply.call(
-                &mut m.params,
-                &mut m.grads,
-                &mut m.moments,
-                &mut m.count,
-                lr,
-            )?;
+            self.apply.call(&mut *m, lr)?;
         }
         Ok(want_loss.then_some(total))
     }
@@ -478,7 +443,7 @@ pub fn run(opts: &Options) -> std::result::Result<Report, String> {
     }
     let mut model = Classifier::new(&device, &sizes, opts.seed).map_err(e)?;
     let initial = model.duplicate().map_err(e)?;
-    let mut trainer = Trainer::new(&device, &sizes, opts.accumulate, opts.eager).map_err(e)?;
+    let mut trainer = Trainer::new(&device, opts.accumulate, opts.eager).map_err(e)?;
 
     let mut order: Vec<usize> = (0..n_train).collect();
     let mut mix = Mix(opts.seed ^ 0x5EED);
@@ -536,8 +501,7 @@ pub fn run(opts: &Options) -> std::result::Result<Report, String> {
     // The other mode, from the same initial weights, for a short comparison in this run.
     let compare = opts.steps.clamp(1, 100);
     let mut other = initial;
-    let mut other_trainer =
-        Trainer::new(&device, &sizes, opts.accumulate, !opts.eager).map_err(e)?;
+    let mut other_trainer = Trainer::new(&device, opts.accumulate, !opts.eager).map_err(e)?;
     let t = Instant::now();
     for _ in 0..compare {
         next_batch(&mut xb, &mut yb);

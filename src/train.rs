@@ -20,12 +20,16 @@
 use graphed_kernels::layers::{Mlp, MlpActivations};
 use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
 use graphed_kernels::optim::{Adam, AdamConfig, AdamW, GradClip};
-use graphed_macros::graphed;
+use graphed_macros::{graphed, State};
 use graphed_runtime::{Buffer, Device, Input, Output, Result, Step};
 
-/// The persistent state of an MLP classifier trained with AdamW: every buffer a step updates.
+/// The persistent state of an MLP classifier trained with AdamW: every buffer a step updates,
+/// passed to the steps as one `#[state]` value. Each buffer's allocation and the layer widths
+/// are part of the capture key.
+#[derive(State)]
 pub struct Classifier {
-    /// Layer widths, input first, classes last.
+    /// Layer widths, input first, classes last (structural: part of the key).
+    #[state(key)]
     pub sizes: Vec<usize>,
     /// All parameters (flat; see [`Mlp`] for the layout).
     pub params: Buffer<f32>,
@@ -36,6 +40,7 @@ pub struct Classifier {
     /// AdamW's device step counter.
     pub count: Buffer<u32>,
     /// AdamW's constants (β₁, β₂, ε, weight decay).
+    #[state(skip)]
     pub config: AdamConfig,
 }
 
@@ -148,31 +153,33 @@ fn adamw(config: AdamConfig, moments: &Buffer<f32>, count: &Buffer<u32>) -> Resu
 
 /// One full training update of an MLP classifier: forward, mean softmax cross-entropy,
 /// backward and AdamW (PyTorch's defaults, weight decay 0.01), recorded as one plan.
-/// `sizes` (the layer widths) is structural.
+/// The model's layer widths are part of its key.
 #[graphed]
 pub fn train_step(
     cx: &mut Step,
-    #[state] params: &mut Buffer<f32>,
-    #[state] grads: &mut Buffer<f32>,
-    #[state] moments: &mut Buffer<f32>,
-    #[state] count: &mut Buffer<u32>,
+    #[state] model: &mut Classifier,
     x: &Input<f32>,
     labels: &Input<u32>,
     lr: f32,
-    #[key] sizes: &[usize],
 ) -> Result<Output<f32>> {
     let rows = labels.len().max(1);
+    let m = model;
     let loss = forward_backward(
         cx,
-        sizes,
-        params,
-        grads,
+        &m.sizes,
+        &m.params,
+        &m.grads,
         x,
         labels,
         false,
         1.0 / rows as f32,
     )?;
-    adamw(AdamW::default_config(), moments, count)?.step(cx, params, grads, lr)?;
+    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(
+        cx,
+        &mut m.params,
+        &mut m.grads,
+        lr,
+    )?;
     Ok(loss)
 }
 
@@ -181,28 +188,23 @@ pub fn train_step(
 #[graphed]
 pub fn micro_step(
     cx: &mut Step,
-    #[state] params: &mut Buffer<f32>,
-    #[state] grads: &mut Buffer<f32>,
+    #[state] model: &mut Classifier,
     x: &Input<f32>,
     labels: &Input<u32>,
     accumulate: bool,
     grad_scale: f32,
-    #[key] sizes: &[usize],
 ) -> Result<Output<f32>> {
-    forward_backward(cx, sizes, params, grads, x, labels, accumulate, grad_scale)
+    let m = model;
+    forward_backward(
+        cx, &m.sizes, &m.params, &m.grads, x, labels, accumulate, grad_scale,
+    )
 }
 
 /// The AdamW update alone (after the last micro-batch): its own recording.
 #[graphed]
-pub fn apply_step(
-    cx: &mut Step,
-    #[state] params: &mut Buffer<f32>,
-    #[state] grads: &mut Buffer<f32>,
-    #[state] moments: &mut Buffer<f32>,
-    #[state] count: &mut Buffer<u32>,
-    lr: f32,
-) -> Result<()> {
-    adamw(AdamW::default_config(), moments, count)?.step(cx, params, grads, lr)
+pub fn apply_step(cx: &mut Step, #[state] model: &mut Classifier, lr: f32) -> Result<()> {
+    let m = model;
+    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(cx, &mut m.params, &mut m.grads, lr)
 }
 
 /// Forward, loss, backward, gradient-norm clipping and AdamW for one incoming batch (an
@@ -213,33 +215,35 @@ pub fn apply_step(
 #[graphed]
 pub fn adapt_step(
     cx: &mut Step,
-    #[state] params: &mut Buffer<f32>,
-    #[state] grads: &mut Buffer<f32>,
-    #[state] moments: &mut Buffer<f32>,
-    #[state] count: &mut Buffer<u32>,
+    #[state] model: &mut Classifier,
     #[state] partials: &mut Buffer<f32>,
     #[state] norm: &mut Buffer<f32>,
     x: &Input<f32>,
     labels: &Input<u32>,
     lr: f32,
     max_norm: f32,
-    #[key] sizes: &[usize],
 ) -> Result<(Output<f32>, Output<f32>)> {
     let rows = labels.len().max(1);
+    let m = model;
     let loss = forward_backward(
         cx,
-        sizes,
-        params,
-        grads,
+        &m.sizes,
+        &m.params,
+        &m.grads,
         x,
         labels,
         false,
         1.0 / rows as f32,
     )?;
-    let raw = cx.snapshot(grads)?;
-    let mut clip = GradClip::from_buffers(grads.len(), partials.clone(), norm.clone())?;
-    clip.clip(cx, grads, max_norm)?;
-    adamw(AdamConfig::default(), moments, count)?.step(cx, params, grads, lr)?;
+    let raw = cx.snapshot(&m.grads)?;
+    let mut clip = GradClip::from_buffers(m.grads.len(), partials.clone(), norm.clone())?;
+    clip.clip(cx, &mut m.grads, max_norm)?;
+    adamw(AdamConfig::default(), &m.moments, &m.count)?.step(
+        cx,
+        &mut m.params,
+        &mut m.grads,
+        lr,
+    )?;
     Ok((loss, raw))
 }
 
@@ -249,33 +253,35 @@ pub fn adapt_step(
 /// optimizer), then AdamW as in [`train_step`]. Every rank ends the step with the same
 /// gradients, hence the same weights; with equal shares, the update equals [`train_step`]'s on
 /// the whole batch up to floating-point summation order. The loss returned is this rank's
-/// share's. `sizes` and the communicator are structural.
+/// share's. The layer widths and the communicator are structural.
 #[cfg(feature = "nccl")]
 #[graphed]
 pub fn dp_train_step(
     cx: &mut Step,
-    #[state] params: &mut Buffer<f32>,
-    #[state] grads: &mut Buffer<f32>,
-    #[state] moments: &mut Buffer<f32>,
-    #[state] count: &mut Buffer<u32>,
+    #[state] model: &mut Classifier,
     x: &Input<f32>,
     labels: &Input<u32>,
     lr: f32,
-    #[key] sizes: &[usize],
     #[key] comm: &graphed_runtime::Communicator,
 ) -> Result<Output<f32>> {
     let rows = labels.len().max(1);
+    let m = model;
     let loss = forward_backward(
         cx,
-        sizes,
-        params,
-        grads,
+        &m.sizes,
+        &m.params,
+        &m.grads,
         x,
         labels,
         false,
         1.0 / rows as f32,
     )?;
-    cx.all_reduce(comm, grads, graphed_runtime::ReduceOp::Mean)?;
-    adamw(AdamW::default_config(), moments, count)?.step(cx, params, grads, lr)?;
+    cx.all_reduce(comm, &mut m.grads, graphed_runtime::ReduceOp::Mean)?;
+    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(
+        cx,
+        &mut m.params,
+        &mut m.grads,
+        lr,
+    )?;
     Ok(loss)
 }

@@ -57,29 +57,8 @@ fn mlp_s_replay_matches_eager_at_checkpoints_without_memory_growth() {
         for s in 0..steps {
             let (x, y) = &pool[s % pool.len()];
             let lr = 1e-3 * (1.0 - s as f32 / steps as f32).max(0.1);
-            step.call(
-                &mut rep.params,
-                &mut rep.grads,
-                &mut rep.moments,
-                &mut rep.count,
-                &x[..],
-                &y[..],
-                lr,
-                &SIZES[..],
-            )
-            .unwrap();
-            eager
-                .eager(
-                    &mut eag.params,
-                    &mut eag.grads,
-                    &mut eag.moments,
-                    &mut eag.count,
-                    &x[..],
-                    &y[..],
-                    lr,
-                    &SIZES[..],
-                )
-                .unwrap();
+            step.call(&mut rep, &x[..], &y[..], lr).unwrap();
+            eager.eager(&mut eag, &x[..], &y[..], lr).unwrap();
             if s == 0 {
                 dev.synchronize().unwrap();
                 baseline = Some(dev.allocated_bytes());

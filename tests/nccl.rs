@@ -140,37 +140,12 @@ fn dp_call(
     lr: f32,
     comm: &Communicator,
 ) -> Vec<f32> {
-    step.call(
-        &mut m.params,
-        &mut m.grads,
-        &mut m.moments,
-        &mut m.count,
-        x,
-        y,
-        lr,
-        &m.sizes.clone()[..],
-        comm,
-    )
-    .unwrap()
-    .to_host()
-    .unwrap()
+    step.call(m, x, y, lr, comm).unwrap().to_host().unwrap()
 }
 
 /// One plain (no all-reduce) training step of `m`; returns the loss.
 fn plain_call(step: &mut TrainStep, m: &mut Classifier, x: &[f32], y: &[u32], lr: f32) -> Vec<f32> {
-    step.call(
-        &mut m.params,
-        &mut m.grads,
-        &mut m.moments,
-        &mut m.count,
-        x,
-        y,
-        lr,
-        &m.sizes.clone()[..],
-    )
-    .unwrap()
-    .to_host()
-    .unwrap()
+    step.call(m, x, y, lr).unwrap().to_host().unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -244,17 +219,7 @@ fn a_step_with_an_all_reduce_replays_bitwise_equal_to_eager() {
             let lr = 1e-2 / (1.0 + s as f32);
             let l1 = dp_call(&mut step, &mut rep, &x, &y, lr, &comm);
             let l2 = eager
-                .eager(
-                    &mut eag.params,
-                    &mut eag.grads,
-                    &mut eag.moments,
-                    &mut eag.count,
-                    &x[..],
-                    &y[..],
-                    lr,
-                    &SIZES[..],
-                    &comm,
-                )
+                .eager(&mut eag, &x[..], &y[..], lr, &comm)
                 .unwrap()
                 .to_host()
                 .unwrap();
@@ -730,17 +695,7 @@ fn two_rank_mlp_s_matches_one_gpu_on_the_full_batch_and_ranks_stay_bitwise_equal
             "step {s}: {losses:?}"
         );
         let (x, y) = &data[s];
-        full.call(
-            &mut reference.params,
-            &mut reference.grads,
-            &mut reference.moments,
-            &mut reference.count,
-            &x[..],
-            &y[..],
-            lr,
-            &MLP_S[..],
-        )
-        .unwrap();
+        full.call(&mut reference, &x[..], &y[..], lr).unwrap();
         if (s + 1) % 10 == 0 {
             let w = weights(&mut driver);
             assert!(

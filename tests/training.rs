@@ -56,28 +56,12 @@ fn accumulation_under_replay_equals_eager_bitwise() {
                     let (x, y) = batch(&mut r, rows);
                     let acc = m > 0;
                     let l1 = micro
-                        .call(
-                            &mut rep.params,
-                            &mut rep.grads,
-                            &x[..],
-                            &y[..],
-                            acc,
-                            scale,
-                            &SIZES[..],
-                        )
+                        .call(&mut rep, &x[..], &y[..], acc, scale)
                         .unwrap()
                         .to_host()
                         .unwrap();
                     let l2 = micro_e
-                        .eager(
-                            &mut eag.params,
-                            &mut eag.grads,
-                            &x[..],
-                            &y[..],
-                            acc,
-                            scale,
-                            &SIZES[..],
-                        )
+                        .eager(&mut eag, &x[..], &y[..], acc, scale)
                         .unwrap()
                         .to_host()
                         .unwrap();
@@ -91,24 +75,8 @@ fn accumulation_under_replay_equals_eager_bitwise() {
                     "k={k} update {update}: accumulated gradients differ"
                 );
                 let lr = 1e-2 / (1.0 + update as f32);
-                apply
-                    .call(
-                        &mut rep.params,
-                        &mut rep.grads,
-                        &mut rep.moments,
-                        &mut rep.count,
-                        lr,
-                    )
-                    .unwrap();
-                apply_e
-                    .eager(
-                        &mut eag.params,
-                        &mut eag.grads,
-                        &mut eag.moments,
-                        &mut eag.count,
-                        lr,
-                    )
-                    .unwrap();
+                apply.call(&mut rep, lr).unwrap();
+                apply_e.eager(&mut eag, lr).unwrap();
                 assert_same(&rep, &eag, &format!("k={k} update {update}"));
             }
             let (s, a) = (micro.stats(), apply.stats());
@@ -138,28 +106,12 @@ fn accumulated_gradients_equal_one_large_batch() {
             let xs = &x[m * rows * SIZES[0]..(m + 1) * rows * SIZES[0]];
             let ys = &y[m * rows..(m + 1) * rows];
             micro
-                .call(
-                    &mut a.params,
-                    &mut a.grads,
-                    xs,
-                    ys,
-                    m > 0,
-                    1.0 / (rows * k) as f32,
-                    &SIZES[..],
-                )
+                .call(&mut a, xs, ys, m > 0, 1.0 / (rows * k) as f32)
                 .unwrap();
         }
         let mut big = MicroStep::new(dev).unwrap();
-        big.call(
-            &mut b.params,
-            &mut b.grads,
-            &x[..],
-            &y[..],
-            false,
-            1.0 / (rows * k) as f32,
-            &SIZES[..],
-        )
-        .unwrap();
+        big.call(&mut b, &x[..], &y[..], false, 1.0 / (rows * k) as f32)
+            .unwrap();
         let (ga, gb) = (a.grads.to_host().unwrap(), b.grads.to_host().unwrap());
         let gb64: Vec<f64> = gb.iter().map(|&v| v as f64).collect();
         let err = common::rel_err(&ga, &gb64);
@@ -183,28 +135,8 @@ fn recording_is_not_an_update_and_the_first_replay_is() {
         let (x, y) = batch(&mut r, 8);
         let mut step = TrainStep::new(dev).unwrap();
         let mut e = TrainStep::new(dev).unwrap();
-        step.call(
-            &mut rep.params,
-            &mut rep.grads,
-            &mut rep.moments,
-            &mut rep.count,
-            &x[..],
-            &y[..],
-            1e-2,
-            &SIZES[..],
-        )
-        .unwrap();
-        e.eager(
-            &mut eag.params,
-            &mut eag.grads,
-            &mut eag.moments,
-            &mut eag.count,
-            &x[..],
-            &y[..],
-            1e-2,
-            &SIZES[..],
-        )
-        .unwrap();
+        step.call(&mut rep, &x[..], &y[..], 1e-2).unwrap();
+        e.eager(&mut eag, &x[..], &y[..], 1e-2).unwrap();
         assert_eq!(step.stats().recordings, 1);
         assert_eq!(step.stats().replays, 1);
         assert_same(&rep, &eag, "after the first call");
@@ -244,35 +176,11 @@ fn the_gradient_handed_out_is_this_steps_and_not_the_live_buffer() {
             let (x, y) = batch(&mut r, 8);
             let max_norm = 1e-3; // far below the gradient norm: clipping always bites
             let (_, raw1) = step
-                .call(
-                    &mut rep.params,
-                    &mut rep.grads,
-                    &mut rep.moments,
-                    &mut rep.count,
-                    &mut p1,
-                    &mut n1,
-                    &x[..],
-                    &y[..],
-                    1e-2,
-                    max_norm,
-                    &SIZES[..],
-                )
+                .call(&mut rep, &mut p1, &mut n1, &x[..], &y[..], 1e-2, max_norm)
                 .unwrap();
             let raw1 = raw1.to_host().unwrap();
             let (_, raw2) = e
-                .eager(
-                    &mut eag.params,
-                    &mut eag.grads,
-                    &mut eag.moments,
-                    &mut eag.count,
-                    &mut p2,
-                    &mut n2,
-                    &x[..],
-                    &y[..],
-                    1e-2,
-                    max_norm,
-                    &SIZES[..],
-                )
+                .eager(&mut eag, &mut p2, &mut n2, &x[..], &y[..], 1e-2, max_norm)
                 .unwrap();
             let raw2 = raw2.to_host().unwrap();
             assert!(

@@ -13,10 +13,10 @@ pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         .map(|(_, c)| c)
 }
 
-/// `"; did you mean `x`?"`, or nothing.
+/// ` (did you mean `x`?)`, or nothing.
 pub fn hint<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     closest(name, candidates)
-        .map(|c| format!("; did you mean `{c}`?"))
+        .map(|c| format!(" (did you mean `{c}`?)"))
         .unwrap_or_default()
 }
 
@@ -119,7 +119,7 @@ mod tests {
         assert_eq!(closest("lne", METHODS.iter().copied()), Some("len"));
         assert_eq!(
             hint("tanhh", BUILTIN_FNS.iter().copied()),
-            "; did you mean `tanh`?"
+            " (did you mean `tanh`?)"
         );
         assert_eq!(hint("frobnicate", BUILTIN_FNS.iter().copied()), "");
         assert_eq!(distance("ab", "ba"), 1);

@@ -174,12 +174,7 @@ pub fn train_step(
         false,
         1.0 / rows as f32,
     )?;
-    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(
-        cx,
-        &mut m.params,
-        &mut m.grads,
-        lr,
-    )?;
+    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(cx, &mut m.params, &m.grads, lr)?;
     Ok(loss)
 }
 
@@ -204,7 +199,7 @@ pub fn micro_step(
 #[graphed]
 pub fn apply_step(cx: &mut Step, #[state] model: &mut Classifier, lr: f32) -> Result<()> {
     let m = model;
-    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(cx, &mut m.params, &mut m.grads, lr)
+    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(cx, &mut m.params, &m.grads, lr)
 }
 
 /// Forward, loss, backward, gradient-norm clipping and AdamW for one incoming batch (an
@@ -238,12 +233,7 @@ pub fn adapt_step(
     let raw = cx.snapshot(&m.grads)?;
     let mut clip = GradClip::from_buffers(m.grads.len(), partials.clone(), norm.clone())?;
     clip.clip(cx, &mut m.grads, max_norm)?;
-    adamw(AdamConfig::default(), &m.moments, &m.count)?.step(
-        cx,
-        &mut m.params,
-        &mut m.grads,
-        lr,
-    )?;
+    adamw(AdamConfig::default(), &m.moments, &m.count)?.step(cx, &mut m.params, &m.grads, lr)?;
     Ok((loss, raw))
 }
 
@@ -277,11 +267,6 @@ pub fn dp_train_step(
         1.0 / rows as f32,
     )?;
     cx.all_reduce(comm, &mut m.grads, graphed_runtime::ReduceOp::Mean)?;
-    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(
-        cx,
-        &mut m.params,
-        &mut m.grads,
-        lr,
-    )?;
+    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(cx, &mut m.params, &m.grads, lr)?;
     Ok(loss)
 }

@@ -79,8 +79,13 @@ fn train_mlp_rejects_bad_arguments() {
 fn train_mlp_bin() -> &'static std::path::Path {
     static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
-        // target/<profile>/deps/examples-<hash>
         let exe = std::env::current_exe().unwrap();
+        // Packed for the GPU machine (no cargo there): the example lies beside this binary.
+        let beside = exe.with_file_name("train_mlp");
+        if beside.is_file() {
+            return beside;
+        }
+        // target/<profile>/deps/examples-<hash>
         let profile_dir = exe.parent().unwrap().parent().unwrap();
         let target_dir = profile_dir.parent().unwrap();
         let profile = match profile_dir.file_name().unwrap().to_str().unwrap() {

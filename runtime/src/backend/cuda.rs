@@ -235,6 +235,11 @@ impl CudaBackend {
             });
         }
         // Opening binds the device's primary context; the caller's comes back afterwards.
+        // (The current context can be asked for only once the driver is initialised.)
+        result::init().map_err(|e| Error::Unavailable {
+            backend: NAME,
+            reason: format!("the CUDA driver failed to initialise: {e}"),
+        })?;
         let _restore = Bound(Some(
             result::ctx::get_current()
                 .map_err(err)?

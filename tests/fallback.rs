@@ -26,20 +26,12 @@ fn peek(cx: &mut Step, x: &Input<f32>, #[key] k: u32) -> Result<Output<f32>> {
 }
 
 fn child(test: &str, strict: bool) -> (bool, String, String) {
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env("GRAPHED_FALLBACK_CHILD", "1");
+    let marker = ("GRAPHED_FALLBACK_CHILD", "1");
     if strict {
-        cmd.env("GRAPHED_STRICT", "1");
+        common::run_child(test, &[marker, ("GRAPHED_STRICT", "1")], &[])
     } else {
-        cmd.env_remove("GRAPHED_STRICT");
+        common::run_child(test, &[marker], &["GRAPHED_STRICT"])
     }
-    let out = cmd.output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn is_child() -> bool {

@@ -319,29 +319,15 @@ fn cuda_sticky_fault_child() {
 
 #[test]
 fn cuda_out_of_bounds_is_reported_at_the_next_sync_and_replays_are_refused() {
-    if Device::open(BackendKind::Cuda).is_err() {
-        assert!(
-            !Required::from_env().unwrap().cuda,
-            "cuda is required but unavailable"
-        );
+    if !common::cuda_available() {
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "cuda_sticky_fault_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("GRAPHED_STICKY_CHILD", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (ok, stdout, stderr) = common::run_child(
+        "cuda_sticky_fault_child",
+        &[("GRAPHED_STICKY_CHILD", "1")],
+        &[],
     );
+    assert!(ok, "child failed: {stdout}\n{stderr}");
     assert!(
         stdout.contains("sync after fault: Some(") && stdout.contains("CUDA_ERROR_"),
         "{stdout}"

@@ -658,29 +658,15 @@ fn cuda_fault_in_replay_child() {
 /// Item 18: the first wait after a fault inside a replay reports it.
 #[test]
 fn a_cuda_fault_inside_a_replay_is_reported_at_the_first_wait() {
-    if graphed::Device::open(graphed::BackendKind::Cuda).is_err() {
-        assert!(
-            !graphed::Required::from_env().unwrap().cuda,
-            "cuda is required but unavailable"
-        );
+    if !common::cuda_available() {
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "cuda_fault_in_replay_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("GRAPHED_REPLAY_FAULT_CHILD", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child failed: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (ok, stdout, stderr) = common::run_child(
+        "cuda_fault_in_replay_child",
+        &[("GRAPHED_REPLAY_FAULT_CHILD", "1")],
+        &[],
     );
+    assert!(ok, "child failed: {stdout}\n{stderr}");
     assert!(
         stdout.contains("first sync: Some(") && stdout.contains("CUDA_ERROR_"),
         "{stdout}"

@@ -43,3 +43,35 @@ pub fn rel_err(a: &[f32], b: &[f64]) -> f64 {
 pub fn bitwise_eq(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
+
+/// Runs test `name` of this test binary alone in a child process with `set` in its
+/// environment and `unset` removed; returns (exited successfully, stdout, stderr). For cases
+/// that abort, poison a device for the process, or read what the library prints.
+pub fn run_child(name: &str, set: &[(&str, &str)], unset: &[&str]) -> (bool, String, String) {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]);
+    for (k, v) in set {
+        cmd.env(k, v);
+    }
+    for k in unset {
+        cmd.env_remove(k);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Whether a CUDA device opens; `false` (skip) only when `GRAPHED_REQUIRE` does not list cuda.
+pub fn cuda_available() -> bool {
+    if graphed::Device::open(graphed::BackendKind::Cuda).is_ok() {
+        return true;
+    }
+    assert!(
+        !graphed::Required::from_env().unwrap().cuda,
+        "cuda is required but unavailable"
+    );
+    false
+}

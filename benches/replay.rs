@@ -401,6 +401,40 @@ fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Ro
             nodes: kernels,
             record_ms: Some(rec),
         });
+        // The drift sentinel's cost: every 100th replay also runs eagerly from the same state
+        // and both are read back and compared (Config::sentinel_every).
+        let mut watched_model = model.duplicate()?;
+        let mut watched = TrainStep::with_config(
+            dev,
+            graphed::Config {
+                sentinel_every: 100,
+                ..graphed::Config::default()
+            },
+        )?;
+        watched.call(&mut watched_model, &x, &labels, 1e-3)?;
+        let (us, lo, hi, cpu) = measure(
+            steps,
+            || {
+                let m = &mut watched_model;
+                watched.call(m, &x, &labels, 1e-3).unwrap();
+            },
+            sync,
+        );
+        eprintln!(
+            "{name} on {backend}: the sentinel compared {} replays with eager, all equal",
+            watched.stats().sentinel_checks
+        );
+        rows.push(Row {
+            workload: name.to_string(),
+            backend: backend.clone(),
+            variant: "replay+sentinel/100".into(),
+            n: kernels,
+            us_step: us,
+            spread: (lo, hi),
+            cpu_us: cpu,
+            nodes: kernels,
+            record_ms: None,
+        });
     }
     Ok(())
 }

@@ -121,8 +121,8 @@ fn run_one(
 /// For a kernel the front end accepts, the WGSL must validate.
 fn check_wgsl(args: &TokenStream, item: &TokenStream) -> Option<String> {
     let func: syn::ItemFn = syn::parse2(item.clone()).ok()?;
-    let kernel = crate::kernel::lower(args.clone(), &func).ok()?;
-    let src = crate::kernel::emit::wgsl::emit(&kernel);
+    let kernel = graphed_lang::kernel::lower(args.clone(), &func).ok()?;
+    let src = graphed_lang::kernel::emit::wgsl::emit(&kernel);
     let module = match naga::front::wgsl::parse_str(&src) {
         Ok(m) => m,
         Err(e) => {
@@ -1284,7 +1284,7 @@ fn fuzz_kernel_front_end() {
                 mutated_input(rng, &seeds, &arg_seeds)
             }
         },
-        crate::kernel::expand,
+        graphed_lang::kernel::expand,
         true,
     );
     finish("#[kernel]", r);
@@ -1307,7 +1307,7 @@ fn fuzz_graphed_front_end() {
                 mutated_input(rng, &seeds, &arg_seeds)
             }
         },
-        crate::graphed::expand,
+        graphed_lang::step::expand,
         false,
     );
     finish("#[graphed]", r);

@@ -9,6 +9,7 @@ use std::fmt::Write;
 
 use crate::kernel::ir::*;
 
+/// The kernel as Rust source for the host backend (checked slices, one invocation per call).
 pub fn emit(k: &Kernel) -> String {
     let mut h = Host {
         k,

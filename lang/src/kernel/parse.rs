@@ -9,9 +9,11 @@ use crate::kernel::Errors;
 
 /// Arguments of `#[kernel(workgroup = 256)]`, `(16, 16)` or `(4, 4, 4)`.
 pub struct KernelArgs {
+    /// Invocations per workgroup in x, y and z (unset ones are 1).
     pub workgroup: [u32; 3],
 }
 
+/// Parses `#[kernel(...)]`'s arguments; a mistake is recorded and the default (64) kept.
 pub fn args(tokens: TokenStream, errors: &mut Errors) -> KernelArgs {
     let usage = "write `#[kernel(workgroup = 256)]` (or `(16, 16)`, `(4, 4, 4)`)";
     let mut workgroup = None;
@@ -228,6 +230,7 @@ pub fn kernel_name(ident: &syn::Ident, errors: &mut Errors) {
     }
 }
 
+/// The kernel-language scalar type `ty` names (`f32`, `i32`, `u32`, `bool`), if any.
 pub fn scalar_type(ty: &syn::Type) -> Option<Ty> {
     let syn::Type::Path(p) = ty else { return None };
     if p.qself.is_some() {

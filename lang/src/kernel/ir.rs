@@ -1,4 +1,8 @@
 //! The typed intermediate representation every `#[kernel]` target is emitted from.
+//!
+//! Variants and fields are named for the language constructs they stand for (`BinOp::Add` is
+//! `+`, `Stmt::For` a `for` loop); only the ones whose meaning is not their name are documented.
+#![allow(missing_docs)]
 
 use proc_macro2::Span;
 

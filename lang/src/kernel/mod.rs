@@ -4,7 +4,7 @@
 mod check;
 pub mod emit;
 pub mod ir;
-mod parse;
+pub mod parse;
 mod uniformity;
 
 use proc_macro2::TokenStream;
@@ -13,8 +13,11 @@ use syn::visit::Visit;
 
 use ir::{Kernel, Param, ParamKind, Ty};
 
+/// Every error found so far, each spanned at its cause; all are reported together.
 pub type Errors = Vec<syn::Error>;
 
+/// `#[kernel(args)] item` → the kernel's `KernelDef` (three targets), its typed launcher
+/// and host form; on errors, the errors and a stub launcher so calls add no errors.
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let func: syn::ItemFn = match syn::parse2(item) {
         Ok(f) => f,

@@ -10,6 +10,7 @@ use std::fmt::Write;
 
 use crate::kernel::ir::*;
 
+/// The kernel as a WGSL compute shader (one entry point, `main`).
 pub fn emit(k: &Kernel) -> String {
     let mut w = Wgsl {
         k,
@@ -284,6 +285,7 @@ fn is_literal(e: &Expr) -> bool {
     )
 }
 
+/// The WGSL spelling of a scalar type.
 pub fn ty(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "f32",

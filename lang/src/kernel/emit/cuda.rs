@@ -29,6 +29,7 @@ static __device__ __forceinline__ gd_u32 gd_min_u32(gd_u32 a, gd_u32 b) { return
 static __device__ __forceinline__ gd_u32 gd_max_u32(gd_u32 a, gd_u32 b) { return a > b ? a : b; }
 "#;
 
+/// The kernel as CUDA C source for NVRTC (`extern "C" __global__`).
 pub fn emit(k: &Kernel) -> String {
     let mut c = Cuda {
         k,
@@ -88,6 +89,7 @@ pub fn emit(k: &Kernel) -> String {
     c.out
 }
 
+/// The CUDA C spelling of a scalar type.
 pub fn ty(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "float",

@@ -9,6 +9,8 @@ mod parse;
 use proc_macro2::TokenStream;
 use quote::quote;
 
+/// `#[graphed(args)] item` → the step's holder type; on errors, the errors and (where the
+/// signature was understood) a stub holder so uses elsewhere add no errors.
 pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut func: syn::ItemFn = match syn::parse2(item) {
         Ok(f) => f,

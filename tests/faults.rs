@@ -194,12 +194,19 @@ fn failed_drain_in_clear_returns_the_error_and_empties_the_holder() {
         assert!(matches!(err, graphed::Error::Drain { .. }), "{err:?}");
         assert!(err.to_string().contains("injected"), "{err}");
         assert_eq!(step.stats().cached, 0);
-        // Nothing was freed: memory the device may still use is leaked, not reused.
+        // Nothing was freed: memory the device may still use is parked, not reused.
         assert_eq!(dev.allocated_bytes(), held);
-        // The holder still works.
+        let parked = step.holder().parked_bytes();
+        assert!(parked > 0, "a failed clear parked nothing");
+        // The holder still works, and the parked memory stays held while it records again.
         step.call(&mut w, &floats(&mut r, 8, -1.0, 1.0)[..], 0.1, 0.0)
             .unwrap();
         assert_eq!(step.stats().recordings, 2);
+        assert_eq!(step.holder().parked_bytes(), parked);
+        // The next drain that succeeds releases it: back to the state and nothing else.
+        step.clear().unwrap();
+        assert_eq!(step.holder().parked_bytes(), 0);
+        assert_eq!(dev.allocated_bytes(), w.len() as u64 * 4);
     });
 }
 

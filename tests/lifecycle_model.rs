@@ -57,7 +57,7 @@ enum Op {
     EvictAll,
     /// `invalidate()`.
     Invalidate,
-    /// `clear()` with an injected drain failure: an error, an empty holder, leaked memory.
+    /// `clear()` with an injected drain failure: an error, an empty holder, parked memory.
     FailedClear,
     /// The next recording's capture fails (CUDA; ignored elsewhere).
     CaptureFault,
@@ -106,14 +106,14 @@ struct Model {
     replays: u64,
     eager_calls: u64,
     evictions: u64,
-    /// Bytes of recordings forgotten by a failed clear (leaked on purpose).
-    leaked: u64,
+    /// Bytes of recordings and outputs a failed clear parked: kept until the holder's next
+    /// successful drain (an eviction, a clear, the drop) releases them.
+    parked: u64,
     /// Bytes of the last eager run's outputs, held by the holder until its next eager run.
     eager_out: u64,
     capture_fault: bool,
-    /// State allocations (generations) that recordings forgotten by a failed clear still
-    /// hold: leaked with them.
-    leaked_generations: Vec<usize>,
+    /// State allocations (generations) that parked recordings still hold.
+    parked_generations: Vec<usize>,
 }
 
 impl Model {
@@ -262,11 +262,13 @@ impl World {
                     ));
                 }
                 m.entries.clear();
+                unpark(m);
             }
             Op::Invalidate => {
                 self.step.holder().invalidate().map_err(|e| e.to_string())?;
                 m.entries.clear();
                 m.eager_out = 0;
+                unpark(m);
             }
             Op::FailedClear => {
                 self.step.holder().__fail_next_drain();
@@ -275,10 +277,10 @@ impl World {
                     other => return Err(format!("clear with a failed drain gave {other:?}")),
                 }
                 let len_of = |k: &(usize, usize, u32)| k.1;
-                m.leaked += m.static_bytes(len_of) + m.eager_out;
+                m.parked += m.static_bytes(len_of) + m.eager_out;
                 for e in m.entries.iter().filter(|e| e.kind == Kind::Recorded) {
-                    if !m.leaked_generations.contains(&e.key.0) {
-                        m.leaked_generations.push(e.key.0);
+                    if !m.parked_generations.contains(&e.key.0) {
+                        m.parked_generations.push(e.key.0);
                     }
                 }
                 m.entries.clear();
@@ -290,10 +292,9 @@ impl World {
             }
             Op::Recreate => {
                 self.step = ModelStep::with_config(&self.dev, config(self.warmup)).unwrap();
+                // The old holder's drop drains, which releases what it had parked.
                 *m = Model {
-                    leaked: m.leaked,
                     capture_fault: m.capture_fault,
-                    leaked_generations: std::mem::take(&mut m.leaked_generations),
                     ..Model::default()
                 };
             }
@@ -335,7 +336,7 @@ impl World {
         if keys != m.entries.len() {
             return Err(format!("{keys} keys, model {}", m.entries.len()));
         }
-        // Live state allocations: the current two, those a recording pins, those leaked.
+        // Live state allocations: the current two, those a recording pins, those parked.
         let mut live: Vec<(usize, usize)> = (0..2).map(|s| (self.generation[s], LENS[s])).collect();
         let pinned = m
             .entries
@@ -346,7 +347,7 @@ impl World {
                 self.generations
                     .iter()
                     .copied()
-                    .filter(|(g, _)| m.leaked_generations.contains(g)),
+                    .filter(|(g, _)| m.parked_generations.contains(g)),
             );
         for g in pinned {
             if !live.contains(&g) {
@@ -355,13 +356,23 @@ impl World {
         }
         let states: u64 = live.iter().map(|(_, n)| 4 * *n as u64).sum();
         let bytes = self.dev.allocated_bytes();
-        let want = states + m.static_bytes(len_of) + m.eager_out + m.leaked;
+        let want = states + m.static_bytes(len_of) + m.eager_out + m.parked;
         if bytes != want {
             return Err(format!("device holds {bytes} bytes, model {want}"));
+        }
+        let parked = self.step.holder().parked_bytes();
+        if parked != m.parked {
+            return Err(format!("holder parks {parked} bytes, model {}", m.parked));
         }
         let _ = self.len_of(&(0, 0, 0));
         Ok(())
     }
+}
+
+/// A drain of the holder succeeded: what failed clears parked is released.
+fn unpark(m: &mut Model) {
+    m.parked = 0;
+    m.parked_generations.clear();
 }
 
 /// Records entry `i` in the model: evict least recently used recordings to make room, or
@@ -385,6 +396,8 @@ fn record(m: &mut Model, i: usize, kind: BackendKind) {
             .unwrap();
         m.entries.remove(victim);
         m.evictions += 1;
+        // The eviction drained the device first, releasing what a failed clear parked.
+        unpark(m);
     }
     m.recordings += 1;
 }

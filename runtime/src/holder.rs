@@ -233,6 +233,10 @@ pub struct Graphed {
     eager_outputs: Vec<RawView>,
     warned: HashSet<CaptureKey>,
     fail_next_drain: bool,
+    /// Recordings and outputs of a `clear()` whose drain failed: the device may still use
+    /// their memory, so they are kept (never freed, never reused) until a later drain of this
+    /// holder succeeds, and released then.
+    parked: Vec<(Vec<Entry>, Vec<RawView>)>,
     /// The ranks this holder's steps share collectives with: they agree on every recording
     /// and are drained with this device.
     #[cfg(feature = "nccl")]
@@ -260,6 +264,7 @@ impl Graphed {
             eager_outputs: Vec::new(),
             warned: HashSet::new(),
             fail_next_drain: false,
+            parked: Vec::new(),
             #[cfg(feature = "nccl")]
             ranks: crate::dist::Ranks::default(),
         }
@@ -837,7 +842,10 @@ impl Graphed {
                 },
             })
         };
-        self.drain_ranks(own)
+        self.drain_ranks(own)?;
+        // The device is idle: what a failed drain parked can go now.
+        self.parked.clear();
+        Ok(())
     }
 
     /// Another rank's collective may still read or write this rank's memory until that rank's
@@ -853,17 +861,32 @@ impl Graphed {
     }
 
     /// Waits for the device, then releases every recording and its static buffers. If the
-    /// wait fails the error is returned and the memory is leaked, never freed while the
-    /// device may still use it; the holder is empty either way.
+    /// wait fails the error is returned and the memory is parked, never freed while the
+    /// device may still use it: the next drain of this holder that succeeds (an eviction,
+    /// `clear()`, `invalidate()`, the drop) releases it. The holder is empty either way.
     pub fn clear(&mut self) -> Result<()> {
         let result = self.drain();
         let entries = std::mem::take(&mut self.entries);
         let eager = std::mem::take(&mut self.eager_outputs);
         if result.is_err() {
-            std::mem::forget(entries);
-            std::mem::forget(eager);
+            self.parked.push((entries, eager));
         }
         result
+    }
+
+    /// Bytes of device memory parked by failed drains, released by the next drain that
+    /// succeeds.
+    pub fn parked_bytes(&self) -> u64 {
+        self.parked
+            .iter()
+            .flat_map(|(entries, eager)| {
+                let recorded = entries.iter().map(|e| match &e.state {
+                    State::Recorded(r) => r.bytes,
+                    _ => 0,
+                });
+                recorded.chain(eager.iter().map(|v| v.buf.bytes()))
+            })
+            .sum()
     }
 
     #[doc(hidden)]
@@ -875,7 +898,7 @@ impl Graphed {
 
 impl Drop for Graphed {
     fn drop(&mut self) {
-        if self.entries.is_empty() && self.eager_outputs.is_empty() {
+        if self.entries.is_empty() && self.eager_outputs.is_empty() && self.parked.is_empty() {
             return;
         }
         if let Err(e) = self.drain() {

@@ -371,6 +371,12 @@ impl Device {
                 limit: isize::MAX as u128,
             });
         }
+        if crate::faults::take_alloc_failure(slot.is_some()) {
+            return Err(Error::OutOfMemory {
+                backend: self.kind().name(),
+                bytes: Some(words as u64 * 4),
+            });
+        }
         let mem = self.inner.backend.alloc(words)?;
         Ok(Arc::new(RawBuffer::new(self.clone(), words, mem, slot)))
     }

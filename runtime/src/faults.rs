@@ -96,3 +96,37 @@ pub fn inject_replay_drift() {
 pub(crate) fn take_replay_drift() -> bool {
     REPLAY_DRIFT.with(|c| c.replace(false))
 }
+
+thread_local! {
+    static ALLOC_FAILURE: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes a step's static-slot allocation on this thread (an output, workspace or input slot,
+/// made while a key records or runs eagerly) fail with `Error::OutOfMemory`, as a full device
+/// would: the one after `after` more slot allocations succeed.
+pub fn inject_slot_alloc_failure(after: u32) {
+    ALLOC_FAILURE.with(|c| c.set(Some(after)));
+}
+
+/// Forgets an injected slot-allocation failure that no allocation has taken yet.
+pub fn clear_slot_alloc_failure() {
+    ALLOC_FAILURE.with(|c| c.set(None));
+}
+
+/// Whether an injected allocation failure applies to this allocation (only slots take it).
+pub(crate) fn take_alloc_failure(is_slot: bool) -> bool {
+    if !is_slot {
+        return false;
+    }
+    ALLOC_FAILURE.with(|c| match c.get() {
+        Some(0) => {
+            c.set(None);
+            true
+        }
+        Some(n) => {
+            c.set(Some(n - 1));
+            false
+        }
+        None => false,
+    })
+}

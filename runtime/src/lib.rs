@@ -44,8 +44,9 @@ pub use step::{Input, Output, Scalar, Step};
 #[doc(hidden)]
 pub mod __private {
     pub use crate::faults::{
-        capture_retries, clear_capture_fault, destroy_device_memory, inject_capture_escape,
-        inject_capture_fault, inject_capture_invalidation, inject_replay_drift, mutation,
+        capture_retries, clear_capture_fault, clear_slot_alloc_failure, destroy_device_memory,
+        inject_capture_escape, inject_capture_fault, inject_capture_invalidation,
+        inject_replay_drift, inject_slot_alloc_failure, mutation,
     };
     pub use crate::host_exec::*;
 }

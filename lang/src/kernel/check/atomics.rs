@@ -1,12 +1,14 @@
 //! Atomic read-modify-write calls on `&mut [T]` parameters.
 
-
-
 use super::*;
 
 impl Checker<'_> {
     /// Recognises `atomic_*(buf, index, ...)`; `None` when `e` is not an atomic call.
-    pub(super) fn try_atomic(&mut self, e: &syn::Expr, _result: Option<&str>) -> Option<Res<(Stmt, Ty)>> {
+    pub(super) fn try_atomic(
+        &mut self,
+        e: &syn::Expr,
+        _result: Option<&str>,
+    ) -> Option<Res<(Stmt, Ty)>> {
         let syn::Expr::Call(call) = e else {
             return None;
         };
@@ -18,7 +20,12 @@ impl Checker<'_> {
         Some(self.atomic(call, op, &name))
     }
 
-    pub(super) fn atomic(&mut self, call: &syn::ExprCall, op: AtomicOp, name: &str) -> Res<(Stmt, Ty)> {
+    pub(super) fn atomic(
+        &mut self,
+        call: &syn::ExprCall,
+        op: AtomicOp,
+        name: &str,
+    ) -> Res<(Stmt, Ty)> {
         let want = 2 + op.operands();
         if call.args.len() != want {
             self.error(

@@ -1,7 +1,5 @@
 //! Calls: builtins (math, ids, barriers) and methods.
 
-
-
 use super::*;
 
 impl Checker<'_> {

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 
-
 use super::*;
 
 impl Checker<'_> {
@@ -85,7 +84,13 @@ impl Checker<'_> {
     }
 
     /// Lowers `place = if c { ...; a } else { ...; b }` into statements.
-    pub(super) fn if_assign(&mut self, ei: &syn::ExprIf, place: &Place, ty: Ty, out: &mut Vec<Stmt>) {
+    pub(super) fn if_assign(
+        &mut self,
+        ei: &syn::ExprIf,
+        place: &Place,
+        ty: Ty,
+        out: &mut Vec<Stmt>,
+    ) {
         let cond = self.expr(&ei.cond, Some(Ty::Bool));
         let then = self.value_block(&ei.then_branch, place, ty);
         let els = match ei.else_branch.as_ref().map(|(_, e)| &**e) {

@@ -1,7 +1,5 @@
 //! Expressions: literals, paths, unary and binary operators.
 
-
-
 use super::*;
 
 impl Checker<'_> {
@@ -482,7 +480,13 @@ impl Checker<'_> {
     }
 
     /// Checks operand types; returns the result type.
-    pub(super) fn check_binary(&mut self, op: BinOp, l: Ty, r: Ty, node: impl quote::ToTokens) -> Res<Ty> {
+    pub(super) fn check_binary(
+        &mut self,
+        op: BinOp,
+        l: Ty,
+        r: Ty,
+        node: impl quote::ToTokens,
+    ) -> Res<Ty> {
         let s = op.symbol();
         match op {
             BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem => {

@@ -14,19 +14,18 @@ mod stmt;
 
 use std::collections::HashMap;
 
-
 use super::ir::*;
 use super::parse::scalar_type;
 use crate::kernel::Errors;
 
-use consts::Known;
-pub use consts::fold;
 use builtins::is_path_call;
+use consts::const_value;
+pub use consts::fold;
+use consts::Known;
 use control::if_is_pure;
 use expr::{compound_op, is_untyped_lit, mismatch};
 use place::Target;
 use stmt::macro_message;
-use consts::const_value;
 
 type Res<T> = Result<T, ()>;
 
@@ -163,7 +162,6 @@ impl<'a> Checker<'a> {
     fn param_index(&self, name: &str) -> Option<usize> {
         self.params.iter().position(|p| p.name == name)
     }
-
 }
 
 const LABEL_MSG: &str = "loop labels are not supported in kernels; to leave an outer loop, set a `bool` flag, `break` the inner loop, and test the flag in the outer one";

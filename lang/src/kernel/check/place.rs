@@ -1,7 +1,5 @@
 //! Places: what can be indexed, written and assigned.
 
-
-
 use super::*;
 
 impl Checker<'_> {

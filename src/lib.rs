@@ -9,10 +9,9 @@ extern crate self as graphed;
 
 pub use graphed_kernels as kernels;
 pub use graphed_macros::{graphed, kernel, State};
+pub use graphed_nn as nn;
+pub use graphed_nn::{sample, train};
 pub use graphed_runtime::*;
-
-pub mod sample;
-pub mod train;
 
 /// The README's Rust blocks, run as doc-tests by `cargo test` (not part of the API).
 #[doc = include_str!("../README.md")]

@@ -7,17 +7,16 @@
 //! outputs (workspaces, optimizer state) are made by the caller or at construction.
 //!
 //! ```ignore
-//! use graphed_kernels::{layers::{Mlp, MlpActivations}, loss, optim::AdamW, ops};
-//! let mut mlp = Mlp::new(&dev, &[784, 256, 256, 10], 0)?;
-//! let mut acts = MlpActivations::new(&mlp, 64, |n| dev.alloc(n))?;
-//! let mut opt = AdamW::new(&dev, mlp.params().len(), AdamW::default_config())?;
-//! mlp.forward(&dev, &x, &mut acts)?;                                        // 3 launches
-//! loss::softmax_cross_entropy(&dev, acts.logits(), &labels, &mut l, &mut acts.dlogits()?, &mut ws)?; // 1
-//! mlp.backward(&dev, &x, &mut acts, false)?;                                // 5
-//! let (params, grads) = mlp.params_and_grads();
-//! opt.step(&dev, params, grads, 1e-3)?;                                     // 1
+//! use graphed_kernels::{elementwise::Act, loss, matmul::{matmul, Epilogue, Gemm}, optim::AdamW, ops};
+//! matmul(&dev, Gemm::nt(rows, outs, ins), &x, &w, &mut y, &Epilogue::bias_act(&b, Act::Relu))?; // 1
+//! loss::softmax_cross_entropy(&dev, &logits, &labels, &mut l, &mut dlogits, &mut ws)?;          // 1
+//! let mut opt = AdamW::new(&dev, params.len(), AdamW::default_config())?;
+//! opt.step(&dev, &mut params, &grads, 1e-3)?;                                                    // 1
 //! ops::relu(&dev, &a, &mut b)?;
 //! ```
+//!
+//! Layers and models built from these ops (`Linear`, `Mlp`) and ready-made recorded steps
+//! live in `graphed-nn`.
 //!
 //! # Kernels
 //!
@@ -27,15 +26,8 @@
 //! | [`reduce`] | `reduce_all`, `reduce_rows` | `sum`, `mean`, `max`, `sum_sq`, `l2_norm` over a buffer (1, or 2 past 16384 elements); `reduce_rows` per row (1) |
 //! | [`matmul`] | `matmul_t64` (64×64 tiles, 4×4 per invocation), `matmul_t16` (16×16 tiles) | `C = A·B`, `A·Bᵀ`, `Aᵀ·B` with bias, activation, activation-derivative gate, accumulation, and row sums of `op(A)` (a bias gradient) in the epilogue — 1 |
 //! | [`loss`] | `softmax_xent_narrow`, `softmax_xent_wide`, `mse_pass`, `mse_grad` | `softmax_cross_entropy` (mean loss and its gradient in one pass; 1, or 2 for more than 4096 rows of ≤ 64 classes or any batch of wider rows), `mse`, `mse_with_grad`, `mse_backward` |
-//! | [`layers`] | — | `Linear::{forward, backward_input, backward_params}` (1 each), `Mlp::{forward (L), backward (2L − 1), zero_grad (1)}` |
 //! | [`optim`] | `adam_step`, `sgd_step`, `clip_scale` | `Adam`, `AdamW`, `Sgd` (`step`: 1 launch for all parameters, step counter advanced on the device), `GradClip::clip` (2) |
 //! | [`rng`] | `philox_fill`, `philox_advance` | `Philox::{uniform, normal, dropout}` (2: draw, advance the offset), `dropout_backward` (1) |
-//!
-//! A training step of an MLP with `L` layers — forward, mean cross-entropy with its
-//! gradient, backward, AdamW — is `L + 1 + (2L − 1) + 1 = 3L + 1` launches: **10** for
-//! MLP-S (784-256-256-10, batch 64) and **16** for MLP-M (five layers, batch 512). Gradient
-//! zeroing is not needed: the first micro-batch's backward overwrites the gradients and
-//! later ones add (`accumulate`, a constant or a per-step scalar).
 //!
 //! # Reduction order
 //!
@@ -71,8 +63,6 @@
 //! | max | exact | — | 0 |
 //! | matrix products, every layout and epilogue, row sums | 1e-5 | 0.1 with an activation | 8e-7 (k = 1000) |
 //! | softmax cross-entropy loss and gradient, MSE and gradient | 1e-5 | — | 1.6e-7 |
-//! | `Linear` forward and backward, MLP loss | 1e-5 | 0.1 | 5.5e-7 |
-//! | MLP gradients against f64 central differences | 1e-5 | — | 1.5e-7 |
 //! | Adam, AdamW, SGD after 20 steps: parameters / moments / change of the parameters | 1e-5 / 1e-5 / 1e-4 | 0.1 / 0.01 / 0.01 | 2e-7 / 2e-7 / 1.2e-5 |
 //! | gradient clipping: norm and clipped gradients | 1e-5 | — | 8e-8 |
 //! | Philox uniforms and dropout masks | bitwise | — | 0 |
@@ -91,7 +81,6 @@ extern crate graphed_runtime as graphed;
 mod shape;
 
 pub mod elementwise;
-pub mod layers;
 pub mod loss;
 pub mod matmul;
 pub mod optim;
@@ -106,7 +95,6 @@ pub mod ops {
         relu_backward, scale, scale_backward, scale_in_place, sigmoid, sigmoid_backward, tanh,
         tanh_backward, unary, unary_backward, Act,
     };
-    pub use crate::layers::{Linear, Mlp, MlpActivations};
     pub use crate::loss::{
         mse, mse_backward, mse_with_grad, softmax_cross_entropy, softmax_cross_entropy_scaled,
     };

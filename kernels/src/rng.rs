@@ -255,8 +255,9 @@ impl From<Philox> for Buffer<u32> {
 }
 
 /// Host-side uniform numbers for initial weights: `n` floats in `[lo, hi)` from draw
-/// `offset` of `seed`.
-pub(crate) fn uniform_range_host(seed: u64, offset: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+/// `offset` of `seed`: [`uniform_host`] mapped to the range (graphed-nn's `Mlp::new`
+/// initialises its weights with it).
+pub fn uniform_range_host(seed: u64, offset: u64, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     uniform_host(seed, offset, n)
         .into_iter()
         .map(|u| lo + (hi - lo) * u)

@@ -332,7 +332,9 @@ impl Device {
     }
 
     #[doc(hidden)]
-    /// Test hook: the device reports one validation error (wgpu; nothing elsewhere).
+    /// Test hook (`testing` feature): the device reports one validation error (wgpu; nothing
+    /// elsewhere).
+    #[cfg(feature = "testing")]
     pub fn __inject_validation_error(&self) {
         self.inner.backend.inject_validation_error();
     }

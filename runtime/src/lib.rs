@@ -1,5 +1,16 @@
 //! The runtime of graphed: devices and buffers on three backends (host, wgpu, CUDA), kernel
 //! launches, plans, and the record → lower → replay lifecycle shared by every backend.
+//!
+//! # Features
+//!
+//! - `cuda`: the CUDA backend (the driver and NVRTC are loaded at run time);
+//! - `nccl`: collectives inside recorded steps (implies `cuda`);
+//! - `testing`: test-only code, off by default — `testing` (run a body on every backend
+//!   available) and the fault-injection and mutation hooks graphed's own tests use to break a
+//!   safety mechanism on purpose. Without it the hooks do not exist and the runtime's calls
+//!   into them are constants the compiler removes. Enable it for tests only, through a
+//!   dev-dependency (`graphed-runtime = { version = "…", features = ["testing"] }`): cargo
+//!   turns it on for test, example and bench builds and leaves a plain build without it.
 
 extern crate self as graphed;
 
@@ -20,6 +31,7 @@ pub mod nvrtc;
 mod plan;
 mod state;
 mod step;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use backend::BackendKind;
@@ -40,13 +52,18 @@ pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
 pub use state::State;
 pub use step::{Input, Output, Scalar, Step};
 
-/// Used by code that `#[kernel]` and `#[graphed]` generate; not a stable API.
+/// Used by code that `#[kernel]` and `#[graphed]` generate, and (with the `testing` feature)
+/// by graphed's own tests; not a stable API.
 #[doc(hidden)]
 pub mod __private {
+    // Without `testing`, `mutation` is a constant `false` (graphed-nn calls it on a step's
+    // path; the call folds away).
+    pub use crate::faults::mutation;
+    #[cfg(feature = "testing")]
     pub use crate::faults::{
         capture_retries, clear_capture_fault, clear_slot_alloc_failure, destroy_device_memory,
         inject_capture_escape, inject_capture_fault, inject_capture_invalidation,
-        inject_replay_drift, inject_slot_alloc_failure, mutation,
+        inject_replay_drift, inject_slot_alloc_failure,
     };
     pub use crate::host_exec::*;
 }

@@ -1,4 +1,5 @@
-//! Helpers for tests that run one body on every backend available, as graphed's own tests do.
+//! Helpers for tests that run one body on every backend available, as graphed's own tests do
+//! (the test-only `testing` feature).
 
 use crate::backend::BackendKind;
 use crate::device::{Device, Required};

@@ -4,7 +4,6 @@ extern crate graphed_runtime as graphed;
 
 mod common;
 mod elementwise;
-mod layers;
 mod loss;
 mod matmul;
 mod nvrtc;

@@ -99,7 +99,8 @@ pub(crate) trait Backend: Send + Sync {
     fn health(&self) -> Result<()> {
         Ok(())
     }
-    /// Test hook: makes the device report one validation error (wgpu only).
+    /// Test hook (`testing` feature): makes the device report one validation error (wgpu only).
+    #[cfg(feature = "testing")]
     fn inject_validation_error(&self) {}
     /// (free, total) device memory in bytes, where the driver reports it.
     fn memory_info(&self) -> Option<(u64, u64)> {

@@ -641,6 +641,7 @@ impl Backend for WgpuBackend {
             launches: plan.launch_count(),
         }))
     }
+    #[cfg(feature = "testing")]
     fn inject_validation_error(&self) {
         // A copy whose source and destination are one buffer: refused by wgpu's validation.
         let b = self.bounce(8);

@@ -3,7 +3,7 @@
 //! fp32 — recorded once and replayed, beside the same step run eagerly, and the matrix
 //! products alone.
 //!
-//! `cargo run --release -p graphed-kernels --example mlp_step [--features cuda] -- [S] [M]
+//! `cargo run --release -p graphed-nn --example mlp_step [--features cuda] -- [S] [M]
 //! [--backend host|wgpu|cuda] [--steps N]`
 //!
 //! `us/step`: wall time of N consecutive steps over N, one device synchronisation at the end
@@ -11,11 +11,11 @@
 
 use std::time::Instant;
 
-use graphed_kernels::layers::{Mlp, MlpActivations};
 use graphed_kernels::loss;
 use graphed_kernels::matmul::{self, Epilogue, Gemm, Tile};
 use graphed_kernels::optim::{AdamW, COUNTER_WORDS};
 use graphed_macros::graphed;
+use graphed_nn::layers::{Mlp, MlpActivations};
 use graphed_runtime::{BackendKind, Buffer, Device, Input, Output, Result, Step};
 
 extern crate graphed_runtime as graphed;

@@ -17,7 +17,7 @@
 //! `ApplyStep`: the gradients equal those of one batch of all `k · rows` rows (up to
 //! floating-point summation order), and replay equals eager bitwise.
 
-use graphed_kernels::layers::{Mlp, MlpActivations};
+use crate::layers::{Mlp, MlpActivations};
 use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
 use graphed_kernels::optim::{Adam, AdamConfig, AdamW, GradClip};
 use graphed_macros::{graphed, State};

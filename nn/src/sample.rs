@@ -7,7 +7,7 @@
 //! replayed samples are bitwise equal to eager ones. [`Sampler`] holds the network, the labels
 //! and the noise schedule of a run.
 
-use graphed_kernels::layers::{Mlp, MlpActivations};
+use crate::layers::{Mlp, MlpActivations};
 use graphed_macros::{graphed, kernel};
 use graphed_runtime::{Buffer, Device, Input, Result, Step};
 

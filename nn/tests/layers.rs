@@ -4,14 +4,19 @@
 // The holder `#[graphed]` generates wraps a `?` in `Ok(..)` (reported to the macro's owner).
 #![allow(clippy::needless_question_mark)]
 
+// The steps below are `#[graphed]`: its code names the runtime as `graphed`.
+extern crate graphed_runtime as graphed;
+
+mod common;
+
 use graphed_kernels::elementwise::Act;
-use graphed_kernels::layers::{Linear, Mlp, MlpActivations};
 use graphed_kernels::loss;
 use graphed_kernels::optim::{AdamW, COUNTER_WORDS};
+use graphed_nn::layers::{Linear, Mlp, MlpActivations};
 use graphed_runtime::{Buffer, Device, Input, Output, Result, Step};
 use rand::Rng;
 
-use crate::common::{assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng};
+use common::{assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng};
 
 /// Products and sums of order-1 terms (floored like the elementwise tests where they cancel).
 const TOL: f64 = 1e-5;

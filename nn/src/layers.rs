@@ -7,11 +7,11 @@
 //! `torch.nn.Linear` stores them, and a layer computes `y = act(x·Wᵀ + b)` for row-major
 //! `x` (`batch × in`).
 
+use graphed_kernels::elementwise::{self, Act};
+use graphed_kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm};
+use graphed_kernels::rng::uniform_range_host;
 use graphed_runtime::{Buffer, Device, Error, IntoScalarArg, Launch, Result};
 
-use crate::elementwise::{self, Act};
-use crate::matmul::{matmul, matmul_row_sums, Epilogue, Gemm};
-use crate::rng::uniform_range_host;
 use crate::shape::{expect_len, u32_of};
 
 /// A fully connected layer `y = act(x·Wᵀ + b)`: `x` is `batch × in`, `W` is `out × in`, `b`

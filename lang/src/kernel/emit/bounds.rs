@@ -39,8 +39,17 @@ pub fn targets(k: &Kernel) -> Vec<String> {
     k.params
         .iter()
         .map(|p| p.name.clone())
-        .chain(k.shared.iter().map(|s| s.name.clone()))
+        .chain(k.shared.iter().map(|s| source_name(&s.name).to_string()))
         .collect()
+}
+
+/// The name a workgroup array has in the source (its emitted name without the checker's
+/// `_N` suffix; a non-ASCII name keeps the checker's spelling), for fault messages.
+pub fn source_name(mangled: &str) -> &str {
+    match mangled.rsplit_once('_') {
+        Some((base, n)) if !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => mangled,
+    }
 }
 
 /// The target number of workgroup array `s`.

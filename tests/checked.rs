@@ -87,10 +87,7 @@ fn checked(kind: BackendKind, on: bool) -> Device {
 
 /// Every backend available to this run, as a checked device of its own.
 fn checked_devices() -> Vec<Device> {
-    backends()
-        .iter()
-        .map(|d| checked(d.kind(), true))
-        .collect()
+    backends().iter().map(|d| checked(d.kind(), true)).collect()
 }
 
 /// Asserts that `r` is the fault `kernel` / `target` / `index` / `len`, with the host's
@@ -140,7 +137,8 @@ fn an_out_of_range_read_is_a_fault_naming_kernel_slice_index_and_length() {
         assert_fault(got, "gather_at", "x", 100, 8);
         assert_cleared(&dev);
         // The same fault through a readback instead of a synchronize.
-        let got = gather_at::launch(&dev, 8, &x, 8u32, &mut y).and_then(|()| y.to_host().map(|_| ()));
+        let got =
+            gather_at::launch(&dev, 8, &x, 8u32, &mut y).and_then(|()| y.to_host().map(|_| ()));
         assert_fault(got, "gather_at", "x", 8, 8);
         assert_cleared(&dev);
     }
@@ -161,7 +159,12 @@ fn an_out_of_range_write_is_dropped_and_a_fault() {
         let after = big.to_host().unwrap();
         for (i, v) in after.iter().enumerate() {
             if i == 3 || i >= 8 {
-                assert_eq!(v.to_bits(), POISON, "{}: element {i} was written", dev.kind());
+                assert_eq!(
+                    v.to_bits(),
+                    POISON,
+                    "{}: element {i} was written",
+                    dev.kind()
+                );
             }
         }
     }
@@ -172,7 +175,10 @@ fn workgroup_arrays_and_atomics_are_checked() {
     for dev in checked_devices() {
         let mut y = dev.upload(&poison(4)).unwrap();
         assert_fault(
-            launched(&dev, shared_at::launch(&dev, Grid::workgroups(1), 70u32, &mut y)),
+            launched(
+                &dev,
+                shared_at::launch(&dev, Grid::workgroups(1), 70u32, &mut y),
+            ),
             "shared_at",
             "s",
             70,
@@ -193,7 +199,12 @@ fn workgroup_arrays_and_atomics_are_checked() {
         );
         assert_cleared(&dev);
         let after = h.to_host().unwrap();
-        assert_eq!(after[8..], [7u32; 8], "{}: the dropped atomic wrote", dev.kind());
+        assert_eq!(
+            after[8..],
+            [7u32; 8],
+            "{}: the dropped atomic wrote",
+            dev.kind()
+        );
         assert_eq!(after[0], 7, "{}", dev.kind());
     }
 }
@@ -294,7 +305,10 @@ fn in_range_kernels_give_bitwise_the_results_of_unchecked_mode() {
         let with_checks = run(&checked(kind, true));
         assert_eq!(plain.len(), with_checks.len());
         for (i, (a, b)) in plain.iter().zip(&with_checks).enumerate() {
-            assert!(bitwise_eq(a, b), "{kind}: result {i} differs: {a:?} vs {b:?}");
+            assert!(
+                bitwise_eq(a, b),
+                "{kind}: result {i} differs: {a:?} vs {b:?}"
+            );
         }
     }
 }
@@ -365,6 +379,10 @@ fn graphed_checked_selects_the_mode_of_devices_opened_without_options() {
         );
         assert!(ok, "GRAPHED_CHECKED={value}: {out}\n{err}");
         let want = if mode == "bad" { 1 } else { gpus + 1 };
-        assert_eq!(out.matches(expect).count(), want, "GRAPHED_CHECKED={value}: {out}\n{err}");
+        assert_eq!(
+            out.matches(expect).count(),
+            want,
+            "GRAPHED_CHECKED={value}: {out}\n{err}"
+        );
     }
 }

@@ -132,7 +132,10 @@ fn check_targets(args: &TokenStream, item: &TokenStream, cuda: &mut CudaBatch) -
     let kernel = graphed_lang::kernel::lower(args.clone(), &func).ok()?;
     let src = wgsl::emit(&kernel);
     let id = bounds::kernel_id(&src);
-    for (variant, src) in [("", src.clone()), (" (checked)", wgsl::emit_checked(&kernel, id))] {
+    for (variant, src) in [
+        ("", src.clone()),
+        (" (checked)", wgsl::emit_checked(&kernel, id)),
+    ] {
         if let Some(e) = validate_wgsl(&src) {
             return Some(format!("WGSL{variant} {e}\n{src}"));
         }
@@ -1369,7 +1372,11 @@ fn fuzz(
     r.checked_cuda = cuda.compiled;
     r.nvrtc_calls = cuda.calls;
     for f in cuda.failures {
-        r.failures.push(if r.failures.len() < 5 { f } else { String::new() });
+        r.failures.push(if r.failures.len() < 5 {
+            f
+        } else {
+            String::new()
+        });
     }
     r
 }

@@ -73,7 +73,10 @@ impl Kernels {
         let (id, target, index, len) = (record[1], record[2] as usize, record[3], record[4]);
         let kernels = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let (kernel, target) = match kernels.get(&id) {
-            Some(k) => (k.name, k.checked.targets.get(target).copied().unwrap_or("?")),
+            Some(k) => (
+                k.name,
+                k.checked.targets.get(target).copied().unwrap_or("?"),
+            ),
             // Only kernels this device compiled write its record.
             None => ("(unknown kernel)", "?"),
         };

@@ -35,8 +35,8 @@ pub use holder::{
     AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, Stats,
 };
 pub use kernel::{
-    CheckedForm, ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch, ParamInfo, ParamType,
-    ScalarArg, MAX_WORKGROUPS_PER_DIMENSION,
+    CheckedForm, ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch,
+    ParamInfo, ParamType, ScalarArg, MAX_WORKGROUPS_PER_DIMENSION,
 };
 pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
 pub use state::State;

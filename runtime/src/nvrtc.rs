@@ -37,11 +37,10 @@ pub fn compile_source(kernel: &'static str, source: &str, arch: &str) -> Result<
         name: Some(format!("{kernel}.cu")),
         ..Default::default()
     };
-    let ptx =
-        cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| Error::Compile {
-            kernel,
-            backend: "nvrtc",
-            log: e.to_string(),
-        })?;
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| Error::Compile {
+        kernel,
+        backend: "nvrtc",
+        log: e.to_string(),
+    })?;
     Ok(ptx.to_src())
 }

@@ -642,8 +642,7 @@ impl CudaBackend {
         let mut words = [0u32; RECORD_WORDS];
         // SAFETY: the record has RECORD_WORDS words; the stream is synchronised before
         // `words` is read.
-        unsafe { result::memcpy_dtoh_async(&mut words, record.ptr, self.stream.0) }
-            .map_err(err)?;
+        unsafe { result::memcpy_dtoh_async(&mut words, record.ptr, self.stream.0) }.map_err(err)?;
         self.sync(health)?;
         let fault = kernels.check(&words);
         if fault.is_err() {

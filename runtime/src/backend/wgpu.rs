@@ -586,7 +586,10 @@ impl Backend for WgpuBackend {
         }
         let bytes = view.len as u64 * 4;
         let record = self.checked.as_ref().map(|c| &c.record);
-        let mut out = self.read_back((view.len > 0).then(|| (buffer(view), view.offset as u64 * 4, bytes)), record)?;
+        let mut out = self.read_back(
+            (view.len > 0).then(|| (buffer(view), view.offset as u64 * 4, bytes)),
+            record,
+        )?;
         if let Some(c) = &self.checked {
             // The same wait covers the record: a fault of the work before this readback is
             // reported instead of its (possibly wrong) values, once.

@@ -47,7 +47,11 @@ pub fn targets(k: &Kernel) -> Vec<String> {
 /// `_N` suffix; a non-ASCII name keeps the checker's spelling), for fault messages.
 pub fn source_name(mangled: &str) -> &str {
     match mangled.rsplit_once('_') {
-        Some((base, n)) if !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        Some((base, n))
+            if !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            base
+        }
         _ => mangled,
     }
 }

@@ -632,7 +632,12 @@ impl Wgsl<'_> {
         match p {
             Place::Param(i, _) => {
                 let n = &self.k.params[*i].name;
-                (format!("{n}_p"), format!("{n}_off + "), format!("{n}_len"), *i)
+                (
+                    format!("{n}_p"),
+                    format!("{n}_off + "),
+                    format!("{n}_len"),
+                    *i,
+                )
             }
             Place::Shared(s, _) => {
                 let sh = &self.k.shared[*s];
@@ -709,7 +714,11 @@ impl Wgsl<'_> {
             value.clone()
         } else {
             let v = format!("gd_v{}", self.tmp);
-            self.line(&format!("let {v}: {} = {};", ty(value.ty), self.expr(value)));
+            self.line(&format!(
+                "let {v}: {} = {};",
+                ty(value.ty),
+                self.expr(value)
+            ));
             Expr {
                 kind: ExprKind::Local(v),
                 ty: value.ty,

@@ -76,6 +76,9 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
             bounds::RECORD_WORDS
         )
         .unwrap();
+        // The invocation's first fault, kept privately and written to the record once, at
+        // its end: no atomic or loop in the hot path (see `fault_source`).
+        head.push_str("var<private> gd_fs: u32;\nvar<private> gd_ft: u32;\nvar<private> gd_fi: u32;\nvar<private> gd_fn: u32;\n");
     }
     for s in &k.shared {
         writeln!(
@@ -120,6 +123,9 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     }
     w.out = head;
     w.block(&k.body);
+    if checked.is_some() {
+        w.out.push_str("    gd_flush();\n");
+    }
     w.out.push_str("}\n");
     for h in w.helpers.borrow().iter() {
         w.out.push('\n');
@@ -136,10 +142,15 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     w.out
 }
 
-/// `gd_oob(target, index, len)`: writes the fault record unless an earlier access did (a
-/// strong compare-exchange from WGSL's weak one: retried while it fails spuriously).
+/// The fault helpers of the checked variant. `gd_note(target, index, len, bad)` keeps the
+/// invocation's first fault in private variables, without a branch: a conditional call of an
+/// atomic loop at every access made lavapipe's matrix product 3× slower (its SIMD lanes mask
+/// the call), selects cost next to nothing. `gd_flush()`, at the end of `main` and before
+/// each `return`, writes a kept fault to the record unless an earlier invocation did
+/// (`gd_oob`: a strong compare-exchange from WGSL's weak one, retried while it fails
+/// spuriously).
 fn fault_source(id: u32) -> String {
-    format!(
+    "fn gd_note(gd_t: u32, gd_i: u32, gd_n: u32, gd_bad: bool) {\n    let gd_first = gd_bad && gd_fs == 0u;\n    gd_fs = select(gd_fs, 1u, gd_first);\n    gd_ft = select(gd_ft, gd_t, gd_first);\n    gd_fi = select(gd_fi, gd_i, gd_first);\n    gd_fn = select(gd_fn, gd_n, gd_first);\n}\n\nfn gd_flush() {\n    if (gd_fs != 0u) {\n        gd_oob(gd_ft, gd_fi, gd_fn);\n    }\n}\n\n".to_string() + &format!(
         "fn gd_oob(gd_t: u32, gd_i: u32, gd_n: u32) {{\n    loop {{\n        let gd_r = atomicCompareExchangeWeak(&gd_fault[0], 0u, 1u);\n        if (gd_r.exchanged) {{\n            atomicStore(&gd_fault[1], {id}u);\n            atomicStore(&gd_fault[2], gd_t);\n            atomicStore(&gd_fault[3], gd_i);\n            atomicStore(&gd_fault[4], gd_n);\n            break;\n        }}\n        if (gd_r.old_value != 0u) {{\n            break;\n        }}\n    }}\n}}\n"
     )
 }
@@ -527,7 +538,12 @@ impl Wgsl<'_> {
             Stmt::Loop { body } => self.nested("loop", body),
             Stmt::Break => self.line("break;"),
             Stmt::Continue => self.line("continue;"),
-            Stmt::Return => self.line("return;"),
+            Stmt::Return => {
+                if self.checked.is_some() {
+                    self.line("gd_flush();");
+                }
+                self.line("return;")
+            }
             Stmt::Barrier { .. } => {
                 let storage = self.storage_barriers[self.barriers];
                 self.barriers += 1;
@@ -572,7 +588,7 @@ impl Wgsl<'_> {
                 self.indent -= 1;
                 self.line("} else {");
                 self.indent += 1;
-                self.line(&format!("gd_oob({param}u, {i}, {n}_len);"));
+                self.line(&format!("gd_note({param}u, {i}, {n}_len, true);"));
                 if let Some(r) = result {
                     self.line(&format!("{r} = {};", zero(*t)));
                 }
@@ -679,18 +695,19 @@ impl Wgsl<'_> {
             Place::Local(_) => unreachable!(),
         };
         let t = ty(elem);
+        let z = zero(elem);
         match p {
             Place::Param(..) => {
                 let n = &arr[..arr.len() - 2];
                 self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
-                    "fn {name}(gd_off: u32, gd_n: u32, gd_i: u32, gd_live: bool) -> {t} {{\n    var gd_v: {t};\n    if (gd_i < gd_n) {{\n        gd_v = {arr}[gd_off + gd_i];\n    }} else if (gd_live) {{\n        gd_oob({target}u, gd_i, gd_n);\n    }}\n    return gd_v;\n}}\n"
+                    "fn {name}(gd_off: u32, gd_n: u32, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < gd_n;\n    gd_note({target}u, gd_i, gd_n, !gd_ok && gd_live);\n    return select({z}, {arr}[gd_off + select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
                 ));
                 format!("{name}({n}_off, {n}_len, {ix}, {live})")
             }
             _ => {
                 let _ = off;
                 self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
-                    "fn {name}(gd_i: u32, gd_live: bool) -> {t} {{\n    var gd_v: {t};\n    if (gd_i < {len}) {{\n        gd_v = {arr}[gd_i];\n    }} else if (gd_live) {{\n        gd_oob({target}u, gd_i, {len});\n    }}\n    return gd_v;\n}}\n"
+                    "fn {name}(gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}u, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, {arr}[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
                 ));
                 format!("{name}({ix}, {live})")
             }
@@ -732,7 +749,7 @@ impl Wgsl<'_> {
         self.line(&format!("if ({i} < {len}) {{"));
         self.line(&format!("    {p} = {rhs};"));
         self.line("} else {");
-        self.line(&format!("    gd_oob({target}u, {i}, {len});"));
+        self.line(&format!("    gd_note({target}u, {i}, {len}, true);"));
         self.line("}");
         self.indent -= 1;
         self.line("}");

@@ -330,7 +330,9 @@ impl WgpuBackend {
             self.device.create_shader_module(desc)
         } else {
             let checks = wgpu::ShaderRuntimeChecks {
-                bounds_checks: c.bounds,
+                // A checked read of an empty view at its buffer's end loads one element
+                // past it (and discards it): naga's clamping keeps that load in bounds.
+                bounds_checks: c.bounds || self.checked.is_some(),
                 force_loop_bounding: c.loops || !kernel.loops_terminate,
                 int_div_checks: c.division,
                 ..wgpu::ShaderRuntimeChecks::checked()

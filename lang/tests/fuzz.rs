@@ -4,8 +4,14 @@
 //! well-typed, with injected mistakes), random step functions, and random mutations of the
 //! token trees of valid kernels and steps. Every input goes through `expand` under
 //! `catch_unwind`; the property is that expansion never panics and its output is either valid
-//! Rust without errors, or carries `compile_error!` — never an internal error. Kernels the
-//! front end accepts must also give WGSL that naga validates.
+//! Rust without errors, or carries `compile_error!` — never an internal error. Every kernel
+//! the front end accepts goes through all three emitters, unchecked and checked
+//! (`GRAPHED_CHECKED`): both WGSL variants must validate with naga, the host Rust must parse
+//! with `syn`, and both CUDA C variants must compile with NVRTC where it loads
+//! (`GRAPHED_REQUIRE` listing `nvrtc` makes its absence a failure). NVRTC costs far more per
+//! call than per kernel, so kernels are compiled in batches of [`CUDA_BATCH`] per call (one
+//! prelude, entry points renamed apart); a batch that fails is compiled kernel by kernel to
+//! name the culprit.
 //!
 //! Runs `GRAPHED_FUZZ_EXECS` inputs per test (default 2,000: the same inputs on every machine,
 //! so CI is deterministic), or for `GRAPHED_FUZZ_SECS` seconds when set (long runs by hand),
@@ -118,19 +124,37 @@ fn run_one(
     }
 }
 
-/// For a kernel the front end accepts, the WGSL must validate.
-fn check_wgsl(args: &TokenStream, item: &TokenStream) -> Option<String> {
+/// For a kernel the front end accepts: both WGSL variants must validate and the host Rust
+/// must parse; both CUDA C variants join `cuda` (compiled in batches).
+fn check_targets(args: &TokenStream, item: &TokenStream, cuda: &mut CudaBatch) -> Option<String> {
+    use graphed_lang::kernel::emit::{bounds, cuda as cu, host, wgsl};
     let func: syn::ItemFn = syn::parse2(item.clone()).ok()?;
     let kernel = graphed_lang::kernel::lower(args.clone(), &func).ok()?;
-    let src = graphed_lang::kernel::emit::wgsl::emit(&kernel);
-    let module = match naga::front::wgsl::parse_str(&src) {
-        Ok(m) => m,
-        Err(e) => {
-            return Some(format!(
-                "WGSL does not parse: {}\n{src}",
-                e.emit_to_string(&src)
-            ))
+    let src = wgsl::emit(&kernel);
+    let id = bounds::kernel_id(&src);
+    for (variant, src) in [
+        ("", src.clone()),
+        (" (checked)", wgsl::emit_checked(&kernel, id)),
+    ] {
+        if let Some(e) = validate_wgsl(&src) {
+            return Some(format!("WGSL{variant} {e}\n{src}"));
         }
+    }
+    let host = host::emit(&kernel);
+    if let Err(e) = syn::parse_file(&host) {
+        return Some(format!("the host Rust does not parse ({e}):\n{host}"));
+    }
+    if cuda.enabled {
+        cuda.push(&kernel.name, cu::emit(&kernel), "");
+        cuda.push(&kernel.name, cu::emit_checked(&kernel, id), " (checked)");
+    }
+    None
+}
+
+fn validate_wgsl(src: &str) -> Option<String> {
+    let module = match naga::front::wgsl::parse_str(src) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("does not parse: {}", e.emit_to_string(src))),
     };
     let mut v = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
@@ -138,7 +162,104 @@ fn check_wgsl(args: &TokenStream, item: &TokenStream) -> Option<String> {
     );
     v.validate(&module)
         .err()
-        .map(|e| format!("WGSL does not validate: {}\n{src}", e.emit_to_string(&src)))
+        .map(|e| format!("does not validate: {}", e.emit_to_string(src)))
+}
+
+/// Kernels (unchecked and checked CUDA C) per NVRTC call.
+const CUDA_BATCH: usize = 96;
+
+/// CUDA C sources waiting for one NVRTC compilation.
+struct CudaBatch {
+    /// NVRTC loads (else the CUDA checks are skipped, or fail under `GRAPHED_REQUIRE=nvrtc`).
+    enabled: bool,
+    /// (kernel and variant, source without the preludes, entry point renamed).
+    pending: Vec<(String, String)>,
+    compiled: u64,
+    calls: u64,
+    failures: Vec<String>,
+}
+
+impl CudaBatch {
+    fn new() -> CudaBatch {
+        // SAFETY: only probes whether the shared library can be opened.
+        let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
+        let required = std::env::var("GRAPHED_REQUIRE")
+            .is_ok_and(|v| v.split(',').any(|b| b.trim() == "nvrtc"));
+        assert!(
+            present || !required,
+            "nvrtc is required by GRAPHED_REQUIRE but libnvrtc cannot be loaded"
+        );
+        if !present {
+            eprintln!("note: skipping the fuzzer's NVRTC checks: libnvrtc not found");
+        }
+        CudaBatch {
+            enabled: present,
+            pending: Vec::new(),
+            compiled: 0,
+            calls: 0,
+            failures: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, name: &str, src: String, variant: &str) {
+        use graphed_lang::kernel::emit::cuda::{CHECKED_PRELUDE, PRELUDE};
+        let entry = format!("gd_fuzz_{}", self.pending.len());
+        let body = src
+            .replacen(PRELUDE, "", 1)
+            .replacen(CHECKED_PRELUDE, "", 1)
+            .replacen(&format!(") {name}("), &format!(") {entry}("), 1);
+        self.pending.push((format!("`{name}`{variant}"), body));
+        if self.pending.len() >= CUDA_BATCH {
+            self.flush();
+        }
+    }
+
+    fn compile(&mut self, units: &[(String, String)]) -> Result<String, String> {
+        use graphed_lang::kernel::emit::cuda::{CHECKED_PRELUDE, PRELUDE};
+        let mut src = format!("{PRELUDE}{CHECKED_PRELUDE}");
+        for (_, body) in units {
+            src.push_str(body);
+        }
+        self.calls += 1;
+        let opts = cudarc::nvrtc::CompileOptions {
+            fmad: Some(false),
+            options: vec!["--gpu-architecture=compute_80".into()],
+            ..Default::default()
+        };
+        cudarc::nvrtc::compile_ptx_with_opts(&src, opts)
+            .map(|p| p.to_src())
+            .map_err(|e| e.to_string())
+    }
+
+    fn flush(&mut self) {
+        let units = std::mem::take(&mut self.pending);
+        if units.is_empty() {
+            return;
+        }
+        match self.compile(&units) {
+            Ok(ptx) => {
+                let entries = ptx.matches(".entry gd_fuzz_").count();
+                if entries != units.len() {
+                    self.failures.push(format!(
+                        "NVRTC compiled {} entry points of {} kernels",
+                        entries,
+                        units.len()
+                    ));
+                }
+                self.compiled += units.len() as u64;
+            }
+            Err(_) => {
+                for u in &units {
+                    if let Err(e) = self.compile(std::slice::from_ref(u)) {
+                        self.failures
+                            .push(format!("CUDA C of {} does not compile: {e}\n{}", u.0, u.1));
+                    } else {
+                        self.compiled += 1;
+                    }
+                }
+            }
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1158,6 +1279,9 @@ struct Report {
     executions: u64,
     accepted: u64,
     checked_wgsl: u64,
+    /// CUDA C sources (both variants) NVRTC compiled, and its calls.
+    checked_cuda: u64,
+    nvrtc_calls: u64,
     failures: Vec<String>,
     /// WGSL rejected for a known emitter problem (see `KNOWN_EMITTER_ISSUES`).
     known: Vec<String>,
@@ -1193,9 +1317,13 @@ fn fuzz(
         executions: 0,
         accepted: 0,
         checked_wgsl: 0,
+        checked_cuda: 0,
+        nvrtc_calls: 0,
         failures: Vec::new(),
         known: Vec::new(),
     };
+    let mut cuda = CudaBatch::new();
+    cuda.enabled &= wgsl;
     let strict = strict();
     // At least a few hundred cases even with a zero budget, so the test always tests.
     while match deadline {
@@ -1212,11 +1340,13 @@ fn fuzz(
                 if wgsl {
                     r.checked_wgsl += 1;
                     QUIET.with(|q| q.set(true));
-                    let checked =
-                        panic::catch_unwind(AssertUnwindSafe(|| check_wgsl(&args, &item)));
+                    let checked = panic::catch_unwind(AssertUnwindSafe(|| {
+                        check_targets(&args, &item, &mut cuda)
+                    }));
                     QUIET.with(|q| q.set(false));
-                    checked
-                        .unwrap_or_else(|_| Some("panic while emitting or validating WGSL".into()))
+                    checked.unwrap_or_else(|_| {
+                        Some("panic while emitting or checking a target".into())
+                    })
                 } else {
                     None
                 }
@@ -1238,15 +1368,27 @@ fn fuzz(
             }
         }
     }
+    cuda.flush();
+    r.checked_cuda = cuda.compiled;
+    r.nvrtc_calls = cuda.calls;
+    for f in cuda.failures {
+        r.failures.push(if r.failures.len() < 5 {
+            f
+        } else {
+            String::new()
+        });
+    }
     r
 }
 
 fn finish(what: &str, r: Report) {
     println!(
-        "fuzz {what}: {} executions, {} accepted, {} WGSL validated, {} failures, {} known WGSL emitter issues",
+        "fuzz {what}: {} executions, {} accepted, {} through the three emitters (WGSL of both variants validated, host Rust parsed), {} CUDA C sources compiled in {} NVRTC calls, {} failures, {} known WGSL emitter issues",
         r.executions,
         r.accepted,
         r.checked_wgsl,
+        r.checked_cuda,
+        r.nvrtc_calls,
         r.failures.len(),
         r.known.len()
     );

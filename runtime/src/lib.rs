@@ -16,6 +16,7 @@ extern crate self as graphed;
 
 mod backend;
 pub mod blas;
+mod checked;
 mod buffer;
 mod builtin;
 mod device;
@@ -36,6 +37,7 @@ pub mod testing;
 
 pub use backend::BackendKind;
 pub use buffer::{Buffer, RawView};
+pub use checked::DeviceOptions;
 pub use device::{Device, Required};
 #[cfg(feature = "nccl")]
 pub use dist::{Communicator, DataParallel, ReduceOp};
@@ -45,8 +47,8 @@ pub use holder::{
     AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, Stats,
 };
 pub use kernel::{
-    ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch, ParamInfo, ParamType,
-    ScalarArg, MAX_WORKGROUPS_PER_DIMENSION,
+    CheckedForm, ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch,
+    ParamInfo, ParamType, ScalarArg, MAX_WORKGROUPS_PER_DIMENSION,
 };
 pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
 pub use state::State;

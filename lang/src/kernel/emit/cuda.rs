@@ -9,7 +9,7 @@ use std::fmt::Write;
 use crate::kernel::ir::*;
 
 /// Helpers shared by every kernel (each translation unit holds one kernel).
-const PRELUDE: &str = r#"typedef unsigned int gd_u32;
+pub const PRELUDE: &str = r#"typedef unsigned int gd_u32;
 static __device__ __forceinline__ int gd_add_i32(int a, int b) { return (int)((gd_u32)a + (gd_u32)b); }
 static __device__ __forceinline__ int gd_sub_i32(int a, int b) { return (int)((gd_u32)a - (gd_u32)b); }
 static __device__ __forceinline__ int gd_mul_i32(int a, int b) { return (int)((gd_u32)a * (gd_u32)b); }
@@ -29,22 +29,53 @@ static __device__ __forceinline__ gd_u32 gd_min_u32(gd_u32 a, gd_u32 b) { return
 static __device__ __forceinline__ gd_u32 gd_max_u32(gd_u32 a, gd_u32 b) { return a > b ? a : b; }
 "#;
 
+/// What the checked variant adds after [`PRELUDE`] (see [`super::bounds`]): `gd_oob` writes
+/// the fault record once; `gd_ld` reads in range and gives 0 out of range.
+pub const CHECKED_PRELUDE: &str = r#"static __device__ __noinline__ void gd_oob(gd_u32* f, gd_u32 kernel, gd_u32 target, gd_u32 i, gd_u32 len) {
+    if (atomicCAS(&f[0], 0u, 1u) == 0u) { f[1] = kernel; f[2] = target; f[3] = i; f[4] = len; __threadfence(); }
+}
+template <typename T> static __device__ __forceinline__ T gd_ld(const T* p, gd_u32 off, gd_u32 len, gd_u32 i, gd_u32* f, gd_u32 kernel, gd_u32 target) {
+    if (i < len) { return p[off + i]; }
+    gd_oob(f, kernel, target, i, len);
+    return (T)0;
+}
+"#;
+
 /// The kernel as CUDA C source for NVRTC (`extern "C" __global__`).
 pub fn emit(k: &Kernel) -> String {
+    emit_with(k, None)
+}
+
+/// The checked variant (see [`super::bounds`]): every index is checked, and the first
+/// out-of-range access is written to the fault record, a last pointer argument `gd_fault`,
+/// with kernel id `id`.
+pub fn emit_checked(k: &Kernel, id: u32) -> String {
+    emit_with(k, Some(id))
+}
+
+fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     let mut c = Cuda {
         k,
         out: String::new(),
         indent: 1,
+        checked,
+        tmp: 0,
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
     head.push_str(PRELUDE);
+    if checked.is_some() {
+        head.push_str(CHECKED_PRELUDE);
+    }
     let mut params = vec!["const gd_u32* __restrict__ gd_args".to_string()];
     for p in &k.params {
         if let ParamKind::Slice { elem, mutable, .. } = p.kind {
             let cst = if mutable { "" } else { "const " };
             params.push(format!("{cst}{}* __restrict__ {}_p", ty(elem), p.name));
         }
+    }
+    if checked.is_some() {
+        params.push("gd_u32* __restrict__ gd_fault".to_string());
     }
     let threads: u32 = k.workgroup.iter().product();
     writeln!(
@@ -114,6 +145,9 @@ struct Cuda<'k> {
     k: &'k Kernel,
     out: String,
     indent: usize,
+    /// The kernel id of the checked variant; `None` for the unchecked one.
+    checked: Option<u32>,
+    tmp: usize,
 }
 
 impl Cuda<'_> {
@@ -164,6 +198,14 @@ impl Cuda<'_> {
                     .unwrap_or_else(|| zero(*t).to_string());
                 let cst = if *mutable { "" } else { "const " };
                 self.line(&format!("{cst}{} {name} = {v};", ty(*t)));
+            }
+            Stmt::Assign {
+                place,
+                op,
+                value,
+                ty: t,
+            } if self.checked.is_some() && !matches!(place, Place::Local(_)) => {
+                self.checked_write(place, *op, value, *t)
             }
             Stmt::Assign {
                 place,
@@ -263,31 +305,99 @@ impl Cuda<'_> {
                 ty: t,
             } => {
                 let n = &self.k.params[*param].name;
-                let ptr = format!("&{n}_p[{n}_off + {}]", self.expr(index));
+                let ix = self.expr(index);
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
-                let zero = zero(*t);
-                let call = match op {
-                    AtomicOp::Add => format!("atomicAdd({ptr}, {})", ops[0]),
-                    AtomicOp::Sub => format!("atomicSub({ptr}, {})", ops[0]),
-                    AtomicOp::Max => format!("atomicMax({ptr}, {})", ops[0]),
-                    AtomicOp::Min => format!("atomicMin({ptr}, {})", ops[0]),
-                    AtomicOp::And => format!("atomicAnd({ptr}, {})", ops[0]),
-                    AtomicOp::Or => format!("atomicOr({ptr}, {})", ops[0]),
-                    AtomicOp::Xor => format!("atomicXor({ptr}, {})", ops[0]),
-                    AtomicOp::Exchange | AtomicOp::Store => {
-                        format!("atomicExch({ptr}, {})", ops[0])
+                let Some(id) = self.checked else {
+                    let ptr = format!("&{n}_p[{n}_off + {ix}]");
+                    let call = atomic(*op, *t, &ptr, &ops);
+                    match result {
+                        Some(r) => self.line(&format!("{r} = {call};")),
+                        None => self.line(&format!("{call};")),
                     }
-                    AtomicOp::Load => format!("atomicAdd({ptr}, {zero})"),
-                    AtomicOp::CompareExchange => {
-                        format!("atomicCAS({ptr}, {}, {})", ops[0], ops[1])
-                    }
+                    return;
                 };
-                match result {
-                    Some(r) => self.line(&format!("{r} = {call};")),
-                    None => self.line(&format!("{call};")),
+                // Checked: index and operands evaluated once, in the host's order; out of
+                // range the atomic is dropped and its result is 0.
+                self.tmp += 1;
+                let i = format!("gd_i{}", self.tmp);
+                let mut line = format!("{{ const gd_u32 {i} = {ix};");
+                let mut temps = Vec::new();
+                for (k, (o, e)) in ops.iter().zip(operands).enumerate() {
+                    let v = format!("gd_a{}_{k}", self.tmp);
+                    write!(line, " const {} {v} = {o};", ty(e.ty)).unwrap();
+                    temps.push(v);
                 }
+                let call = atomic(*op, *t, &format!("&{n}_p[{n}_off + {i}]"), &temps);
+                let (ok, bad) = match result {
+                    Some(r) => (format!("{r} = {call};"), format!(" {r} = {};", zero(*t))),
+                    None => (format!("{call};"), String::new()),
+                };
+                write!(
+                    line,
+                    " if ({i} < {n}_len) {{ {ok} }} else {{ gd_oob(gd_fault, {id}u, {param}u, {i}, {n}_len);{bad} }} }}"
+                )
+                .unwrap();
+                self.line(&line);
             }
         }
+    }
+
+    /// The storage or workgroup array of a checked access, the offset to add, the length and
+    /// the target number ([`super::bounds::targets`]).
+    fn checked_target(&self, p: &Place) -> (String, String, String, usize) {
+        match p {
+            Place::Param(i, _) => {
+                let n = &self.k.params[*i].name;
+                (format!("{n}_p"), format!("{n}_off"), format!("{n}_len"), *i)
+            }
+            Place::Shared(s, _) => {
+                let sh = &self.k.shared[*s];
+                (
+                    sh.name.clone(),
+                    "0u".into(),
+                    format!("{}u", sh.size),
+                    super::bounds::shared_target(self.k, *s),
+                )
+            }
+            Place::Local(_) => unreachable!("locals are not indexed"),
+        }
+    }
+
+    /// The index check of a read (the hook every indexable target goes through): in range
+    /// the element, out of range 0 and the fault recorded. C's `?:`, `&&` and `||` evaluate
+    /// only the operand taken, so a read in a branch not taken never faults.
+    fn checked_read(&self, p: &Place, id: u32) -> String {
+        let (Place::Param(_, ix) | Place::Shared(_, ix)) = p else {
+            unreachable!("locals are not indexed")
+        };
+        let (arr, off, len, target) = self.checked_target(p);
+        format!(
+            "gd_ld({arr}, {off}, {len}, {}, gd_fault, {id}u, {target}u)",
+            self.expr(ix)
+        )
+    }
+
+    /// The index check of a write: index and value evaluated once, in the host's order; out
+    /// of range the write is dropped and the fault recorded.
+    fn checked_write(&mut self, place: &Place, op: Option<BinOp>, value: &Expr, t: Ty) {
+        let (Place::Param(_, ix) | Place::Shared(_, ix)) = place else {
+            unreachable!("locals are not indexed")
+        };
+        let id = self.checked.expect("checked variant");
+        let (arr, off, len, target) = self.checked_target(place);
+        self.tmp += 1;
+        let (i, v) = (format!("gd_i{}", self.tmp), format!("gd_v{}", self.tmp));
+        let ix = self.expr(ix);
+        let val = self.expr(value);
+        let p = format!("{arr}[{off} + {i}]");
+        let rhs = match op {
+            None => v.clone(),
+            Some(op) => binary(op, t, &p, &v),
+        };
+        self.line(&format!(
+            "{{ const gd_u32 {i} = {ix}; const {} {v} = {val}; if ({i} < {len}) {{ {p} = {rhs}; }} else {{ gd_oob(gd_fault, {id}u, {target}u, {i}, {len}); }} }}",
+            ty(value.ty)
+        ));
     }
 
     fn expr(&self, e: &Expr) -> String {
@@ -318,7 +428,10 @@ impl Cuda<'_> {
             ExprKind::Local(n) => n.clone(),
             ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
             ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
-            ExprKind::Load(p) => self.place(p),
+            ExprKind::Load(p) => match (self.checked, p) {
+                (Some(id), Place::Param(..) | Place::Shared(..)) => self.checked_read(p, id),
+                _ => self.place(p),
+            },
             ExprKind::Id(b) => {
                 let [x, y, z] = self.k.workgroup;
                 match b {
@@ -388,6 +501,23 @@ impl Cuda<'_> {
                 format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b))
             }
         }
+    }
+}
+
+/// An atomic on `ptr` with operands `ops` (already emitted); its value is the old element.
+fn atomic(op: AtomicOp, t: Ty, ptr: &str, ops: &[String]) -> String {
+    let zero = zero(t);
+    match op {
+        AtomicOp::Add => format!("atomicAdd({ptr}, {})", ops[0]),
+        AtomicOp::Sub => format!("atomicSub({ptr}, {})", ops[0]),
+        AtomicOp::Max => format!("atomicMax({ptr}, {})", ops[0]),
+        AtomicOp::Min => format!("atomicMin({ptr}, {})", ops[0]),
+        AtomicOp::And => format!("atomicAnd({ptr}, {})", ops[0]),
+        AtomicOp::Or => format!("atomicOr({ptr}, {})", ops[0]),
+        AtomicOp::Xor => format!("atomicXor({ptr}, {})", ops[0]),
+        AtomicOp::Exchange | AtomicOp::Store => format!("atomicExch({ptr}, {})", ops[0]),
+        AtomicOp::Load => format!("atomicAdd({ptr}, {zero})"),
+        AtomicOp::CompareExchange => format!("atomicCAS({ptr}, {}, {})", ops[0], ops[1]),
     }
 }
 

@@ -50,12 +50,14 @@ pub fn emit(k: &Kernel) -> String {
     );
     s.push_str("let gd_wid = gd::UVec3 { x: gd_wx, y: gd_wy, z: gd_wz };\n");
     for sh in &k.shared {
+        // A fault names the array as the source does (`s`, not the emitted `s_1`).
         writeln!(
             s,
-            "let {0}_own = gd::HostShared::<{1}>::new({2}, {name:?}, {0:?});\nlet {0} = &{0}_own;",
+            "let {0}_own = gd::HostShared::<{1}>::new({2}, {name:?}, {3:?});\nlet {0} = &{0}_own;",
             sh.name,
             sh.elem.rust(),
-            sh.size
+            sh.size,
+            super::bounds::source_name(&sh.name)
         )
         .unwrap();
     }

@@ -106,6 +106,8 @@ impl Analysis<'_, '_> {
                 result: Some(name), ..
             } => self.taint(name),
             Stmt::Atomic { .. } => {}
+            // Reads of arrays are never taken as uniform (like every `Load`).
+            Stmt::Array { .. } => {}
             Stmt::If { cond, then, els } => {
                 let inner = under(nu, !self.uniform(cond));
                 let a = self.block(then, inner);

@@ -83,6 +83,23 @@ pub fn emit(k: &Kernel) -> String {
     }
     head.push_str("    const uint3 gd_lid = threadIdx;\n    const uint3 gd_wid = blockIdx;\n    const uint3 gd_nwg = gridDim;\n");
     head.push_str("    const uint3 gd_gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);\n");
+    // Workgroup memory used atomically starts zeroed, as on the host and WGSL (CUDA leaves
+    // `__shared__` undefined): every thread clears its share before the body, and a barrier
+    // that the whole block reaches (nothing has returned yet) orders it before any atomic.
+    let atomic: Vec<&Shared> = k.shared.iter().filter(|s| s.atomic).collect();
+    if !atomic.is_empty() {
+        let [x, y, _] = k.workgroup;
+        head.push_str(&format!(
+            "    const gd_u32 gd_flat = threadIdx.x + {x}u * (threadIdx.y + {y}u * threadIdx.z);\n"
+        ));
+        for s in atomic {
+            head.push_str(&format!(
+                "    for (gd_u32 gd_z = gd_flat; gd_z < {}u; gd_z += {threads}u) {{ {}[gd_z] = 0; }}\n",
+                s.size, s.name
+            ));
+        }
+        head.push_str("    __syncthreads();\n");
+    }
     c.out = head;
     c.block(&k.body);
     c.out.push_str("}\n");
@@ -98,6 +115,17 @@ pub fn ty(t: Ty) -> &'static str {
         Ty::Bool => "bool",
         Ty::UVec3 => "uint3",
     }
+}
+
+fn is_literal(e: &Expr) -> bool {
+    matches!(
+        e.kind,
+        ExprKind::LitF32(_) | ExprKind::LitI32(_) | ExprKind::LitU32(_) | ExprKind::LitBool(_)
+    )
+}
+
+fn is_zero(e: &Expr) -> bool {
+    super::wgsl::is_zero(e)
 }
 
 fn zero(t: Ty) -> &'static str {
@@ -147,6 +175,9 @@ impl Cuda<'_> {
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
+            // Only in-bounds indices reach here (literals checked by the checker, run-time
+            // indices guarded by the read in `expr` and by `Stmt::Assign`).
+            Place::Array(a, ix) => format!("{}[{}]", self.k.arrays[*a].name, self.expr(ix)),
         }
     }
 
@@ -173,11 +204,38 @@ impl Cuda<'_> {
             } => {
                 let p = self.place(place);
                 let v = self.expr(value);
-                match op {
-                    None => self.line(&format!("{p} = {v};")),
-                    Some(op) => {
-                        let rhs = binary(*op, *t, &p, &v);
-                        self.line(&format!("{p} = {rhs};"));
+                let assign = match op {
+                    None => format!("{p} = {v};"),
+                    Some(op) => format!("{p} = {};", binary(*op, *t, &p, &v)),
+                };
+                match place {
+                    // A run-time index at or past a per-invocation array's length writes
+                    // nothing.
+                    Place::Array(a, ix) if !is_literal(ix) => self.line(&format!(
+                        "if ({} < {}u) {{ {assign} }}",
+                        self.expr(ix),
+                        self.k.arrays[*a].len
+                    )),
+                    _ => self.line(&assign),
+                }
+            }
+            Stmt::Array { array, init } => {
+                let arr = &self.k.arrays[*array];
+                let (name, n, t) = (arr.name.clone(), arr.len, ty(arr.elem));
+                match init {
+                    ArrayInit::Splat(v) if is_zero(v) => {
+                        self.line(&format!("{t} {name}[{n}] = {{}};"))
+                    }
+                    ArrayInit::Splat(v) => {
+                        let v = self.expr(v);
+                        self.line(&format!("{t} {name}[{n}];"));
+                        self.line(&format!("{{ const {t} gd_v = {v};"));
+                        self.line("#pragma unroll");
+                        self.line(&format!("for (gd_u32 gd_k = 0u; gd_k < {n}u; ++gd_k) {{ {name}[gd_k] = gd_v; }} }}"));
+                    }
+                    ArrayInit::List(vs) => {
+                        let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
+                        self.line(&format!("{t} {name}[{n}] = {{{}}};", elems.join(", ")));
                     }
                 }
             }
@@ -257,13 +315,20 @@ impl Cuda<'_> {
             Stmt::Atomic {
                 result,
                 op,
-                param,
+                target,
                 index,
                 operands,
                 ty: t,
             } => {
-                let n = &self.k.params[*param].name;
-                let ptr = format!("&{n}_p[{n}_off + {}]", self.expr(index));
+                let ptr = match target {
+                    AtomicTarget::Param(p) => {
+                        let n = &self.k.params[*p].name;
+                        format!("&{n}_p[{n}_off + {}]", self.expr(index))
+                    }
+                    AtomicTarget::Shared(s) => {
+                        format!("&{}[{}]", self.k.shared[*s].name, self.expr(index))
+                    }
+                };
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
                 let zero = zero(*t);
                 let call = match op {
@@ -318,6 +383,18 @@ impl Cuda<'_> {
             ExprKind::Local(n) => n.clone(),
             ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
             ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            // A run-time index at or past a per-invocation array's length reads zero.
+            ExprKind::Load(Place::Array(a, ix)) if !is_literal(ix) => {
+                let arr = &self.k.arrays[*a];
+                format!(
+                    "({} < {}u ? {}[{}] : {})",
+                    self.expr(ix),
+                    arr.len,
+                    arr.name,
+                    self.expr(ix),
+                    zero(arr.elem)
+                )
+            }
             ExprKind::Load(p) => self.place(p),
             ExprKind::Id(b) => {
                 let [x, y, z] = self.k.workgroup;

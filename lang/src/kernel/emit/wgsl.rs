@@ -55,12 +55,15 @@ pub fn emit(k: &Kernel) -> String {
         }
     }
     for s in &k.shared {
+        let elem = if s.atomic {
+            format!("atomic<{}>", ty(s.elem))
+        } else {
+            ty(s.elem).to_string()
+        };
         writeln!(
             head,
-            "var<workgroup> {}: array<{}, {}>;",
-            s.name,
-            ty(s.elem),
-            s.size
+            "var<workgroup> {}: array<{elem}, {}>;",
+            s.name, s.size
         )
         .unwrap();
     }
@@ -167,7 +170,7 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     self.param(*i);
                     self.expr(ix);
                 }
-                Place::Shared(_, ix) => self.expr(ix),
+                Place::Shared(_, ix) | Place::Array(_, ix) => self.expr(ix),
             }
         }
         fn expr(&mut self, e: &Expr) {
@@ -226,13 +229,19 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     Stmt::While { cond, body } => self.looped(&[cond], body),
                     Stmt::Loop { body } => self.looped(&[], body),
                     Stmt::Barrier { .. } => self.barriers.push((self.pos, self.open.clone())),
+                    Stmt::Array { init, .. } => match init {
+                        ArrayInit::Splat(v) => self.expr(v),
+                        ArrayInit::List(vs) => vs.iter().for_each(|v| self.expr(v)),
+                    },
                     Stmt::Atomic {
-                        param,
+                        target,
                         index,
                         operands,
                         ..
                     } => {
-                        self.param(*param);
+                        if let AtomicTarget::Param(p) = target {
+                            self.param(*p);
+                        }
                         self.expr(index);
                         operands.iter().for_each(|e| self.expr(e));
                     }
@@ -275,6 +284,28 @@ fn is_const(e: &Expr) -> bool {
         ExprKind::Math(_, args) => args.iter().all(is_const),
         ExprKind::Cond(c, a, b) => is_const(c) && is_const(a) && is_const(b),
         _ => false,
+    }
+}
+
+/// Whether `e` is the zero of its type (`0.0` positive, `0`, `false`).
+pub(crate) fn is_zero(e: &Expr) -> bool {
+    match e.kind {
+        ExprKind::LitF32(v) => v.to_bits() == 0,
+        ExprKind::LitI32(v) => v == 0,
+        ExprKind::LitU32(v) => v == 0,
+        ExprKind::LitBool(v) => !v,
+        _ => false,
+    }
+}
+
+/// The zero of a scalar type, as WGSL writes it.
+fn zero(t: Ty) -> &'static str {
+    match t {
+        Ty::F32 => "0.0f",
+        Ty::I32 => "0i",
+        Ty::U32 => "0u",
+        Ty::Bool => "false",
+        Ty::UVec3 => "vec3<u32>()",
     }
 }
 
@@ -345,7 +376,26 @@ impl Wgsl<'_> {
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
+            // Only in-bounds indices reach here (literals checked by the checker, run-time
+            // indices guarded by `array_read` and `Stmt::Assign`).
+            Place::Array(a, ix) => format!("{}[{}]", self.k.arrays[*a].name, self.expr(ix)),
         }
+    }
+
+    /// A read of a per-invocation array: a run-time index at or past the length reads zero.
+    fn array_read(&self, a: usize, ix: &Expr) -> String {
+        let arr = &self.k.arrays[a];
+        if is_literal(ix) {
+            return format!("{}[{}]", arr.name, self.expr(ix));
+        }
+        let i = self.expr(ix);
+        let n = arr.len;
+        format!(
+            "select({}, {}[min({i}, {}u)], {i} < {n}u)",
+            zero(arr.elem),
+            arr.name,
+            n - 1
+        )
     }
 
     fn stmt(&mut self, s: &Stmt) {
@@ -371,6 +421,19 @@ impl Wgsl<'_> {
                 ty: t,
             } => {
                 let p = self.place(place);
+                // A run-time index at or past a per-invocation array's length writes nothing.
+                let guard = match place {
+                    Place::Array(a, ix) if !is_literal(ix) => Some(format!(
+                        "if ({} < {}u) {{",
+                        self.expr(ix),
+                        self.k.arrays[*a].len
+                    )),
+                    _ => None,
+                };
+                if let Some(g) = &guard {
+                    self.line(g);
+                    self.indent += 1;
+                }
                 match op {
                     None => {
                         let v = self.expr(value);
@@ -381,6 +444,42 @@ impl Wgsl<'_> {
                     Some(op) => {
                         let rhs = self.binary(*op, *t, &p, value);
                         self.line(&format!("{p} = {rhs};"));
+                    }
+                }
+                if guard.is_some() {
+                    self.indent -= 1;
+                    self.line("}");
+                }
+            }
+            Stmt::Array { array, init } => {
+                let arr = &self.k.arrays[*array];
+                let (name, n, t) = (arr.name.clone(), arr.len, ty(arr.elem));
+                match init {
+                    // Function-scope variables start zeroed.
+                    ArrayInit::Splat(v) if is_zero(v) => {
+                        self.line(&format!("var {name}: array<{t}, {n}>;"))
+                    }
+                    // Evaluated once; a constructor up to 64 elements (no loop for a driver to
+                    // count against its iteration limits), a loop beyond.
+                    ArrayInit::Splat(v) => {
+                        let v = self.expr(v);
+                        self.line(&format!("let {name}_v: {t} = {v};"));
+                        if n <= 64 {
+                            let elems = vec![format!("{name}_v"); n as usize].join(", ");
+                            self.line(&format!(
+                                "var {name}: array<{t}, {n}> = array<{t}, {n}>({elems});"
+                            ));
+                        } else {
+                            self.line(&format!("var {name}: array<{t}, {n}>;"));
+                            self.line(&format!("for (var {name}_k: u32 = 0u; {name}_k < {n}u; {name}_k = {name}_k + 1u) {{ {name}[{name}_k] = {name}_v; }}"));
+                        }
+                    }
+                    ArrayInit::List(vs) => {
+                        let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
+                        self.line(&format!(
+                            "var {name}: array<{t}, {n}> = array<{t}, {n}>({});",
+                            elems.join(", ")
+                        ));
                     }
                 }
             }
@@ -474,13 +573,20 @@ impl Wgsl<'_> {
             Stmt::Atomic {
                 result,
                 op,
-                param,
+                target,
                 index,
                 operands,
                 ..
             } => {
-                let n = &self.k.params[*param].name;
-                let ptr = format!("&{n}_p[{n}_off + {}]", self.expr(index));
+                let ptr = match target {
+                    AtomicTarget::Param(p) => {
+                        let n = &self.k.params[*p].name;
+                        format!("&{n}_p[{n}_off + {}]", self.expr(index))
+                    }
+                    AtomicTarget::Shared(s) => {
+                        format!("&{}[{}]", self.k.shared[*s].name, self.expr(index))
+                    }
+                };
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
                 let call = match op {
                     AtomicOp::Add => format!("atomicAdd({ptr}, {})", ops[0]),
@@ -592,6 +698,7 @@ impl Wgsl<'_> {
             ExprKind::Local(n) => n.clone(),
             ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
             ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            ExprKind::Load(Place::Array(a, ix)) => self.array_read(*a, ix),
             ExprKind::Load(p) => self.place(p),
             ExprKind::Id(b) => {
                 let [x, y, z] = self.k.workgroup;

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+
 use super::*;
 
 impl Checker<'_> {

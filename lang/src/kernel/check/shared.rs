@@ -1,5 +1,7 @@
 //! Workgroup memory: `shared::<T, N>()` declarations and their constant-index bounds checks.
 
+
+
 use super::*;
 
 impl Checker<'_> {
@@ -91,12 +93,7 @@ impl Checker<'_> {
 
     /// Rejects an index into workgroup memory that is known at compile time to be out of
     /// bounds (every invocation would fail; WGSL compilers reject it too).
-    pub(super) fn shared_index_in_bounds(
-        &mut self,
-        s: usize,
-        index: &Expr,
-        node: &syn::Expr,
-    ) -> Res<()> {
+    pub(super) fn shared_index_in_bounds(&mut self, s: usize, index: &Expr, node: &syn::Expr) -> Res<()> {
         let size = self.shared[s].size;
         match const_value(index, &self.known) {
             Some(ExprKind::LitU32(n)) if n >= size => {

@@ -146,6 +146,10 @@ impl Checker<'_> {
                     Err(())
                 }
             },
+            syn::Expr::Block(_) => {
+                self.error(e, "a block with statements is a value only as the whole value of a `let` or an assignment: `let v = { ...; x };`");
+                Err(())
+            }
             syn::Expr::Closure(_) => {
                 self.error(
                     e,

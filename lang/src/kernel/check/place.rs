@@ -139,6 +139,11 @@ impl Checker<'_> {
                 }
             }
         }
+        if matches!(base, syn::Expr::Array(_) | syn::Expr::Repeat(_)) {
+            // Reported there: "an array value only initialises a `let`".
+            let _ = self.expr(base, None);
+            return Err(());
+        }
         self.error(
             base,
             "only slice parameters, workgroup arrays and per-invocation arrays can be indexed",

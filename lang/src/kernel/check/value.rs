@@ -41,10 +41,12 @@ impl Checker<'_> {
         ann: Option<Ty>,
         out: &mut Vec<Stmt>,
     ) {
-        let Ok(ty) = self.value_type(e, ann) else {
+        let Ok(found) = self.value_type(e, ann) else {
             self.poison(name);
             return;
         };
+        // With a type written, lowering into it reports the values that do not have it.
+        let ty = ann.unwrap_or(found);
         let mangled = self.mangle(name);
         out.push(Stmt::Let {
             name: mangled.clone(),

@@ -349,10 +349,7 @@ impl Checker<'_> {
                 } else if self.loop_depth == 0 {
                     self.error(b, "`break` outside of a loop");
                 } else if self.in_value_loop() {
-                    self.error(
-                        b,
-                        "this `loop` is used as a value: `break` with one, `break v;`",
-                    );
+                    self.break_without_value(b);
                 } else {
                     out.push(Stmt::Break);
                 }

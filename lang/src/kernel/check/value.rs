@@ -14,6 +14,8 @@ pub(super) struct ValueLoop {
     place: Place,
     /// The value's type, from the context or the first `break v`.
     ty: Option<Ty>,
+    /// A `break` in it was already reported (so a missing value is not reported again).
+    reported: bool,
 }
 
 /// Whether `e` is a value computed by statements (lowered by `value_into`, not `expr`).
@@ -139,16 +141,18 @@ impl Checker<'_> {
             depth: self.loop_depth + 1,
             place: place.clone(),
             ty: expect,
+            reported: false,
         });
         self.loop_depth += 1;
         let body = self.block(&l.body, false);
         self.loop_depth -= 1;
-        let ty = self.value_loops.pop().and_then(|v| v.ty);
+        let Some(ValueLoop { ty, reported, .. }) = self.value_loops.pop() else {
+            return Err(());
+        };
         let Some(ty) = ty else {
-            self.error(
-                l,
-                "this `loop` is used as a value, but no `break` gives it one: `break v;`",
-            );
+            if !reported {
+                self.error(l, "this `loop` is used as a value, but no `break` gives it one: `break v;`");
+            }
             return Err(());
         };
         out.push(Stmt::Loop { body });
@@ -162,6 +166,14 @@ impl Checker<'_> {
             .is_some_and(|v| v.depth == self.loop_depth)
     }
 
+    /// `break;` in a `loop` used as a value: an error.
+    pub(super) fn break_without_value(&mut self, b: &syn::ExprBreak) {
+        if let Some(l) = self.value_loops.last_mut() {
+            l.reported = true;
+        }
+        self.error(b, "this `loop` is used as a value: `break` with one, `break v;`");
+    }
+
     /// `break v;`: assigns `v` to the value loop's place, then breaks.
     pub(super) fn break_value(&mut self, b: &syn::ExprBreak, v: &syn::Expr, out: &mut Vec<Stmt>) {
         if !self.in_value_loop() {
@@ -170,6 +182,9 @@ impl Checker<'_> {
         }
         let expect = self.value_loops.last().and_then(|l| l.ty);
         let Ok(value) = self.expr(v, expect) else {
+            if let Some(l) = self.value_loops.last_mut() {
+                l.reported = true;
+            }
             return;
         };
         let Some(l) = self.value_loops.last_mut() else {
@@ -182,6 +197,7 @@ impl Checker<'_> {
                     t.rust(),
                     value.ty.rust()
                 );
+                l.reported = true;
                 self.error(v, msg);
                 return;
             }

@@ -283,6 +283,10 @@ fn is_const(e: &Expr) -> bool {
         ExprKind::Binary(_, a, b) => is_const(a) && is_const(b),
         ExprKind::Math(_, args) => args.iter().all(is_const),
         ExprKind::Cond(c, a, b) => is_const(c) && is_const(a) && is_const(b),
+        // The workgroup shape is a constant vector to naga too (found by the fuzzer:
+        // `i32::MAX << workgroup_size().z` overflowed at shader creation).
+        ExprKind::Id(IdBuiltin::WorkgroupSize) => true,
+        ExprKind::Field(b, _) => is_const(b),
         _ => false,
     }
 }
@@ -707,6 +711,9 @@ impl Wgsl<'_> {
                     IdBuiltin::LocalId => "gd_lid".into(),
                     IdBuiltin::WorkgroupId => "gd_wid".into(),
                     IdBuiltin::NumWorkgroups => "gd_nwg".into(),
+                    IdBuiltin::WorkgroupSize if self.opaque.get() => format!(
+                        "vec3<u32>(bitcast<u32>({x}u), bitcast<u32>({y}u), bitcast<u32>({z}u))"
+                    ),
                     IdBuiltin::WorkgroupSize => format!("vec3<u32>({x}u, {y}u, {z}u)"),
                     IdBuiltin::GlobalSize => format!("(gd_nwg * vec3<u32>({x}u, {y}u, {z}u))"),
                 }

@@ -357,3 +357,16 @@ fn large_splats_and_run_time_indices_emit_valid_wgsl() {
     assert!(host.contains("gd::array_get(&"), "{host}");
     syn::parse_str::<syn::File>(&host).unwrap_or_else(|e| panic!("{e}\n{host}"));
 }
+
+#[test]
+fn a_divergent_barrier_in_an_unrolled_loop_is_reported_once() {
+    let errs = errors(quote! {
+        fn k(y: &mut [f32]) {
+            for k in 0..4u32 {
+                if local_id().x == k { barrier(); }
+            }
+        }
+    });
+    assert_eq!(errs.len(), 1, "{errs:#?}");
+    assert!(errs[0].contains("`barrier()` must be reached by every invocation"), "{}", errs[0]);
+}

@@ -55,6 +55,36 @@ fn count_at(at: u32, h: &mut [u32]) {
     }
 }
 
+/// y[i] = taps[at] + taps[i % 4] for invocation 3 (taps[i % 4] twice elsewhere); taps[w] = 9 for
+/// invocation 5 (a run-time index into a per-invocation array of 4), read back into y.
+#[kernel(workgroup = 64)]
+fn array_at(at: u32, w: u32, y: &mut [f32]) {
+    let i = global_id().x;
+    let mut taps = [1.0f32, 2.0, 3.0, 4.0];
+    if i == 5 {
+        taps[w] = 9.0;
+    }
+    if i < y.len() {
+        let j = if i == 3 { at } else { i % 4 };
+        y[i] = taps[j] + taps[i % 4];
+    }
+}
+
+/// A privatised count: every invocation adds 1 to bin `i % 8` of a workgroup array, except
+/// invocation 0, which adds to bin `at`; then bin `t` goes to h[t].
+#[kernel(workgroup = 64)]
+fn shared_count_at(at: u32, h: &mut [u32]) {
+    let bins = shared::<u32, 8>();
+    let t = local_id().x;
+    let b = if t == 0 { at } else { t % 8 };
+    atomic_add(bins, b, 1u32);
+    barrier();
+    if t < 8 {
+        let v = atomic_load(bins, t);
+        h[t] = v;
+    }
+}
+
 /// y = gather_at(x, read_at); the first x.len() elements of the state w = scatter_at(y,
 /// write_at).
 #[graphed]
@@ -206,6 +236,64 @@ fn workgroup_arrays_and_atomics_are_checked() {
             dev.kind()
         );
         assert_eq!(after[0], 7, "{}", dev.kind());
+    }
+}
+
+#[test]
+fn per_invocation_arrays_and_workgroup_atomics_are_checked() {
+    for dev in checked_devices() {
+        let name = dev.kind();
+        let mut y = dev.upload(&poison(8)).unwrap();
+        // A read past the register array: the fault names the array as the source does.
+        assert_fault(
+            launched(&dev, array_at::launch(&dev, 8, 6u32, 0u32, &mut y)),
+            "array_at",
+            "taps",
+            6,
+            4,
+        );
+        assert_cleared(&dev);
+        // A write past it.
+        assert_fault(
+            launched(&dev, array_at::launch(&dev, 8, 0u32, 4u32, &mut y)),
+            "array_at",
+            "taps",
+            4,
+            4,
+        );
+        assert_cleared(&dev);
+        // In range: exact values.
+        array_at::launch(&dev, 8, 2u32, 1u32, &mut y).unwrap();
+        let want: Vec<f32> = (0..8)
+            .map(|i| {
+                let mut taps = [1.0f32, 2.0, 3.0, 4.0];
+                if i == 5 {
+                    taps[1] = 9.0;
+                }
+                let j = if i == 3 { 2 } else { i % 4 };
+                taps[j] + taps[i % 4]
+            })
+            .collect();
+        assert_eq!(y.to_host().unwrap(), want, "{name}");
+
+        let mut h = dev.upload(&[7u32; 8]).unwrap();
+        assert_fault(
+            launched(
+                &dev,
+                shared_count_at::launch(&dev, Grid::workgroups(1), 8u32, &mut h),
+            ),
+            "shared_count_at",
+            "bins",
+            8,
+            8,
+        );
+        assert_cleared(&dev);
+        shared_count_at::launch(&dev, Grid::workgroups(1), 3u32, &mut h).unwrap();
+        // 63 invocations add to t % 8 (bin 0 gets 7: t = 8, 16, …, 56), invocation 0 to bin 3.
+        let mut want = [8u32; 8];
+        want[0] = 7;
+        want[3] = 9;
+        assert_eq!(h.to_host().unwrap(), want, "{name}");
     }
 }
 

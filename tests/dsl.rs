@@ -784,7 +784,10 @@ fn every_kernel_cuda_compiles_with_nvrtc() {
         // Both variants: the unchecked source and the checked one (`GRAPHED_CHECKED`).
         for (ptx, src) in [
             (graphed::nvrtc::compile(k, "compute_80"), k.cuda),
-            (graphed::nvrtc::compile_checked(k, "compute_80"), k.checked.cuda),
+            (
+                graphed::nvrtc::compile_checked(k, "compute_80"),
+                k.checked.cuda,
+            ),
         ] {
             match ptx {
                 Ok(ptx) => assert!(

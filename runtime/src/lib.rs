@@ -16,9 +16,9 @@ extern crate self as graphed;
 
 mod backend;
 pub mod blas;
-mod checked;
 mod buffer;
 mod builtin;
+mod checked;
 mod device;
 #[cfg(feature = "nccl")]
 pub mod dist;

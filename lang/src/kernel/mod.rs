@@ -80,12 +80,15 @@ pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, V
     for name in &rejected {
         checker.poison(name);
     }
+    checker.atomic_names(atomic);
     let body = checker.block(&func.block, true);
+    let arrays = checker.arrays();
     let (params, shared, has_barrier) = checker.finish();
     let kernel = Kernel {
         name: func.sig.ident.to_string(),
         params,
         shared,
+        arrays,
         workgroup: kargs.workgroup,
         body,
         has_barrier,

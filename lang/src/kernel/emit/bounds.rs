@@ -10,10 +10,9 @@
 //! `barrier()` it reached before (an early return under an index check would be a barrier
 //! under divergent control flow). The runtime reads the record at the next synchronisation.
 //!
-//! The hook for more indexable things (per-invocation arrays): give each its number after the
-//! workgroup arrays in [`targets`], and send its reads and writes through each emitter's
-//! checked access (`checked_read` / `checked_write` in `wgsl.rs` and `cuda.rs`) with its
-//! length, as workgroup arrays do.
+//! Per-invocation arrays are numbered after the workgroup arrays in [`targets`]; their
+//! reads and writes go through each emitter's checked access (`checked_read` /
+//! `checked_write` in `wgsl.rs` and `cuda.rs`) as workgroup arrays do.
 
 use crate::kernel::ir::Kernel;
 
@@ -40,6 +39,7 @@ pub fn targets(k: &Kernel) -> Vec<String> {
         .iter()
         .map(|p| p.name.clone())
         .chain(k.shared.iter().map(|s| source_name(&s.name).to_string()))
+        .chain(k.arrays.iter().map(|a| a.source.clone()))
         .collect()
 }
 
@@ -59,4 +59,9 @@ pub fn source_name(mangled: &str) -> &str {
 /// The target number of workgroup array `s`.
 pub fn shared_target(k: &Kernel, s: usize) -> usize {
     k.params.len() + s
+}
+
+/// The target number of per-invocation array `a` (after the workgroup arrays).
+pub fn array_target(k: &Kernel, a: usize) -> usize {
+    k.params.len() + k.shared.len() + a
 }

@@ -114,6 +114,23 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     }
     head.push_str("    const uint3 gd_lid = threadIdx;\n    const uint3 gd_wid = blockIdx;\n    const uint3 gd_nwg = gridDim;\n");
     head.push_str("    const uint3 gd_gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);\n");
+    // Workgroup memory used atomically starts zeroed, as on the host and WGSL (CUDA leaves
+    // `__shared__` undefined): every thread clears its share before the body, and a barrier
+    // that the whole block reaches (nothing has returned yet) orders it before any atomic.
+    let atomic: Vec<&Shared> = k.shared.iter().filter(|s| s.atomic).collect();
+    if !atomic.is_empty() {
+        let [x, y, _] = k.workgroup;
+        head.push_str(&format!(
+            "    const gd_u32 gd_flat = threadIdx.x + {x}u * (threadIdx.y + {y}u * threadIdx.z);\n"
+        ));
+        for s in atomic {
+            head.push_str(&format!(
+                "    for (gd_u32 gd_z = gd_flat; gd_z < {}u; gd_z += {threads}u) {{ {}[gd_z] = 0; }}\n",
+                s.size, s.name
+            ));
+        }
+        head.push_str("    __syncthreads();\n");
+    }
     c.out = head;
     c.block(&k.body);
     c.out.push_str("}\n");
@@ -129,6 +146,17 @@ pub fn ty(t: Ty) -> &'static str {
         Ty::Bool => "bool",
         Ty::UVec3 => "uint3",
     }
+}
+
+fn is_literal(e: &Expr) -> bool {
+    matches!(
+        e.kind,
+        ExprKind::LitF32(_) | ExprKind::LitI32(_) | ExprKind::LitU32(_) | ExprKind::LitBool(_)
+    )
+}
+
+fn is_zero(e: &Expr) -> bool {
+    super::wgsl::is_zero(e)
 }
 
 fn zero(t: Ty) -> &'static str {
@@ -181,6 +209,9 @@ impl Cuda<'_> {
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
+            // Only in-bounds indices reach here (literals checked by the checker, run-time
+            // indices guarded by the read in `expr` and by `Stmt::Assign`).
+            Place::Array(a, ix) => format!("{}[{}]", self.k.arrays[*a].name, self.expr(ix)),
         }
     }
 
@@ -215,11 +246,38 @@ impl Cuda<'_> {
             } => {
                 let p = self.place(place);
                 let v = self.expr(value);
-                match op {
-                    None => self.line(&format!("{p} = {v};")),
-                    Some(op) => {
-                        let rhs = binary(*op, *t, &p, &v);
-                        self.line(&format!("{p} = {rhs};"));
+                let assign = match op {
+                    None => format!("{p} = {v};"),
+                    Some(op) => format!("{p} = {};", binary(*op, *t, &p, &v)),
+                };
+                match place {
+                    // A run-time index at or past a per-invocation array's length writes
+                    // nothing.
+                    Place::Array(a, ix) if !is_literal(ix) => self.line(&format!(
+                        "if ({} < {}u) {{ {assign} }}",
+                        self.expr(ix),
+                        self.k.arrays[*a].len
+                    )),
+                    _ => self.line(&assign),
+                }
+            }
+            Stmt::Array { array, init } => {
+                let arr = &self.k.arrays[*array];
+                let (name, n, t) = (arr.name.clone(), arr.len, ty(arr.elem));
+                match init {
+                    ArrayInit::Splat(v) if is_zero(v) => {
+                        self.line(&format!("{t} {name}[{n}] = {{}};"))
+                    }
+                    ArrayInit::Splat(v) => {
+                        let v = self.expr(v);
+                        self.line(&format!("{t} {name}[{n}];"));
+                        self.line(&format!("{{ const {t} gd_v = {v};"));
+                        self.line("#pragma unroll");
+                        self.line(&format!("for (gd_u32 gd_k = 0u; gd_k < {n}u; ++gd_k) {{ {name}[gd_k] = gd_v; }} }}"));
+                    }
+                    ArrayInit::List(vs) => {
+                        let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
+                        self.line(&format!("{t} {name}[{n}] = {{{}}};", elems.join(", ")));
                     }
                 }
             }
@@ -299,16 +357,16 @@ impl Cuda<'_> {
             Stmt::Atomic {
                 result,
                 op,
-                param,
+                target,
                 index,
                 operands,
                 ty: t,
             } => {
-                let n = &self.k.params[*param].name;
+                let (arr, off, len, target) = self.atomic_target(target);
                 let ix = self.expr(index);
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
                 let Some(id) = self.checked else {
-                    let ptr = format!("&{n}_p[{n}_off + {ix}]");
+                    let ptr = format!("&{arr}[{off} + {ix}]");
                     let call = atomic(*op, *t, &ptr, &ops);
                     match result {
                         Some(r) => self.line(&format!("{r} = {call};")),
@@ -327,14 +385,14 @@ impl Cuda<'_> {
                     write!(line, " const {} {v} = {o};", ty(e.ty)).unwrap();
                     temps.push(v);
                 }
-                let call = atomic(*op, *t, &format!("&{n}_p[{n}_off + {i}]"), &temps);
+                let call = atomic(*op, *t, &format!("&{arr}[{off} + {i}]"), &temps);
                 let (ok, bad) = match result {
                     Some(r) => (format!("{r} = {call};"), format!(" {r} = {};", zero(*t))),
                     None => (format!("{call};"), String::new()),
                 };
                 write!(
                     line,
-                    " if ({i} < {n}_len) {{ {ok} }} else {{ gd_oob(gd_fault, {id}u, {param}u, {i}, {n}_len);{bad} }} }}"
+                    " if ({i} < {len}) {{ {ok} }} else {{ gd_oob(gd_fault, {id}u, {target}u, {i}, {len});{bad} }} }}"
                 )
                 .unwrap();
                 self.line(&line);
@@ -359,7 +417,35 @@ impl Cuda<'_> {
                     super::bounds::shared_target(self.k, *s),
                 )
             }
+            Place::Array(a, _) => {
+                let arr = &self.k.arrays[*a];
+                (
+                    arr.name.clone(),
+                    "0u".into(),
+                    format!("{}u", arr.len),
+                    super::bounds::array_target(self.k, *a),
+                )
+            }
             Place::Local(_) => unreachable!("locals are not indexed"),
+        }
+    }
+
+    /// What an atomic's target is in a checked access: array, offset, length, target number.
+    fn atomic_target(&self, t: &AtomicTarget) -> (String, String, String, usize) {
+        match *t {
+            AtomicTarget::Param(i) => {
+                let n = &self.k.params[i].name;
+                (format!("{n}_p"), format!("{n}_off"), format!("{n}_len"), i)
+            }
+            AtomicTarget::Shared(s) => {
+                let sh = &self.k.shared[s];
+                (
+                    sh.name.clone(),
+                    "0u".into(),
+                    format!("{}u", sh.size),
+                    super::bounds::shared_target(self.k, s),
+                )
+            }
         }
     }
 
@@ -367,7 +453,7 @@ impl Cuda<'_> {
     /// the element, out of range 0 and the fault recorded. C's `?:`, `&&` and `||` evaluate
     /// only the operand taken, so a read in a branch not taken never faults.
     fn checked_read(&self, p: &Place, id: u32) -> String {
-        let (Place::Param(_, ix) | Place::Shared(_, ix)) = p else {
+        let (Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) = p else {
             unreachable!("locals are not indexed")
         };
         let (arr, off, len, target) = self.checked_target(p);
@@ -380,7 +466,7 @@ impl Cuda<'_> {
     /// The index check of a write: index and value evaluated once, in the host's order; out
     /// of range the write is dropped and the fault recorded.
     fn checked_write(&mut self, place: &Place, op: Option<BinOp>, value: &Expr, t: Ty) {
-        let (Place::Param(_, ix) | Place::Shared(_, ix)) = place else {
+        let (Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) = place else {
             unreachable!("locals are not indexed")
         };
         let id = self.checked.expect("checked variant");
@@ -430,6 +516,19 @@ impl Cuda<'_> {
             ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
             ExprKind::Load(p) => match (self.checked, p) {
                 (Some(id), Place::Param(..) | Place::Shared(..)) => self.checked_read(p, id),
+                (Some(id), Place::Array(_, ix)) if !is_literal(ix) => self.checked_read(p, id),
+                // A run-time index at or past a per-invocation array's length reads zero.
+                (None, Place::Array(a, ix)) if !is_literal(ix) => {
+                    let arr = &self.k.arrays[*a];
+                    format!(
+                        "({} < {}u ? {}[{}] : {})",
+                        self.expr(ix),
+                        arr.len,
+                        arr.name,
+                        self.expr(ix),
+                        zero(arr.elem)
+                    )
+                }
                 _ => self.place(p),
             },
             ExprKind::Id(b) => {

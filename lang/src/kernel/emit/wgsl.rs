@@ -81,12 +81,15 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         head.push_str("var<private> gd_fs: u32;\nvar<private> gd_ft: u32;\nvar<private> gd_fi: u32;\nvar<private> gd_fn: u32;\n");
     }
     for s in &k.shared {
+        let elem = if s.atomic {
+            format!("atomic<{}>", ty(s.elem))
+        } else {
+            ty(s.elem).to_string()
+        };
         writeln!(
             head,
-            "var<workgroup> {}: array<{}, {}>;",
-            s.name,
-            ty(s.elem),
-            s.size
+            "var<workgroup> {}: array<{elem}, {}>;",
+            s.name, s.size
         )
         .unwrap();
     }
@@ -217,7 +220,7 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     self.param(*i);
                     self.expr(ix);
                 }
-                Place::Shared(_, ix) => self.expr(ix),
+                Place::Shared(_, ix) | Place::Array(_, ix) => self.expr(ix),
             }
         }
         fn expr(&mut self, e: &Expr) {
@@ -276,13 +279,19 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     Stmt::While { cond, body } => self.looped(&[cond], body),
                     Stmt::Loop { body } => self.looped(&[], body),
                     Stmt::Barrier { .. } => self.barriers.push((self.pos, self.open.clone())),
+                    Stmt::Array { init, .. } => match init {
+                        ArrayInit::Splat(v) => self.expr(v),
+                        ArrayInit::List(vs) => vs.iter().for_each(|v| self.expr(v)),
+                    },
                     Stmt::Atomic {
-                        param,
+                        target,
                         index,
                         operands,
                         ..
                     } => {
-                        self.param(*param);
+                        if let AtomicTarget::Param(p) = target {
+                            self.param(*p);
+                        }
                         self.expr(index);
                         operands.iter().for_each(|e| self.expr(e));
                     }
@@ -324,11 +333,26 @@ fn is_const(e: &Expr) -> bool {
         ExprKind::Binary(_, a, b) => is_const(a) && is_const(b),
         ExprKind::Math(_, args) => args.iter().all(is_const),
         ExprKind::Cond(c, a, b) => is_const(c) && is_const(a) && is_const(b),
+        // The workgroup shape is a constant vector to naga too (found by the fuzzer:
+        // `i32::MAX << workgroup_size().z` overflowed at shader creation).
+        ExprKind::Id(IdBuiltin::WorkgroupSize) => true,
+        ExprKind::Field(b, _) => is_const(b),
         _ => false,
     }
 }
 
-/// The zero of a scalar type, as WGSL.
+/// Whether `e` is the zero of its type (`0.0` positive, `0`, `false`).
+pub(crate) fn is_zero(e: &Expr) -> bool {
+    match e.kind {
+        ExprKind::LitF32(v) => v.to_bits() == 0,
+        ExprKind::LitI32(v) => v == 0,
+        ExprKind::LitU32(v) => v == 0,
+        ExprKind::LitBool(v) => !v,
+        _ => false,
+    }
+}
+
+/// The zero of a scalar type, as WGSL writes it.
 fn zero(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "0.0f",
@@ -413,7 +437,26 @@ impl Wgsl<'_> {
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
+            // Only in-bounds indices reach here (literals checked by the checker, run-time
+            // indices guarded by `array_read` and `Stmt::Assign`).
+            Place::Array(a, ix) => format!("{}[{}]", self.k.arrays[*a].name, self.expr(ix)),
         }
+    }
+
+    /// A read of a per-invocation array: a run-time index at or past the length reads zero.
+    fn array_read(&self, a: usize, ix: &Expr) -> String {
+        let arr = &self.k.arrays[a];
+        if is_literal(ix) {
+            return format!("{}[{}]", arr.name, self.expr(ix));
+        }
+        let i = self.expr(ix);
+        let n = arr.len;
+        format!(
+            "select({}, {}[min({i}, {}u)], {i} < {n}u)",
+            zero(arr.elem),
+            arr.name,
+            n - 1
+        )
     }
 
     fn stmt(&mut self, s: &Stmt) {
@@ -447,6 +490,19 @@ impl Wgsl<'_> {
                 ty: t,
             } => {
                 let p = self.place(place);
+                // A run-time index at or past a per-invocation array's length writes nothing.
+                let guard = match place {
+                    Place::Array(a, ix) if !is_literal(ix) => Some(format!(
+                        "if ({} < {}u) {{",
+                        self.expr(ix),
+                        self.k.arrays[*a].len
+                    )),
+                    _ => None,
+                };
+                if let Some(g) = &guard {
+                    self.line(g);
+                    self.indent += 1;
+                }
                 match op {
                     None => {
                         let v = self.expr(value);
@@ -457,6 +513,42 @@ impl Wgsl<'_> {
                     Some(op) => {
                         let rhs = self.binary(*op, *t, &p, value);
                         self.line(&format!("{p} = {rhs};"));
+                    }
+                }
+                if guard.is_some() {
+                    self.indent -= 1;
+                    self.line("}");
+                }
+            }
+            Stmt::Array { array, init } => {
+                let arr = &self.k.arrays[*array];
+                let (name, n, t) = (arr.name.clone(), arr.len, ty(arr.elem));
+                match init {
+                    // Function-scope variables start zeroed.
+                    ArrayInit::Splat(v) if is_zero(v) => {
+                        self.line(&format!("var {name}: array<{t}, {n}>;"))
+                    }
+                    // Evaluated once; a constructor up to 64 elements (no loop for a driver to
+                    // count against its iteration limits), a loop beyond.
+                    ArrayInit::Splat(v) => {
+                        let v = self.expr(v);
+                        self.line(&format!("let {name}_v: {t} = {v};"));
+                        if n <= 64 {
+                            let elems = vec![format!("{name}_v"); n as usize].join(", ");
+                            self.line(&format!(
+                                "var {name}: array<{t}, {n}> = array<{t}, {n}>({elems});"
+                            ));
+                        } else {
+                            self.line(&format!("var {name}: array<{t}, {n}>;"));
+                            self.line(&format!("for (var {name}_k: u32 = 0u; {name}_k < {n}u; {name}_k = {name}_k + 1u) {{ {name}[{name}_k] = {name}_v; }}"));
+                        }
+                    }
+                    ArrayInit::List(vs) => {
+                        let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
+                        self.line(&format!(
+                            "var {name}: array<{t}, {n}> = array<{t}, {n}>({});",
+                            elems.join(", ")
+                        ));
                     }
                 }
             }
@@ -555,16 +647,16 @@ impl Wgsl<'_> {
             Stmt::Atomic {
                 result,
                 op,
-                param,
+                target,
                 index,
                 operands,
                 ty: t,
             } => {
-                let n = &self.k.params[*param].name;
+                let (arr, off, len, target) = self.atomic_target(target);
                 let ix = self.expr(index);
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
                 if self.checked.is_none() {
-                    let ptr = format!("&{n}_p[{n}_off + {ix}]");
+                    let ptr = format!("&{arr}[{off}{ix}]");
                     self.atomic(result.as_deref(), *op, &ptr, &ops);
                     return;
                 }
@@ -581,14 +673,14 @@ impl Wgsl<'_> {
                     self.line(&format!("let {v}: {} = {o};", ty(e.ty)));
                     temps.push(v);
                 }
-                self.line(&format!("if ({i} < {n}_len) {{"));
+                self.line(&format!("if ({i} < {len}) {{"));
                 self.indent += 1;
-                let ptr = format!("&{n}_p[{n}_off + {i}]");
+                let ptr = format!("&{arr}[{off}{i}]");
                 self.atomic(result.as_deref(), *op, &ptr, &temps);
                 self.indent -= 1;
                 self.line("} else {");
                 self.indent += 1;
-                self.line(&format!("gd_note({param}u, {i}, {n}_len, true);"));
+                self.line(&format!("gd_note({target}u, {i}, {len}, true);"));
                 if let Some(r) = result {
                     self.line(&format!("{r} = {};", zero(*t)));
                 }
@@ -664,7 +756,40 @@ impl Wgsl<'_> {
                     bounds::shared_target(self.k, *s),
                 )
             }
+            Place::Array(a, _) => {
+                let arr = &self.k.arrays[*a];
+                (
+                    arr.name.clone(),
+                    String::new(),
+                    format!("{}u", arr.len),
+                    bounds::array_target(self.k, *a),
+                )
+            }
             Place::Local(_) => unreachable!("locals are not indexed"),
+        }
+    }
+
+    /// An atomic's memory as a checked access sees it: array, offset prefix, length, target.
+    fn atomic_target(&self, t: &AtomicTarget) -> (String, String, String, usize) {
+        match *t {
+            AtomicTarget::Param(i) => {
+                let n = &self.k.params[i].name;
+                (
+                    format!("{n}_p"),
+                    format!("{n}_off + "),
+                    format!("{n}_len"),
+                    i,
+                )
+            }
+            AtomicTarget::Shared(s) => {
+                let sh = &self.k.shared[s];
+                (
+                    sh.name.clone(),
+                    String::new(),
+                    format!("{}u", sh.size),
+                    bounds::shared_target(self.k, s),
+                )
+            }
         }
     }
 
@@ -672,7 +797,7 @@ impl Wgsl<'_> {
     /// helper that reads in range, and out of range records the fault (unless the read sits
     /// in the arm of a `select` that is not taken) and gives 0.
     fn checked_read(&self, p: &Place) -> String {
-        let (Place::Param(_, ix) | Place::Shared(_, ix)) = p else {
+        let (Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) = p else {
             unreachable!("locals are not indexed")
         };
         let (arr, off, len, target) = self.checked_target(p);
@@ -692,6 +817,7 @@ impl Wgsl<'_> {
                 ParamKind::Scalar(t) => t,
             },
             Place::Shared(s, _) => self.k.shared[*s].elem,
+            Place::Array(a, _) => self.k.arrays[*a].elem,
             Place::Local(_) => unreachable!(),
         };
         let t = ty(elem);
@@ -703,6 +829,14 @@ impl Wgsl<'_> {
                     "fn {name}(gd_off: u32, gd_n: u32, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < gd_n;\n    gd_note({target}u, gd_i, gd_n, !gd_ok && gd_live);\n    return select({z}, {arr}[gd_off + select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
                 ));
                 format!("{name}({n}_off, {n}_len, {ix}, {live})")
+            }
+            // A per-invocation array is a function variable of `main`: passed by pointer.
+            Place::Array(a, _) => {
+                let n = self.k.arrays[*a].len;
+                self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
+                    "fn {name}(gd_a: ptr<function, array<{t}, {n}>>, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}u, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, (*gd_a)[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
+                ));
+                format!("{name}(&{arr}, {ix}, {live})")
             }
             _ => {
                 let _ = off;
@@ -717,7 +851,7 @@ impl Wgsl<'_> {
     /// The index check of a write (`x[i] = v`, `x[i] op= v`): index and value evaluated once,
     /// in the host's order; out of range the write is dropped and the fault recorded.
     fn checked_write(&mut self, place: &Place, op: Option<BinOp>, value: &Expr, t: Ty) {
-        let (Place::Param(_, ix) | Place::Shared(_, ix)) = place else {
+        let (Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) = place else {
             unreachable!("locals are not indexed")
         };
         let (arr, off, len, target) = self.checked_target(place);
@@ -845,6 +979,8 @@ impl Wgsl<'_> {
             ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
             ExprKind::Load(p) => match (self.checked, p) {
                 (Some(_), Place::Param(..) | Place::Shared(..)) => self.checked_read(p),
+                (Some(_), Place::Array(_, ix)) if !is_literal(ix) => self.checked_read(p),
+                (None, Place::Array(a, ix)) => self.array_read(*a, ix),
                 _ => self.place(p),
             },
             ExprKind::Id(b) => {
@@ -854,6 +990,9 @@ impl Wgsl<'_> {
                     IdBuiltin::LocalId => "gd_lid".into(),
                     IdBuiltin::WorkgroupId => "gd_wid".into(),
                     IdBuiltin::NumWorkgroups => "gd_nwg".into(),
+                    IdBuiltin::WorkgroupSize if self.opaque.get() => format!(
+                        "vec3<u32>(bitcast<u32>({x}u), bitcast<u32>({y}u), bitcast<u32>({z}u))"
+                    ),
                     IdBuiltin::WorkgroupSize => format!("vec3<u32>({x}u, {y}u, {z}u)"),
                     IdBuiltin::GlobalSize => format!("(gd_nwg * vec3<u32>({x}u, {y}u, {z}u))"),
                 }

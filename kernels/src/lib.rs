@@ -29,6 +29,7 @@
 //! | [`loss`] | `softmax_xent_narrow`, `softmax_xent_wide`, `mse_pass`, `mse_grad` | `softmax_cross_entropy` (mean loss and its gradient in one pass; 1, or 2 for more than 4096 rows of ≤ 64 classes or any batch of wider rows), `mse`, `mse_with_grad`, `mse_backward` |
 //! | [`layers`] | — | `Linear::{forward, backward_input, backward_params}` (1 each), `Mlp::{forward (L), backward (2L − 1), zero_grad (1)}` |
 //! | [`optim`] | `adam_step`, `sgd_step`, `clip_scale` | `Adam`, `AdamW`, `Sgd` (`step`: 1 launch for all parameters, step counter advanced on the device), `GradClip::clip` (2) |
+//! | [`helpers`] | — (`#[device]` functions for kernels of any crate) | `gelu`, `gelu_grad`, `sigmoid`, `activate`, `activate_grad` (an activation chosen by a `u32`) |
 //! | [`rng`] | `philox_fill`, `philox_advance` | `Philox::{uniform, normal, dropout}` (2: draw, advance the offset), `dropout_backward` (1) |
 //!
 //! A training step of an MLP with `L` layers — forward, mean cross-entropy with its
@@ -91,6 +92,7 @@ extern crate graphed_runtime as graphed;
 mod shape;
 
 pub mod elementwise;
+pub mod helpers;
 pub mod layers;
 pub mod loss;
 pub mod matmul;

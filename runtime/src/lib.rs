@@ -48,4 +48,7 @@ pub mod __private {
         inject_capture_fault, inject_capture_invalidation, inject_replay_drift, mutation,
     };
     pub use crate::host_exec::*;
+    /// The steps of `#[kernel]`'s and `#[device]`'s expansion that receive a callee's
+    /// definition (a `#[device]` function's macro calls them back).
+    pub use graphed_macros::{__device_resume as device_resume, __kernel_resume as kernel_resume};
 }

@@ -2,6 +2,7 @@
 //! and a typed launcher.
 
 mod check;
+pub mod device;
 pub mod emit;
 pub mod ir;
 pub mod parse;
@@ -26,6 +27,11 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             return syn::Error::new(e.span(), msg).to_compile_error();
         }
     };
+    let calls = device::helper_calls(&func);
+    if !calls.is_empty() {
+        // The callees' definitions come back through their macros, one at a time.
+        return device::chain(device::Mode::Kernel, args, &func, calls);
+    }
     match lower(args, &func) {
         Ok(kernel) => generate(&func, &kernel),
         Err((errors, params)) => {
@@ -38,7 +44,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// All errors as one, so every one of them is reported.
-fn combine(errors: Errors) -> syn::Error {
+pub(crate) fn combine(errors: Errors) -> syn::Error {
     let mut it = errors.into_iter();
     let Some(mut first) = it.next() else {
         return syn::Error::new(
@@ -54,6 +60,15 @@ fn combine(errors: Errors) -> syn::Error {
 
 /// Parses and checks a kernel; on failure returns every error and the parameters understood.
 pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, Vec<Param>)> {
+    lower_with(args, func, device::Helpers::default())
+}
+
+/// [`lower`] for a kernel that calls the `#[device]` functions `helpers`.
+pub fn lower_with(
+    args: TokenStream,
+    func: &syn::ItemFn,
+    helpers: device::Helpers,
+) -> Result<Kernel, (Errors, Vec<Param>)> {
     let mut errors = Errors::new();
     let kargs = parse::args(args, &mut errors);
     parse::signature(&func.sig, &mut errors);
@@ -80,6 +95,7 @@ pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, V
     for name in &rejected {
         checker.poison(name);
     }
+    checker.set_helpers(helpers.sigs, helpers.names);
     let body = checker.block(&func.block, true);
     let (params, shared, has_barrier) = checker.finish();
     let kernel = Kernel {
@@ -90,6 +106,7 @@ pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, V
         body,
         has_barrier,
         arg_words,
+        helpers: helpers.fns,
     };
     uniformity::check(&kernel, &mut errors);
     if errors.is_empty() {
@@ -176,7 +193,7 @@ fn launch_doc(func: &syn::ItemFn) -> String {
     )
 }
 
-fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
+pub(crate) fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
     let vis = &func.vis;
     let name = &func.sig.ident;
     let name_str = name.to_string();
@@ -226,7 +243,8 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
         .collect();
     let (sig, args) = launcher_parts(&k.params);
     let arg_words = k.arg_words as u32;
-    let loops_terminate = ir::loops_terminate(&k.body);
+    let loops_terminate =
+        ir::loops_terminate(&k.body) && k.helpers.iter().all(|h| ir::loops_terminate(&h.body));
     // Every element type is 4 bytes; the checker caps the sum at 48 KiB.
     let workgroup_bytes: u32 = k.shared.iter().map(|s| s.size * 4).sum();
     let ldoc = launch_doc(func);
@@ -264,7 +282,7 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
     }
 }
 
-fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
+pub(crate) fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
     let vis = &func.vis;
     let name = &func.sig.ident;
     let name_str = name.to_string();

@@ -7,6 +7,7 @@ mod atomics;
 mod builtins;
 mod consts;
 mod control;
+mod device;
 mod expr;
 mod place;
 mod shared;
@@ -27,6 +28,7 @@ use expr::{compound_op, is_untyped_lit, mismatch};
 use place::Target;
 use stmt::macro_message;
 use consts::const_value;
+pub use device::Sig;
 
 type Res<T> = Result<T, ()>;
 
@@ -56,6 +58,15 @@ pub struct Checker<'a> {
     has_barrier: bool,
     /// Values known at compile time (immutable locals, the workgroup shape).
     known: Known,
+    /// `#[device]` helpers this body may call, and the names (paths as written, or ids)
+    /// that call them.
+    sigs: Vec<Sig>,
+    fn_names: HashMap<String, usize>,
+    /// Set while lowering a helper's body: its return type.
+    device: Option<Option<Ty>>,
+    /// Set by the statement that lowers an expression where a call may write memory (a
+    /// statement, a `let` initializer, an assignment to a local); taken by `expr`.
+    effect_ok: bool,
 }
 
 fn err(errors: &mut Errors, node: impl quote::ToTokens, msg: impl std::fmt::Display) {
@@ -84,6 +95,10 @@ impl<'a> Checker<'a> {
                 locals: HashMap::new(),
                 workgroup,
             },
+            sigs: Vec::new(),
+            fn_names: HashMap::new(),
+            device: None,
+            effect_ok: false,
         }
     }
 

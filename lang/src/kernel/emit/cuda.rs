@@ -33,12 +33,14 @@ static __device__ __forceinline__ gd_u32 gd_max_u32(gd_u32 a, gd_u32 b) { return
 pub fn emit(k: &Kernel) -> String {
     let mut c = Cuda {
         k,
+        params: &k.params,
         out: String::new(),
         indent: 1,
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
     head.push_str(PRELUDE);
+    super::cuda_device::emit_helpers(k, &mut head);
     let mut params = vec!["const gd_u32* __restrict__ gd_args".to_string()];
     for p in &k.params {
         if let ParamKind::Slice { elem, mutable, .. } = p.kind {
@@ -110,10 +112,12 @@ fn zero(t: Ty) -> &'static str {
     }
 }
 
-struct Cuda<'k> {
-    k: &'k Kernel,
-    out: String,
-    indent: usize,
+pub(super) struct Cuda<'k> {
+    pub k: &'k Kernel,
+    /// The parameters of the function being emitted (the kernel's or a helper's).
+    pub params: &'k [Param],
+    pub out: String,
+    pub indent: usize,
 }
 
 impl Cuda<'_> {
@@ -143,15 +147,27 @@ impl Cuda<'_> {
         match p {
             Place::Local(n) => n.clone(),
             Place::Param(i, ix) => {
-                let n = &self.k.params[*i].name;
+                let n = &self.params[*i].name;
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
         }
     }
 
+    pub(super) fn block_pub(&mut self, stmts: &[Stmt]) {
+        self.block(stmts);
+    }
+
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            Stmt::ReturnValue(e) => {
+                let v = self.expr(e);
+                self.line(&format!("return {v};"));
+            }
+            Stmt::Call(e) => {
+                let v = self.expr(e);
+                self.line(&format!("{v};"));
+            }
             Stmt::Let {
                 name,
                 ty: t,
@@ -262,7 +278,7 @@ impl Cuda<'_> {
                 operands,
                 ty: t,
             } => {
-                let n = &self.k.params[*param].name;
+                let n = &self.params[*param].name;
                 let ptr = format!("&{n}_p[{n}_off + {}]", self.expr(index));
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
                 let zero = zero(*t);
@@ -290,7 +306,7 @@ impl Cuda<'_> {
         }
     }
 
-    fn expr(&self, e: &Expr) -> String {
+    pub(super) fn expr(&self, e: &Expr) -> String {
         match &e.kind {
             ExprKind::LitF32(v) => {
                 if v.is_finite() {
@@ -316,8 +332,9 @@ impl Cuda<'_> {
             ExprKind::LitU32(v) => format!("{v}u"),
             ExprKind::LitBool(b) => b.to_string(),
             ExprKind::Local(n) => n.clone(),
-            ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
-            ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            ExprKind::Scalar(i) => format!("{}_p", self.params[*i].name),
+            ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
+            ExprKind::Call(h, args) => self.call(*h, args),
             ExprKind::Load(p) => self.place(p),
             ExprKind::Id(b) => {
                 let [x, y, z] = self.k.workgroup;

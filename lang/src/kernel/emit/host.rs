@@ -13,12 +13,15 @@ use crate::kernel::ir::*;
 pub fn emit(k: &Kernel) -> String {
     let mut h = Host {
         k,
+        params: &k.params,
+        fault: &k.name,
         out: String::new(),
     };
     let name = &k.name;
     let mut s = String::new();
     writeln!(s, "fn host(gd_l: &::graphed::__private::HostLaunch<'_>) -> ::core::result::Result<(), ::graphed::KernelFault> {{").unwrap();
     s.push_str("use ::graphed::__private as gd;\n");
+    s.push_str(&super::host_device::helpers(k, &k.name));
     let mut slice_ix = 0;
     for p in &k.params {
         match p.kind {
@@ -78,9 +81,13 @@ pub fn emit(k: &Kernel) -> String {
     s
 }
 
-struct Host<'k> {
-    k: &'k Kernel,
-    out: String,
+pub(super) struct Host<'k> {
+    pub k: &'k Kernel,
+    /// The parameters of the function being emitted (the kernel's or a helper's).
+    pub params: &'k [Param],
+    /// The kernel a fault names.
+    pub fault: &'k str,
+    pub out: String,
 }
 
 fn zero(t: Ty) -> &'static str {
@@ -105,8 +112,20 @@ impl Host<'_> {
         }
     }
 
+    pub(super) fn block_pub(&mut self, stmts: &[Stmt]) {
+        self.block(stmts);
+    }
+
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            Stmt::ReturnValue(e) => {
+                let v = self.expr(e);
+                self.line(&format!("return ::core::result::Result::Ok({v});"));
+            }
+            Stmt::Call(e) => {
+                let v = self.expr(e);
+                self.line(&format!("let _ = {v};"));
+            }
             Stmt::Let {
                 name,
                 ty,
@@ -194,7 +213,7 @@ impl Host<'_> {
                     let bad = if *ty == Ty::U32 { "== 0u32" } else { "< 1i32" };
                     self.line(&format!(
                         "if {var}_step {bad} {{ return ::core::result::Result::Err(::graphed::KernelFault {{ kernel: {:?}, target: {source:?}, kind: ::graphed::FaultKind::BadStep {{ step: {var}_step as i64 }} }}); }}",
-                        self.k.name
+                        self.fault
                     ));
                 }
                 // The next value is computed before the body so `continue` cannot skip it.
@@ -236,7 +255,7 @@ impl Host<'_> {
                 operands,
                 ..
             } => {
-                let n = &self.k.params[*param].name;
+                let n = &self.params[*param].name;
                 let ix = self.expr(index);
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
                 let call = match op {
@@ -265,21 +284,22 @@ impl Host<'_> {
 
     fn target(&self, p: &Place) -> (String, String) {
         match p {
-            Place::Param(i, ix) => (format!("{}_p", self.k.params[*i].name), self.expr(ix)),
+            Place::Param(i, ix) => (format!("{}_p", self.params[*i].name), self.expr(ix)),
             Place::Shared(i, ix) => (self.k.shared[*i].name.clone(), self.expr(ix)),
             Place::Local(_) => unreachable!(),
         }
     }
 
-    fn expr(&self, e: &Expr) -> String {
+    pub(super) fn expr(&self, e: &Expr) -> String {
         match &e.kind {
             ExprKind::LitF32(v) => format!("f32::from_bits({:#x}u32)", v.to_bits()),
             ExprKind::LitI32(v) => format!("({v}i32)"),
             ExprKind::LitU32(v) => format!("{v}u32"),
             ExprKind::LitBool(b) => b.to_string(),
             ExprKind::Local(n) => n.clone(),
-            ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
-            ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            ExprKind::Scalar(i) => format!("{}_p", self.params[*i].name),
+            ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
+            ExprKind::Call(h, args) => self.call(*h, args),
             ExprKind::Load(p) => {
                 let (t, ix) = self.target(p);
                 format!("{t}.get({ix})?")

@@ -3,3 +3,6 @@
 pub mod cuda;
 pub mod host;
 pub mod wgsl;
+mod wgsl_device;
+mod cuda_device;
+pub mod host_device;

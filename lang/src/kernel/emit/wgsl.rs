@@ -12,12 +12,16 @@ use crate::kernel::ir::*;
 
 /// The kernel as a WGSL compute shader (one entry point, `main`).
 pub fn emit(k: &Kernel) -> String {
+    let module = Module::default();
     let mut w = Wgsl {
         k,
+        params: &k.params,
+        globals: k.params.iter().map(|p| p.name.clone()).collect(),
+        scalar_suffix: "p",
+        module: &module,
         out: String::new(),
         indent: 1,
         tmp: 0,
-        helpers: RefCell::new(BTreeSet::new()),
         opaque: Cell::new(false),
         storage_barriers: storage_barriers(k),
         barriers: 0,
@@ -98,7 +102,10 @@ pub fn emit(k: &Kernel) -> String {
     w.out = head;
     w.block(&k.body);
     w.out.push_str("}\n");
-    for h in w.helpers.borrow().iter() {
+    let mut out = std::mem::take(&mut w.out);
+    super::wgsl_device::emit_specialisations(k, &module, &mut out);
+    w.out = out;
+    for h in module.helpers.borrow().iter() {
         w.out.push('\n');
         w.out.push_str(helper_source(h));
     }
@@ -186,6 +193,11 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     self.expr(a);
                     self.expr(b);
                 }
+                // A slice passed to a helper may be accessed there.
+                ExprKind::Call(_, args) => args.iter().for_each(|a| match a {
+                    CallArg::Value(e) => self.expr(e),
+                    CallArg::Slice(i) => self.param(*i),
+                }),
                 _ => {}
             }
         }
@@ -236,6 +248,7 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                         self.expr(index);
                         operands.iter().for_each(|e| self.expr(e));
                     }
+                    Stmt::Call(e) | Stmt::ReturnValue(e) => self.expr(e),
                     Stmt::Break | Stmt::Continue | Stmt::Return => {}
                 }
             }
@@ -296,13 +309,31 @@ pub fn ty(t: Ty) -> &'static str {
     }
 }
 
-struct Wgsl<'k> {
-    k: &'k Kernel,
-    out: String,
-    indent: usize,
+/// What the functions of one WGSL module share: the guard functions and the `#[device]`
+/// specialisations they call.
+#[derive(Default)]
+pub(super) struct Module {
+    /// Guard functions the bodies call (emitted after `main`).
+    pub helpers: RefCell<BTreeSet<&'static str>>,
+    /// `#[device]` helpers called, each with the global binding of every slice parameter
+    /// (WGSL takes no storage pointers as parameters, so a helper is emitted once per
+    /// distinct binding of its slices); a specialisation's name is its index's.
+    pub specs: RefCell<Vec<(usize, Vec<String>)>>,
+}
+
+pub(super) struct Wgsl<'k> {
+    pub k: &'k Kernel,
+    /// The parameters of the function being emitted (the kernel's or a helper's).
+    pub params: &'k [Param],
+    /// For each parameter, the name of the global binding a slice indexes (`x` of `x_p`).
+    pub globals: Vec<String>,
+    /// The suffix of scalar parameters: `p` in the kernel, `v` in helpers, so a helper's
+    /// parameter never shadows a global binding `x_p`.
+    pub scalar_suffix: &'static str,
+    pub module: &'k Module,
+    pub out: String,
+    pub indent: usize,
     tmp: usize,
-    /// Helper functions the body calls (emitted after `main`).
-    helpers: RefCell<BTreeSet<&'static str>>,
     /// Set while emitting a constant expression: its float literals are written as
     /// `bitcast<f32>(bits)`, which naga does not evaluate at shader creation, so a constant
     /// that overflows or leaves a function's domain (`f32::MAX * 2.0`, `sqrt(-1.0)`) is
@@ -312,6 +343,30 @@ struct Wgsl<'k> {
     storage_barriers: Vec<bool>,
     /// Barriers emitted so far.
     barriers: usize,
+}
+
+impl<'k> Wgsl<'k> {
+    /// An emitter for the body of a helper (no barriers, no ids).
+    pub(super) fn for_helper(
+        k: &'k Kernel,
+        f: &'k DeviceFn,
+        globals: Vec<String>,
+        module: &'k Module,
+    ) -> Self {
+        Wgsl {
+            k,
+            params: &f.params,
+            globals,
+            scalar_suffix: "v",
+            module,
+            out: String::new(),
+            indent: 1,
+            tmp: 0,
+            opaque: Cell::new(false),
+            storage_barriers: Vec::new(),
+            barriers: 0,
+        }
+    }
 }
 
 impl Wgsl<'_> {
@@ -341,15 +396,27 @@ impl Wgsl<'_> {
         match p {
             Place::Local(n) => n.clone(),
             Place::Param(i, ix) => {
-                let n = &self.k.params[*i].name;
-                format!("{n}_p[{n}_off + {}]", self.expr(ix))
+                let (g, n) = (&self.globals[*i], &self.params[*i].name);
+                format!("{g}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
         }
     }
 
+    pub(super) fn block_pub(&mut self, stmts: &[Stmt]) {
+        self.block(stmts);
+    }
+
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            Stmt::ReturnValue(e) => {
+                let v = self.expr(e);
+                self.line(&format!("return {v};"));
+            }
+            Stmt::Call(e) => {
+                let v = self.expr(e);
+                self.line(&format!("{v};"));
+            }
             Stmt::Let {
                 name,
                 ty: t,
@@ -479,8 +546,8 @@ impl Wgsl<'_> {
                 operands,
                 ..
             } => {
-                let n = &self.k.params[*param].name;
-                let ptr = format!("&{n}_p[{n}_off + {}]", self.expr(index));
+                let (g, n) = (&self.globals[*param], &self.params[*param].name);
+                let ptr = format!("&{g}_p[{n}_off + {}]", self.expr(index));
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
                 let call = match op {
                     AtomicOp::Add => format!("atomicAdd({ptr}, {})", ops[0]),
@@ -543,11 +610,11 @@ impl Wgsl<'_> {
                     (BinOp::Div, _) => "gd_div_u32",
                     _ => "gd_rem_u32",
                 };
-                self.helpers.borrow_mut().insert(name);
+                self.module.helpers.borrow_mut().insert(name);
                 format!("{name}({a}, {bs})")
             }
             BinOp::Rem if t == Ty::F32 => {
-                self.helpers.borrow_mut().insert("gd_rem_f32");
+                self.module.helpers.borrow_mut().insert("gd_rem_f32");
                 format!("gd_rem_f32({a}, {bs})")
             }
             // WGSL masks a run-time shift amount to 5 bits, but rejects a constant one of 32
@@ -565,7 +632,7 @@ impl Wgsl<'_> {
         }
     }
 
-    fn expr(&self, e: &Expr) -> String {
+    pub(super) fn expr(&self, e: &Expr) -> String {
         if !self.opaque.get() && !is_literal(e) && is_const(e) {
             self.opaque.set(true);
             let s = self.expr(e);
@@ -590,8 +657,9 @@ impl Wgsl<'_> {
             ExprKind::LitU32(v) => format!("{v}u"),
             ExprKind::LitBool(b) => b.to_string(),
             ExprKind::Local(n) => n.clone(),
-            ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
-            ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            ExprKind::Scalar(i) => format!("{}_{}", self.params[*i].name, self.scalar_suffix),
+            ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
+            ExprKind::Call(h, args) => self.call(*h, args),
             ExprKind::Load(p) => self.place(p),
             ExprKind::Id(b) => {
                 let [x, y, z] = self.k.workgroup;
@@ -619,7 +687,7 @@ impl Wgsl<'_> {
                     } else {
                         "gd_f32_to_u32"
                     };
-                    self.helpers.borrow_mut().insert(name);
+                    self.module.helpers.borrow_mut().insert(name);
                     format!("{name}({})", self.expr(a))
                 }
                 _ => format!("{}({})", ty(*to), self.expr(a)),

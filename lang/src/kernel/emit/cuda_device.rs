@@ -1,0 +1,58 @@
+//! `#[device]` helpers in CUDA C: `static __device__` functions, declared before the kernel;
+//! a slice parameter is a pointer to the whole binding with the view's offset and length.
+
+use std::fmt::Write;
+
+use super::cuda::{ty, Cuda};
+use crate::kernel::ir::*;
+
+impl Cuda<'_> {
+    /// A call of helper `h`.
+    pub(super) fn call(&self, h: usize, args: &[CallArg]) -> String {
+        let a: Vec<String> = args
+            .iter()
+            .map(|a| match a {
+                CallArg::Value(e) => self.expr(e),
+                CallArg::Slice(i) => {
+                    let n = &self.params[*i].name;
+                    format!("{n}_p, {n}_off, {n}_len")
+                }
+            })
+            .collect();
+        format!("{}({})", self.k.helpers[h].id, a.join(", "))
+    }
+}
+
+fn signature(f: &DeviceFn) -> String {
+    let params: Vec<String> = f
+        .params
+        .iter()
+        .map(|p| match p.kind {
+            ParamKind::Scalar(t) => format!("{} {}_p", ty(t), p.name),
+            ParamKind::Slice { elem, mutable, .. } => {
+                let cst = if mutable { "" } else { "const " };
+                format!("{cst}{}* {1}_p, gd_u32 {1}_off, gd_u32 {1}_len", ty(elem), p.name)
+            }
+        })
+        .collect();
+    let ret = f.ret.map(ty).unwrap_or("void");
+    format!("static __device__ {ret} {}({})", f.id, params.join(", "))
+}
+
+/// Every helper of `k`: declarations first (so the order of definitions does not matter),
+/// then definitions.
+pub(super) fn emit_helpers(k: &Kernel, out: &mut String) {
+    for f in &k.helpers {
+        writeln!(out, "{};", signature(f)).unwrap();
+    }
+    for f in &k.helpers {
+        let mut c = Cuda {
+            k,
+            params: &f.params,
+            out: String::new(),
+            indent: 1,
+        };
+        c.block_pub(&f.body);
+        writeln!(out, "// `#[device]` {}\n{} {{\n{}}}", f.name, signature(f), c.out).unwrap();
+    }
+}

@@ -215,6 +215,18 @@ fn parse_resume(input: TokenStream) -> syn::Result<Resume> {
     )?
     .into_iter()
     .collect();
+    let bundles = parse_bundles(it.collect())?;
+    Ok(Resume {
+        args,
+        item,
+        calls,
+        bundles,
+    })
+}
+
+/// Bundles as received, each with its parse.
+fn parse_bundles(input: TokenStream) -> syn::Result<Vec<(TokenStream, Bundle)>> {
+    let mut it = input.into_iter();
     let mut bundles = Vec::new();
     while let Some(tt) = it.next() {
         match &tt {
@@ -229,12 +241,7 @@ fn parse_resume(input: TokenStream) -> syn::Result<Resume> {
             _ => return Err(internal("bundle")),
         }
     }
-    Ok(Resume {
-        args,
-        item,
-        calls,
-        bundles,
-    })
+    Ok(bundles)
 }
 
 /// `id { "key" callee_id ... } ( fn ... )`, repeated.
@@ -497,12 +504,21 @@ fn poisoned(func: &syn::ItemFn, errors: Option<Errors>) -> TokenStream {
     }
 }
 
-/// The last step of `#[device]`: lower the helper, emit its Rust form and its macro.
-fn finish_device(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStream, Bundle)]) -> TokenStream {
+/// A lowered helper: its IR, its callees', and the bundle its macro hands to callers.
+struct Built {
+    own: DeviceFn,
+    helpers: Helpers,
+    bundle: TokenStream,
+    mac: syn::Ident,
+}
+
+/// Lowers helper `func` whose `calls` brought `bundles`; `Err(None)` when a callee had errors
+/// (reported where it is defined).
+fn build(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStream, Bundle)]) -> Result<Built, Option<Errors>> {
     let mut errors = Errors::new();
     let (params, ret) = signature(func, &mut errors);
     let Some((helpers, dep_tokens)) = resolve(calls, bundles, &mut errors) else {
-        return poisoned(func, if errors.is_empty() { None } else { Some(errors) });
+        return Err(if errors.is_empty() { None } else { Some(errors) });
     };
     let name = func.sig.ident.to_string();
     let mut checker = Checker::new(&mut errors, name.clone(), params, [1, 1, 1]);
@@ -510,17 +526,52 @@ fn finish_device(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStrea
     let body = checker.device_body(&func.block, ret);
     let (params, _, _) = checker.finish();
     if !errors.is_empty() {
-        return poisoned(func, Some(errors));
+        return Err(Some(errors));
     }
     let deps: Vec<String> = helpers.sigs.iter().map(|s| s.id.clone()).collect();
     let (id, mac) = unique(func, &deps);
     let own = DeviceFn {
         id: id.clone(),
-        name: name.clone(),
+        name,
         params,
         ret,
         body,
     };
+    let mut map = Vec::new();
+    for (path, (_, b)) in calls.iter().zip(bundles) {
+        if let Bundle::Ok(es) = b {
+            if let Some(first) = es.first() {
+                let k = Literal::string(&path_key(path));
+                let v = format_ident!("{}", first.id);
+                map.push(quote!(#k #v));
+            }
+        }
+    }
+    let own_id = format_ident!("{}", id);
+    let bundle = quote! {
+        __graphed_bundle { #own_id { #(#map)* } ( #func ) #(#dep_tokens)* }
+    };
+    Ok(Built {
+        own,
+        helpers,
+        bundle,
+        mac,
+    })
+}
+
+/// The last step of `#[device]`: lower the helper, emit its Rust form and its macro.
+fn finish_device(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStream, Bundle)]) -> TokenStream {
+    let Built {
+        own,
+        helpers,
+        bundle,
+        mac,
+    } = match build(func, calls, bundles) {
+        Ok(b) => b,
+        Err(errors) => return poisoned(func, errors),
+    };
+    let name = own.name.clone();
+    let id = own.id.clone();
     // The Rust form: the host form of the helper and its callees, over cells copied from
     // the arguments; a fault (an index out of bounds) panics with its message.
     let mut fns = helpers.fns;
@@ -589,20 +640,6 @@ fn finish_device(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStrea
     };
     let vis = &func.vis;
     let sig = &func.sig;
-    let mut map = Vec::new();
-    for (path, (_, b)) in calls.iter().zip(bundles) {
-        if let Bundle::Ok(es) = b {
-            if let Some(first) = es.first() {
-                let k = Literal::string(&path_key(path));
-                let v = format_ident!("{}", first.id);
-                map.push(quote!(#k #v));
-            }
-        }
-    }
-    let own_id = format_ident!("{}", id);
-    let bundle = quote! {
-        __graphed_bundle { #own_id { #(#map)* } ( #func ) #(#dep_tokens)* }
-    };
     let exporter = exporter(func, &mac, bundle);
     quote! {
         #(#attrs)*
@@ -620,4 +657,52 @@ fn finish_device(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStrea
         }
         #exporter
     }
+}
+
+/// The expansion without rustc: `helpers` (in an order where callees come first) are built
+/// as `#[device]` does, each callee found by its last path segment, then `kernel` is lowered
+/// with the bundles of its callees. Errors as strings; the first helper with errors stops.
+#[cfg(test)]
+pub(crate) fn lower_for_test(
+    args: TokenStream,
+    kernel: Option<TokenStream>,
+    helpers: &[TokenStream],
+) -> Result<Kernel, Vec<String>> {
+    let strings = |e: Errors| e.iter().map(|e| e.to_string()).collect::<Vec<_>>();
+    let mut built: Vec<(String, TokenStream)> = Vec::new();
+    let bundles_for = |calls: &[syn::Path], built: &[(String, TokenStream)]| -> Result<Vec<(TokenStream, Bundle)>, Vec<String>> {
+        let mut out = Vec::new();
+        for c in calls {
+            let last = c.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+            let Some((_, raw)) = built.iter().find(|(n, _)| *n == last) else {
+                return Err(vec![format!("cannot find macro `{last}`")]);
+            };
+            out.extend(parse_bundles(raw.clone()).map_err(|e| vec![e.to_string()])?);
+        }
+        Ok(out)
+    };
+    for h in helpers {
+        let func: syn::ItemFn = syn::parse2(h.clone()).map_err(|e| vec![e.to_string()])?;
+        let calls = helper_calls(&func);
+        let bundles = bundles_for(&calls, &built)?;
+        match build(&func, &calls, &bundles) {
+            Ok(b) => built.push((func.sig.ident.to_string(), b.bundle)),
+            Err(Some(e)) => return Err(strings(e)),
+            Err(None) => return Err(vec!["a callee had errors".into()]),
+        }
+    }
+    let Some(kernel) = kernel else {
+        return Err(Vec::new());
+    };
+    let func: syn::ItemFn = syn::parse2(kernel).map_err(|e| vec![e.to_string()])?;
+    let calls = helper_calls(&func);
+    let bundles = bundles_for(&calls, &built)?;
+    let mut errors = Errors::new();
+    let Some((h, _)) = resolve(&calls, &bundles, &mut errors) else {
+        return Err(vec!["a callee had errors".into()]);
+    };
+    if !errors.is_empty() {
+        return Err(strings(errors));
+    }
+    super::lower_with(args, &func, h).map_err(|(e, _)| strings(e))
 }

@@ -302,3 +302,5 @@ pub(crate) fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod device_tests;

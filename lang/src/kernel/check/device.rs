@@ -69,7 +69,9 @@ impl Checker<'_> {
                                 | syn::Expr::While(_)
                                 | syn::Expr::Loop(_)
                                 | syn::Expr::Return(_)
-                        ) =>
+                        )
+                        // `if c { return v; }` ends the body as a statement.
+                        && !matches!(e, syn::Expr::If(ei) if ei.else_branch.is_none()) =>
                 {
                     self.tail_value(e, t, &mut out)
                 }

@@ -24,7 +24,7 @@ use proc_macro2::{Delimiter, Literal, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, ToTokens};
 use syn::visit::Visit;
 
-use super::check::{Checker, Sig};
+use super::check::{Checker, Sig, DEFERRED};
 use super::emit::host_device;
 use super::ir::{DeviceFn, IdBuiltin, Kernel, ParamKind, Ty};
 use super::{combine, parse, Errors};
@@ -50,6 +50,18 @@ pub struct Helpers {
     pub names: HashMap<String, usize>,
     /// The helpers' IR, in the order of `sigs`.
     pub fns: Vec<DeviceFn>,
+}
+
+impl Helpers {
+    /// The callees `calls`, before their definitions arrive: the body is checked for every
+    /// other mistake, and the calls are checked once the definitions are here.
+    pub fn deferred(calls: &[syn::Path]) -> Helpers {
+        Helpers {
+            sigs: Vec::new(),
+            names: calls.iter().map(|c| (path_key(c), DEFERRED)).collect(),
+            fns: Vec::new(),
+        }
+    }
 }
 
 fn is_builtin(name: &str) -> bool {
@@ -163,7 +175,14 @@ fn step(
 ) -> TokenStream {
     let next = &calls[bundles.len()];
     let cb = callback(mode);
+    // Where the callee is missing, rustc reports its macro; for a path (`m::gleu`) it
+    // suggests no similar name, so the function is named too, where it does.
+    let probe = (bundles.is_empty() && next.segments.len() > 1).then(|| {
+        let probes = calls.iter().filter(|c| c.segments.len() > 1);
+        quote! { const _: () = { #( let _ = #probes; )* }; }
+    });
     quote! {
+        #probe
         #next! { #cb { (#args) { #item } [ #(#calls),* ] #(#bundles)* } }
     }
 }
@@ -435,10 +454,20 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     }
     let calls = helper_calls(&func);
     if calls.is_empty() {
-        finish_device(&func, &[], &[])
-    } else {
-        chain(Mode::Device, TokenStream::new(), &func, calls)
+        return finish_device(&func, &[], &[]);
     }
+    // Every mistake but those of the calls is reported now, without the callees.
+    let mut errors = Errors::new();
+    let (params, ret) = signature(&func, &mut errors);
+    let h = Helpers::deferred(&calls);
+    let mut checker = Checker::new(&mut errors, func.sig.ident.to_string(), params, [1, 1, 1]);
+    checker.set_helpers(h.sigs, h.names);
+    checker.device_body(&func.block, ret);
+    checker.finish();
+    if !errors.is_empty() {
+        return poisoned(&func, Some(errors));
+    }
+    chain(Mode::Device, TokenStream::new(), &func, calls)
 }
 
 /// `#[device]`'s step: a callee's bundle arrived.
@@ -659,11 +688,11 @@ fn finish_device(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStrea
     }
 }
 
-/// The expansion without rustc: `helpers` (in an order where callees come first) are built
-/// as `#[device]` does, each callee found by its last path segment, then `kernel` is lowered
-/// with the bundles of its callees. Errors as strings; the first helper with errors stops.
-#[cfg(test)]
-pub(crate) fn lower_for_test(
+/// The expansion without rustc, for tests and fuzzing: `helpers` (in an order where callees
+/// come first) are built as `#[device]` builds them, each callee found by its last path
+/// segment, then `kernel` (if any) is lowered with its callees' bundles. Errors as strings;
+/// the first helper with errors stops; `Err` of nothing when there is no kernel.
+pub fn lower_with_helpers(
     args: TokenStream,
     kernel: Option<TokenStream>,
     helpers: &[TokenStream],

@@ -5,16 +5,16 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::device::lower_for_test;
+use super::device::lower_with_helpers;
 use super::emit;
 use super::ir::*;
 
 fn kernel(k: TokenStream, helpers: &[TokenStream]) -> Kernel {
-    lower_for_test(quote!(workgroup = 64), Some(k), helpers).unwrap_or_else(|e| panic!("{e:#?}"))
+    lower_with_helpers(quote!(workgroup = 64), Some(k), helpers).unwrap_or_else(|e| panic!("{e:#?}"))
 }
 
 fn kernel_errors(k: TokenStream, helpers: &[TokenStream]) -> Vec<String> {
-    match lower_for_test(quote!(workgroup = 64), Some(k), helpers) {
+    match lower_with_helpers(quote!(workgroup = 64), Some(k), helpers) {
         Ok(k) => panic!("kernel `{}` was accepted", k.name),
         Err(e) => e,
     }
@@ -22,7 +22,7 @@ fn kernel_errors(k: TokenStream, helpers: &[TokenStream]) -> Vec<String> {
 
 /// The errors of the last of `helpers`.
 fn helper_errors(helpers: &[TokenStream]) -> Vec<String> {
-    lower_for_test(TokenStream::new(), None, helpers).unwrap_err()
+    lower_with_helpers(TokenStream::new(), None, helpers).unwrap_err()
 }
 
 fn assert_one(errs: &[String], needle: &str) {
@@ -242,4 +242,23 @@ fn a_likely_typo_of_a_builtin_is_not_taken_for_a_helper() {
     );
     assert_one(&e, "unknown function `sqrtt` (did you mean `sqrt`?)");
     assert!(e[0].contains("`self::sqrtt(...)`"), "{e:?}");
+}
+
+#[test]
+fn a_kernel_reports_its_other_errors_before_its_helpers_are_looked_up() {
+    let out = super::expand(
+        quote!(workgroup = 64),
+        quote! { pub fn k(y: &mut [f32]) { let a: f32 = 1; y[0] = gelu(a); } },
+    )
+    .to_string();
+    assert!(out.contains("compile_error") && out.contains("found an integer literal"), "{out}");
+    assert!(!out.contains("kernel_resume"), "{out}");
+    // Without errors: a call of the first callee's macro, and a probe of its function.
+    let ok = super::expand(
+        quote!(workgroup = 64),
+        quote! { pub fn k(y: &mut [f32]) { y[0] = helpers::gelu(1.0); } },
+    )
+    .to_string();
+    assert!(ok.contains("helpers :: gelu !") && ok.contains("kernel_resume"), "{ok}");
+    assert!(ok.contains("let _ = helpers :: gelu ;"), "{ok}");
 }

@@ -29,7 +29,15 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     let calls = device::helper_calls(&func);
     if !calls.is_empty() {
-        // The callees' definitions come back through their macros, one at a time.
+        // Every mistake but those of the calls is reported now, before the callees'
+        // definitions come back through their macros, one at a time.
+        if let Err((errors, params)) =
+            lower_with(args.clone(), &func, device::Helpers::deferred(&calls))
+        {
+            let err = combine(errors).to_compile_error();
+            let stub = stub(&func, &params);
+            return quote! { #err #stub };
+        }
         return device::chain(device::Mode::Kernel, args, &func, calls);
     }
     match lower(args, &func) {

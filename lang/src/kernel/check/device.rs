@@ -45,6 +45,9 @@ pub fn definitely_returns(stmts: &[Stmt]) -> bool {
     }
 }
 
+/// The index of a callee whose definition has not arrived yet: its calls fail silently.
+pub const DEFERRED: usize = usize::MAX;
+
 impl Checker<'_> {
     /// The helpers this body may call: `names` maps a callee, as written (`gelu`,
     /// `helpers::gelu`) or by id, to its index in `sigs`.
@@ -180,6 +183,9 @@ impl Checker<'_> {
         effect_ok: bool,
         as_stmt: bool,
     ) -> Res<Expr> {
+        if i == DEFERRED {
+            return Err(());
+        }
         let sig = self.sigs[i].clone();
         let name = &sig.name;
         if c.args.len() != sig.params.len() {

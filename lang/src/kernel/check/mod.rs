@@ -28,7 +28,7 @@ use expr::{compound_op, is_untyped_lit, mismatch};
 use place::Target;
 use stmt::macro_message;
 use consts::const_value;
-pub use device::Sig;
+pub use device::{Sig, DEFERRED};
 
 type Res<T> = Result<T, ()>;
 

@@ -132,8 +132,9 @@ pub fn helper_calls(func: &syn::ItemFn) -> Vec<syn::Path> {
             let last = path.segments.last().map(|s| s.ident.to_string());
             // `f32::max(a, b)` is a misplaced builtin (the checker says so); `self::f` is the
             // function itself.
-            !matches!(first.as_str(), "f32" | "i32" | "u32" | "bool" | "std" | "core")
-                && !(first == "self" && path.segments.len() == 2 && last.as_deref() == Some(self.own))
+            let builtin_path = matches!(first.as_str(), "f32" | "i32" | "u32" | "bool" | "std" | "core");
+            let itself = first == "self" && path.segments.len() == 2 && last.as_deref() == Some(self.own);
+            !builtin_path && !itself
         }
     }
     let own = func.sig.ident.to_string();

@@ -167,12 +167,12 @@ fn writing_helpers_need_writable_slices_and_a_statement_position() {
     let put = quote! { fn put(y: &mut [f32], i: u32, v: f32) -> f32 { y[i] = v; v } };
     let e = kernel_errors(
         quote! { pub fn k(x: &[f32], y: &mut [f32]) { let v = put(x, 0u32, 1.0); y[0] = v; } },
-        &[put.clone()],
+        std::slice::from_ref(&put),
     );
     assert_one(&e, "but `x` is read-only: declare it `&mut [f32]`");
     let e = kernel_errors(
         quote! { pub fn k(y: &mut [f32]) { y[1] = put(y, 0u32, 1.0) + 1.0; } },
-        &[put.clone()],
+        std::slice::from_ref(&put),
     );
     assert_one(&e, "`put` writes memory");
     // As a `let` initializer it is accepted.
@@ -187,7 +187,7 @@ fn a_helper_without_a_value_is_a_statement() {
     let put = quote! { fn put(y: &mut [f32], v: f32) { y[0] = v; } };
     let e = kernel_errors(
         quote! { pub fn k(y: &mut [f32]) { let v = put(y, 1.0); } },
-        &[put.clone()],
+        std::slice::from_ref(&put),
     );
     assert_one(&e, "`put` returns nothing, so its call is not a value");
     let k = kernel(quote! { pub fn k(y: &mut [f32]) { put(y, 1.0); } }, &[put]);

@@ -12,8 +12,8 @@
 mod common;
 
 use common::{floats, on_every_backend, rng};
-use graphed::prelude::*;
 use graphed::kernels::helpers::gelu;
+use graphed::prelude::*;
 use graphed::{BackendKind, KernelDef};
 use rand::Rng;
 
@@ -254,7 +254,11 @@ fn assert_f32(dev: &Device, got: &[f32], want: &[f32], what: &str) {
         .map(|(i, (g, w))| format!("[{i}] got {g:e}, want {w:e}"))
         .take(6)
         .collect();
-    assert!(bad.is_empty(), "{what}: elements differ:\n  {}", bad.join("\n  "));
+    assert!(
+        bad.is_empty(),
+        "{what}: elements differ:\n  {}",
+        bad.join("\n  ")
+    );
 }
 
 fn poisoned<T: graphed::Element>(dev: &Device, n: usize, v: T) -> Buffer<T> {
@@ -270,8 +274,7 @@ fn helpers_with_scalar_parameters() {
             let slope: f32 = r.random_range(0.01..0.5);
             let xb = dev.upload(&x).unwrap();
             let mut yb = poisoned(dev, n, POISON_F32);
-            scalar_helpers::launch(dev, Grid::threads(n), &xb, slope, &mut yb)
-                .unwrap();
+            scalar_helpers::launch(dev, Grid::threads(n), &xb, slope, &mut yb).unwrap();
             let want: Vec<f32> = x
                 .iter()
                 .map(|&v| act::leaky(v, slope) + act::softplus(v) + act::unit(v))
@@ -288,7 +291,10 @@ fn rust_forms_compute_the_formulas() {
     for x in floats(&mut r, 200, -20.0, 20.0) {
         let xd = x as f64;
         let sp = if x > 15.0 { xd } else { (1.0 + xd.exp()).ln() };
-        assert!((act::softplus(x) as f64 - sp).abs() < 1e-5 * sp.max(1.0), "softplus({x})");
+        assert!(
+            (act::softplus(x) as f64 - sp).abs() < 1e-5 * sp.max(1.0),
+            "softplus({x})"
+        );
         assert_eq!(act::leaky(x, 0.1), if x > 0.0 { x } else { 0.1 * x });
         assert_eq!(act::unit(x), x.clamp(0.0, 1.0));
         let sg = 1.0 / (1.0 + (-xd).exp());
@@ -320,7 +326,10 @@ fn rust_form_panics_with_the_fault_out_of_bounds() {
     }))
     .unwrap_err();
     let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
-    assert!(msg.contains("index 2 is out of bounds") && msg.contains("of length 2"), "{msg}");
+    assert!(
+        msg.contains("index 2 is out of bounds") && msg.contains("of length 2"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -332,10 +341,14 @@ fn helpers_calling_helpers_across_modules_and_crates() {
             let kind: u32 = r.random_range(0..5);
             let xb = dev.upload(&x).unwrap();
             let mut yb = poisoned(dev, n, POISON_F32);
-            nested_helpers::launch(dev, Grid::threads(n), &xb, kind, &mut yb)
-                .unwrap();
+            nested_helpers::launch(dev, Grid::threads(n), &xb, kind, &mut yb).unwrap();
             let want: Vec<f32> = x.iter().map(|&v| mix::smooth2(v, kind)).collect();
-            assert_f32(dev, &yb.to_host().unwrap(), &want, &format!("n={n} kind={kind}"));
+            assert_f32(
+                dev,
+                &yb.to_host().unwrap(),
+                &want,
+                &format!("n={n} kind={kind}"),
+            );
         }
     });
 }
@@ -349,8 +362,7 @@ fn kernel_calls_helpers_of_graphed_kernels() {
             let xb = dev.upload(&x).unwrap();
             let mut yb = poisoned(dev, n, POISON_F32);
             let mut db = poisoned(dev, n, POISON_F32);
-            cross_crate::launch(dev, Grid::threads(n), &xb, &mut yb, &mut db)
-                .unwrap();
+            cross_crate::launch(dev, Grid::threads(n), &xb, &mut yb, &mut db).unwrap();
             let y: Vec<f32> = x.iter().map(|&v| gelu(v)).collect();
             let d: Vec<f32> = x
                 .iter()
@@ -371,8 +383,7 @@ fn helpers_with_integer_and_bool_parameters() {
             let ub = dev.upload(&u).unwrap();
             let mut vb = poisoned(dev, n, POISON_U32);
             let mut wb = poisoned(dev, n, POISON_U32 as i32);
-            int_helpers::launch(dev, Grid::threads(n), &ub, &mut vb, &mut wb)
-                .unwrap();
+            int_helpers::launch(dev, Grid::threads(n), &ub, &mut vb, &mut wb).unwrap();
             let v: Vec<u32> = u.iter().map(|&x| bits::hash(x)).collect();
             let w: Vec<i32> = u
                 .iter()
@@ -396,8 +407,7 @@ fn helpers_read_and_write_slices() {
             let bb = dev.upload(&b).unwrap();
             let mut yb = poisoned(dev, n, POISON_F32);
             let mut zb = dev.upload(&z0).unwrap();
-            slice_helpers::launch(dev, Grid::threads(n), &ab, &bb, &mut yb, &mut zb)
-                .unwrap();
+            slice_helpers::launch(dev, Grid::threads(n), &ab, &bb, &mut yb, &mut zb).unwrap();
             let mut y = vec![0.0f32; n];
             let mut z = z0.clone();
             for i in 0..n as u32 {
@@ -432,7 +442,12 @@ fn two_kernels_share_a_stencil_helper() {
                 .collect();
             let res: Vec<f32> = (0..n).map(|i| x[i] - y[i]).collect();
             assert_f32(dev, &yb.to_host().unwrap(), &y, &format!("blur n={n}"));
-            assert_f32(dev, &rb.to_host().unwrap(), &res, &format!("residual n={n}"));
+            assert_f32(
+                dev,
+                &rb.to_host().unwrap(),
+                &res,
+                &format!("residual n={n}"),
+            );
         }
     });
 }
@@ -442,8 +457,7 @@ fn helper_out_of_bounds_is_a_fault_naming_the_kernel_and_slice() {
     let dev = Device::open(BackendKind::Host).unwrap();
     let x = dev.upload(&[1.0f32; 8]).unwrap();
     let mut y = dev.upload(&[0.0f32; 8]).unwrap();
-    let err = helper_out_of_bounds::launch(&dev, Grid::threads(8), &x, &mut y)
-        .unwrap_err();
+    let err = helper_out_of_bounds::launch(&dev, Grid::threads(8), &x, &mut y).unwrap_err();
     match &err {
         graphed::Error::Fault(f) => {
             assert_eq!(f.kernel, "helper_out_of_bounds");
@@ -460,9 +474,15 @@ fn wgsl_slice_helpers_are_specialised_per_binding() {
     let w = slice_helpers::WGSL;
     let ats = w.matches("// `#[device]` at\n").count();
     assert_eq!(ats, 2, "{w}");
-    assert!(w.contains("a_p[x_off + ") && w.contains("b_p[x_off + "), "{w}");
+    assert!(
+        w.contains("a_p[x_off + ") && w.contains("b_p[x_off + "),
+        "{w}"
+    );
     // One definition per helper in CUDA C, however many bindings.
-    assert_eq!(slice_helpers::CUDA.matches("// `#[device]` at\n").count(), 1);
+    assert_eq!(
+        slice_helpers::CUDA.matches("// `#[device]` at\n").count(),
+        1
+    );
 }
 
 #[test]
@@ -473,7 +493,9 @@ fn every_kernel_wgsl_is_valid_per_naga() {
         match naga::front::wgsl::parse_str(k.wgsl) {
             Err(e) => failures.push(format!("{}: {}", k.name, e.emit_to_string(k.wgsl))),
             Ok(m) => {
-                if let Err(e) = Validator::new(ValidationFlags::all(), Capabilities::all()).validate(&m) {
+                if let Err(e) =
+                    Validator::new(ValidationFlags::all(), Capabilities::all()).validate(&m)
+                {
                     failures.push(format!("{}: {}", k.name, e.emit_to_string(k.wgsl)));
                 }
             }

@@ -86,10 +86,17 @@ mod tests {
     fn rust_forms_match_the_formulas() {
         for &x in &[-3.0f32, -0.5, 0.0, 0.25, 2.0] {
             let u = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
-            assert!((gelu(x) - 0.5 * x * (1.0 + u.tanh())).abs() < 1e-6, "gelu({x})");
+            assert!(
+                (gelu(x) - 0.5 * x * (1.0 + u.tanh())).abs() < 1e-6,
+                "gelu({x})"
+            );
             let h = 1e-3f32;
             let fd = (gelu(x + h) - gelu(x - h)) / (2.0 * h);
-            assert!((gelu_grad(x) - fd).abs() < 1e-2, "gelu_grad({x}) = {} vs {fd}", gelu_grad(x));
+            assert!(
+                (gelu_grad(x) - fd).abs() < 1e-2,
+                "gelu_grad({x}) = {} vs {fd}",
+                gelu_grad(x)
+            );
             assert_eq!(activate(0, x), x);
             assert_eq!(activate(1, x), x.max(0.0));
             assert_eq!(activate(2, x), gelu(x));

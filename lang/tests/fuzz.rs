@@ -409,7 +409,11 @@ impl KernelGen<'_> {
                 }
             } else {
                 let t = *TYS.iter().find(|t| **t == p.as_str()).unwrap_or(&"f32");
-                let t = if !self.clean && self.rng.chance(10) { self.ty() } else { t };
+                let t = if !self.clean && self.rng.chance(10) {
+                    self.ty()
+                } else {
+                    t
+                };
                 self.expr(t)
             };
             args.push(arg);
@@ -417,7 +421,11 @@ impl KernelGen<'_> {
         if !self.clean && self.rng.chance(5) {
             args.push("1.0".into());
         }
-        let path = if self.rng.chance(30) { format!("self::{name}") } else { name };
+        let path = if self.rng.chance(30) {
+            format!("self::{name}")
+        } else {
+            name
+        };
         format!("{path}({})", args.join(", "))
     }
 
@@ -1422,7 +1430,11 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
             kinds.push(ty);
             g.slices.push((format!("q{i}"), t, w));
         }
-        let ret = if g.rng.chance(75) { Some(*g.rng.pick(TYS)) } else { None };
+        let ret = if g.rng.chance(75) {
+            Some(*g.rng.pick(TYS))
+        } else {
+            None
+        };
         g.device = Some(ret);
         let n = 1 + g.rng.below(4);
         let mut body = g.block(n);
@@ -1431,7 +1443,10 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
         }
         let name = format!("f{f}");
         let ret_s = ret.map(|t| format!(" -> {t}")).unwrap_or_default();
-        items.push(format!("fn {name}({}){ret_s} {{\n{body}\n}}", params.join(", ")));
+        items.push(format!(
+            "fn {name}({}){ret_s} {{\n{body}\n}}",
+            params.join(", ")
+        ));
         fns.push((name, kinds, ret));
     }
     let mut g = KernelGen {
@@ -1523,7 +1538,12 @@ fn run_device_program(helpers: &[String], args: &str, kernel: &str) -> Result<bo
         naga::valid::Capabilities::all(),
     )
     .validate(&module)
-    .map_err(|e| format!("WGSL does not validate: {}\n{wgsl}", e.emit_to_string(&wgsl)))?;
+    .map_err(|e| {
+        format!(
+            "WGSL does not validate: {}\n{wgsl}",
+            e.emit_to_string(&wgsl)
+        )
+    })?;
     Ok(true)
 }
 
@@ -1554,8 +1574,10 @@ fn fuzz_device_functions() {
             Ok(false) => {}
             Err(f) => {
                 if r.failures.len() < 5 {
-                    r.failures
-                        .push(format!("{}\n#[{args}]\n{kernel}\n=> {f}", helpers.join("\n")));
+                    r.failures.push(format!(
+                        "{}\n#[{args}]\n{kernel}\n=> {f}",
+                        helpers.join("\n")
+                    ));
                 } else {
                     r.failures.push(String::new());
                 }
@@ -1563,6 +1585,10 @@ fn fuzz_device_functions() {
         }
     }
     // A generator that never produces an accepted program tests only the error paths.
-    assert!(r.accepted > 0, "no program was accepted in {} executions", r.executions);
+    assert!(
+        r.accepted > 0,
+        "no program was accepted in {} executions",
+        r.executions
+    );
     finish("#[device]", r);
 }

@@ -132,8 +132,12 @@ pub fn helper_calls(func: &syn::ItemFn) -> Vec<syn::Path> {
             let last = path.segments.last().map(|s| s.ident.to_string());
             // `f32::max(a, b)` is a misplaced builtin (the checker says so); `self::f` is the
             // function itself.
-            let builtin_path = matches!(first.as_str(), "f32" | "i32" | "u32" | "bool" | "std" | "core");
-            let itself = first == "self" && path.segments.len() == 2 && last.as_deref() == Some(self.own);
+            let builtin_path = matches!(
+                first.as_str(),
+                "f32" | "i32" | "u32" | "bool" | "std" | "core"
+            );
+            let itself =
+                first == "self" && path.segments.len() == 2 && last.as_deref() == Some(self.own);
             !builtin_path && !itself
         }
     }
@@ -163,7 +167,12 @@ fn callback(mode: Mode) -> TokenStream {
 }
 
 /// The first step of a caller's chain: a call of its first callee's macro.
-pub fn chain(mode: Mode, args: TokenStream, func: &syn::ItemFn, calls: Vec<syn::Path>) -> TokenStream {
+pub fn chain(
+    mode: Mode,
+    args: TokenStream,
+    func: &syn::ItemFn,
+    calls: Vec<syn::Path>,
+) -> TokenStream {
     step(mode, &args, &func.to_token_stream(), &calls, &[])
 }
 
@@ -298,7 +307,10 @@ fn parse_entries(body: TokenStream) -> syn::Result<Vec<Entry>> {
 fn signature(func: &syn::ItemFn, errors: &mut Errors) -> (Vec<super::ir::Param>, Option<Ty>) {
     let sig = &func.sig;
     let no = |errors: &mut Errors, node: &dyn ToTokens, what: &str| {
-        errors.push(syn::Error::new_spanned(node, format!("a `#[device]` function cannot be {what}")));
+        errors.push(syn::Error::new_spanned(
+            node,
+            format!("a `#[device]` function cannot be {what}"),
+        ));
     };
     if let Some(a) = &sig.asyncness {
         no(errors, a, "`async`");
@@ -307,10 +319,18 @@ fn signature(func: &syn::ItemFn, errors: &mut Errors) -> (Vec<super::ir::Param>,
         no(errors, c, "`const`");
     }
     if let Some(u) = &sig.unsafety {
-        no(errors, u, "`unsafe` (slices are bounds-checked on the host)");
+        no(
+            errors,
+            u,
+            "`unsafe` (slices are bounds-checked on the host)",
+        );
     }
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        no(errors, &sig.generics, "generic (each target needs concrete types): write one per element type");
+        no(
+            errors,
+            &sig.generics,
+            "generic (each target needs concrete types): write one per element type",
+        );
     }
     if let Some(v) = &sig.variadic {
         no(errors, v, "variadic");
@@ -319,7 +339,8 @@ fn signature(func: &syn::ItemFn, errors: &mut Errors) -> (Vec<super::ir::Param>,
         no(errors, abi, "`extern`");
     }
     let name = sig.ident.to_string();
-    if parse::target_name(&sig.ident, "a `#[device]` function's name", errors) && is_builtin(&name) {
+    if parse::target_name(&sig.ident, "a `#[device]` function's name", errors) && is_builtin(&name)
+    {
         errors.push(syn::Error::new_spanned(
             &sig.ident,
             format!("`{name}` is a builtin of the kernel language; name the `#[device]` function otherwise"),
@@ -344,7 +365,11 @@ fn signature(func: &syn::ItemFn, errors: &mut Errors) -> (Vec<super::ir::Param>,
 }
 
 /// The helpers that `calls` (with their `bundles`) bring: `None` if one had errors.
-fn resolve(calls: &[syn::Path], bundles: &[(TokenStream, Bundle)], errors: &mut Errors) -> Option<(Helpers, Vec<TokenStream>)> {
+fn resolve(
+    calls: &[syn::Path],
+    bundles: &[(TokenStream, Bundle)],
+    errors: &mut Errors,
+) -> Option<(Helpers, Vec<TokenStream>)> {
     let mut entries: Vec<&Entry> = Vec::new();
     let mut names = HashMap::new();
     for (path, (_, b)) in calls.iter().zip(bundles) {
@@ -449,7 +474,8 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
     if !args.is_empty() {
-        let err = syn::Error::new_spanned(&args, "`#[device]` takes no arguments").to_compile_error();
+        let err =
+            syn::Error::new_spanned(&args, "`#[device]` takes no arguments").to_compile_error();
         let out = finish_device(&func, &[], &[]);
         return quote!(#err #out);
     }
@@ -544,11 +570,19 @@ struct Built {
 
 /// Lowers helper `func` whose `calls` brought `bundles`; `Err(None)` when a callee had errors
 /// (reported where it is defined).
-fn build(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStream, Bundle)]) -> Result<Built, Option<Errors>> {
+fn build(
+    func: &syn::ItemFn,
+    calls: &[syn::Path],
+    bundles: &[(TokenStream, Bundle)],
+) -> Result<Built, Option<Errors>> {
     let mut errors = Errors::new();
     let (params, ret) = signature(func, &mut errors);
     let Some((helpers, dep_tokens)) = resolve(calls, bundles, &mut errors) else {
-        return Err(if errors.is_empty() { None } else { Some(errors) });
+        return Err(if errors.is_empty() {
+            None
+        } else {
+            Some(errors)
+        });
     };
     let name = func.sig.ident.to_string();
     let mut checker = Checker::new(&mut errors, name.clone(), params, [1, 1, 1]);
@@ -590,7 +624,11 @@ fn build(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStream, Bundl
 }
 
 /// The last step of `#[device]`: lower the helper, emit its Rust form and its macro.
-fn finish_device(func: &syn::ItemFn, calls: &[syn::Path], bundles: &[(TokenStream, Bundle)]) -> TokenStream {
+fn finish_device(
+    func: &syn::ItemFn,
+    calls: &[syn::Path],
+    bundles: &[(TokenStream, Bundle)],
+) -> TokenStream {
     let Built {
         own,
         helpers,
@@ -700,10 +738,16 @@ pub fn lower_with_helpers(
 ) -> Result<Kernel, Vec<String>> {
     let strings = |e: Errors| e.iter().map(|e| e.to_string()).collect::<Vec<_>>();
     let mut built: Vec<(String, TokenStream)> = Vec::new();
-    let bundles_for = |calls: &[syn::Path], built: &[(String, TokenStream)]| -> Result<Vec<(TokenStream, Bundle)>, Vec<String>> {
+    let bundles_for = |calls: &[syn::Path],
+                       built: &[(String, TokenStream)]|
+     -> Result<Vec<(TokenStream, Bundle)>, Vec<String>> {
         let mut out = Vec::new();
         for c in calls {
-            let last = c.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+            let last = c
+                .segments
+                .last()
+                .map(|s| s.ident.to_string())
+                .unwrap_or_default();
             let Some((_, raw)) = built.iter().find(|(n, _)| *n == last) else {
                 return Err(vec![format!("cannot find macro `{last}`")]);
             };

@@ -10,7 +10,8 @@ use super::emit;
 use super::ir::*;
 
 fn kernel(k: TokenStream, helpers: &[TokenStream]) -> Kernel {
-    lower_with_helpers(quote!(workgroup = 64), Some(k), helpers).unwrap_or_else(|e| panic!("{e:#?}"))
+    lower_with_helpers(quote!(workgroup = 64), Some(k), helpers)
+        .unwrap_or_else(|e| panic!("{e:#?}"))
 }
 
 fn kernel_errors(k: TokenStream, helpers: &[TokenStream]) -> Vec<String> {
@@ -26,8 +27,16 @@ fn helper_errors(helpers: &[TokenStream]) -> Vec<String> {
 }
 
 fn assert_one(errs: &[String], needle: &str) {
-    assert_eq!(errs.len(), 1, "expected one error containing {needle:?}, got {errs:#?}");
-    assert!(errs[0].contains(needle), "{:?} does not contain {needle:?}", errs[0]);
+    assert_eq!(
+        errs.len(),
+        1,
+        "expected one error containing {needle:?}, got {errs:#?}"
+    );
+    assert!(
+        errs[0].contains(needle),
+        "{:?} does not contain {needle:?}",
+        errs[0]
+    );
 }
 
 fn valid_wgsl(k: &Kernel) -> String {
@@ -78,12 +87,25 @@ fn a_scalar_helper_is_lowered_and_emitted_as_a_function() {
     assert_eq!(h.ret, Some(Ty::F32));
     assert!(matches!(h.body.last(), Some(Stmt::ReturnValue(_))));
     let wgsl = valid_wgsl(&k);
-    assert!(wgsl.contains(&format!("fn {}(x_v: f32) -> f32 {{", h.id)), "{wgsl}");
+    assert!(
+        wgsl.contains(&format!("fn {}(x_v: f32) -> f32 {{", h.id)),
+        "{wgsl}"
+    );
     let cuda = emit::cuda::emit(&k);
-    assert!(cuda.contains(&format!("static __device__ float {}(float x_p)", h.id)), "{cuda}");
+    assert!(
+        cuda.contains(&format!("static __device__ float {}(float x_p)", h.id)),
+        "{cuda}"
+    );
     let host = emit::host::emit(&k);
-    assert!(host.contains(&format!("fn {}(x_p: f32) -> ::core::result::Result<f32", h.id)), "{host}");
-    syn::parse_str::<syn::File>(&host).unwrap_or_else(|e| panic!("host form does not parse: {e}\n{host}"));
+    assert!(
+        host.contains(&format!(
+            "fn {}(x_p: f32) -> ::core::result::Result<f32",
+            h.id
+        )),
+        "{host}"
+    );
+    syn::parse_str::<syn::File>(&host)
+        .unwrap_or_else(|e| panic!("host form does not parse: {e}\n{host}"));
 }
 
 #[test]
@@ -127,11 +149,20 @@ fn slice_helpers_are_specialised_per_binding_in_wgsl() {
     );
     let wgsl = valid_wgsl(&k);
     assert_eq!(wgsl.matches("// `#[device]` at\n").count(), 2, "{wgsl}");
-    assert!(wgsl.contains("a_p[x_off + i_v]") && wgsl.contains("b_p[x_off + i_v]"), "{wgsl}");
+    assert!(
+        wgsl.contains("a_p[x_off + i_v]") && wgsl.contains("b_p[x_off + i_v]"),
+        "{wgsl}"
+    );
     assert!(wgsl.contains("y_p[y_off + i_v] = v_v;"), "{wgsl}");
     let cuda = emit::cuda::emit(&k);
-    assert!(cuda.contains("const float* x_p, gd_u32 x_off, gd_u32 x_len"), "{cuda}");
-    assert!(cuda.contains("float* y_p, gd_u32 y_off, gd_u32 y_len"), "{cuda}");
+    assert!(
+        cuda.contains("const float* x_p, gd_u32 x_off, gd_u32 x_len"),
+        "{cuda}"
+    );
+    assert!(
+        cuda.contains("float* y_p, gd_u32 y_off, gd_u32 y_len"),
+        "{cuda}"
+    );
 }
 
 #[test]
@@ -140,7 +171,10 @@ fn a_wrong_argument_count_is_an_error_at_the_call() {
         quote! { pub fn k(y: &mut [f32]) { y[0] = gelu(1.0, 2.0); } },
         &[gelu()],
     );
-    assert_one(&e, "`gelu` takes 1 argument(s), found 2: `gelu(x: f32) -> f32`");
+    assert_one(
+        &e,
+        "`gelu` takes 1 argument(s), found 2: `gelu(x: f32) -> f32`",
+    );
 }
 
 #[test]
@@ -154,7 +188,10 @@ fn a_wrong_argument_type_is_an_error_at_the_argument() {
         quote! { pub fn k(y: &mut [u32]) { y[0] = 1u32; let v = at(y, 0u32); } },
         &[at()],
     );
-    assert_one(&e, "argument `x` of `at` is `&[f32]`, found a slice of `u32`");
+    assert_one(
+        &e,
+        "argument `x` of `at` is `&[f32]`, found a slice of `u32`",
+    );
     let e = kernel_errors(
         quote! { pub fn k(y: &mut [f32]) { let v = 1.0; y[0] = at(v, 0u32); } },
         &[at()],
@@ -197,14 +234,19 @@ fn a_helper_without_a_value_is_a_statement() {
 
 #[test]
 fn recursion_is_an_error() {
-    let e = helper_errors(&[quote! { fn fact(n: u32) -> u32 { if n == 0 { 1 } else { n * fact(n - 1) } } }]);
+    let e = helper_errors(&[
+        quote! { fn fact(n: u32) -> u32 { if n == 0 { 1 } else { n * fact(n - 1) } } },
+    ]);
     assert_one(&e, "a `#[device]` function cannot call itself");
 }
 
 #[test]
 fn helpers_cannot_use_ids_barriers_workgroup_memory_or_atomics() {
     let e = helper_errors(&[quote! { fn f() -> u32 { global_id().x } }]);
-    assert_one(&e, "`global_id()` is not available in a `#[device]` function");
+    assert_one(
+        &e,
+        "`global_id()` is not available in a `#[device]` function",
+    );
     assert!(e[0].contains("pass the value as a parameter"), "{e:?}");
     let e = helper_errors(&[quote! { fn f(y: &mut [f32]) { barrier(); y[0] = 1.0; } }]);
     assert_one(&e, "`barrier()` is not available in a `#[device]` function");
@@ -221,7 +263,11 @@ fn a_helper_must_return_its_value_on_every_path() {
     let e = helper_errors(&[quote! { fn f(x: f32) -> f32 { return; } }]);
     assert_one(&e, "`f` returns `f32`: write `return value;`");
     let e = helper_errors(&[quote! { fn f(x: f32) -> f64 { x } }]);
-    assert!(e.iter().any(|m| m.contains("returns `f32`, `i32`, `u32` or `bool`")), "{e:?}");
+    assert!(
+        e.iter()
+            .any(|m| m.contains("returns `f32`, `i32`, `u32` or `bool`")),
+        "{e:?}"
+    );
     // Every path returning, through an `if` with statements in its branches.
     let k = kernel(
         quote! { pub fn k(y: &mut [f32]) { y[0] = f(y.len()); } },
@@ -251,7 +297,10 @@ fn a_kernel_reports_its_other_errors_before_its_helpers_are_looked_up() {
         quote! { pub fn k(y: &mut [f32]) { let a: f32 = 1; y[0] = gelu(a); } },
     )
     .to_string();
-    assert!(out.contains("compile_error") && out.contains("found an integer literal"), "{out}");
+    assert!(
+        out.contains("compile_error") && out.contains("found an integer literal"),
+        "{out}"
+    );
     assert!(!out.contains("kernel_resume"), "{out}");
     // Without errors: a call of the first callee's macro, and a probe of its function.
     let ok = super::expand(
@@ -259,6 +308,9 @@ fn a_kernel_reports_its_other_errors_before_its_helpers_are_looked_up() {
         quote! { pub fn k(y: &mut [f32]) { y[0] = helpers::gelu(1.0); } },
     )
     .to_string();
-    assert!(ok.contains("helpers :: gelu !") && ok.contains("kernel_resume"), "{ok}");
+    assert!(
+        ok.contains("helpers :: gelu !") && ok.contains("kernel_resume"),
+        "{ok}"
+    );
     assert!(ok.contains("let _ = helpers :: gelu ;"), "{ok}");
 }

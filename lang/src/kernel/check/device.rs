@@ -30,7 +30,10 @@ impl Sig {
                 }
             })
             .collect();
-        let ret = self.ret.map(|t| format!(" -> {}", t.rust())).unwrap_or_default();
+        let ret = self
+            .ret
+            .map(|t| format!(" -> {}", t.rust()))
+            .unwrap_or_default();
         format!("{}({}){ret}", self.name, params.join(", "))
     }
 }
@@ -172,7 +175,12 @@ impl Checker<'_> {
 
     /// A call of helper `i`. `effect_ok`: the call is where a write to memory is ordered the
     /// same on every target (a statement, a `let` initializer, an assignment to a local).
-    pub(super) fn helper_call(&mut self, i: usize, c: &syn::ExprCall, effect_ok: bool) -> Res<Expr> {
+    pub(super) fn helper_call(
+        &mut self,
+        i: usize,
+        c: &syn::ExprCall,
+        effect_ok: bool,
+    ) -> Res<Expr> {
         self.helper_call_in(i, c, effect_ok, false)
     }
 
@@ -226,10 +234,12 @@ impl Checker<'_> {
                     }
                     Err(()) => failed = true,
                 },
-                ParamKind::Slice { elem, mutable, .. } => match self.slice_arg(a, p, elem, mutable, name) {
-                    Ok(s) => args.push(CallArg::Slice(s)),
-                    Err(()) => failed = true,
-                },
+                ParamKind::Slice { elem, mutable, .. } => {
+                    match self.slice_arg(a, p, elem, mutable, name) {
+                        Ok(s) => args.push(CallArg::Slice(s)),
+                        Err(()) => failed = true,
+                    }
+                }
             }
         }
         if failed {
@@ -242,7 +252,14 @@ impl Checker<'_> {
     }
 
     /// A slice argument: a slice parameter of the caller, by name.
-    fn slice_arg(&mut self, a: &syn::Expr, p: &Param, elem: Ty, mutable: bool, callee: &str) -> Res<usize> {
+    fn slice_arg(
+        &mut self,
+        a: &syn::Expr,
+        p: &Param,
+        elem: Ty,
+        mutable: bool,
+        callee: &str,
+    ) -> Res<usize> {
         if self.is_poisoned(a) {
             return Err(());
         }
@@ -263,7 +280,11 @@ impl Checker<'_> {
             .param_index(&name)
             .filter(|_| self.lookup(&name).is_none())
             .and_then(|i| match self.params[i].kind {
-                ParamKind::Slice { elem, mutable, atomic } => Some((i, elem, mutable, atomic)),
+                ParamKind::Slice {
+                    elem,
+                    mutable,
+                    atomic,
+                } => Some((i, elem, mutable, atomic)),
                 ParamKind::Scalar(_) => None,
             });
         let Some((i, got, got_mut, atomic)) = slice else {
@@ -275,7 +296,14 @@ impl Checker<'_> {
             return Err(());
         }
         if got != elem {
-            self.error(a, format!("argument `{}` of `{callee}` is `{want}`, found a slice of `{}`", p.name, got.rust()));
+            self.error(
+                a,
+                format!(
+                    "argument `{}` of `{callee}` is `{want}`, found a slice of `{}`",
+                    p.name,
+                    got.rust()
+                ),
+            );
             return Err(());
         }
         if mutable && !got_mut {

@@ -31,7 +31,11 @@ fn signature(f: &DeviceFn) -> String {
             ParamKind::Scalar(t) => format!("{} {}_p", ty(t), p.name),
             ParamKind::Slice { elem, mutable, .. } => {
                 let cst = if mutable { "" } else { "const " };
-                format!("{cst}{}* {1}_p, gd_u32 {1}_off, gd_u32 {1}_len", ty(elem), p.name)
+                format!(
+                    "{cst}{}* {1}_p, gd_u32 {1}_off, gd_u32 {1}_len",
+                    ty(elem),
+                    p.name
+                )
             }
         })
         .collect();
@@ -53,6 +57,13 @@ pub(super) fn emit_helpers(k: &Kernel, out: &mut String) {
             indent: 1,
         };
         c.block_pub(&f.body);
-        writeln!(out, "// `#[device]` {}\n{} {{\n{}}}", f.name, signature(f), c.out).unwrap();
+        writeln!(
+            out,
+            "// `#[device]` {}\n{} {{\n{}}}",
+            f.name,
+            signature(f),
+            c.out
+        )
+        .unwrap();
     }
 }

@@ -399,6 +399,19 @@ fn faults_inside_a_replayed_step_are_reported() {
     }
 }
 
+/// Elements equal within `ulps` units in the last place (same sign, or both zero).
+fn within_ulps(a: &[f32], b: &[f32], ulps: u32) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.to_bits() == y.to_bits()
+                || (x.is_sign_negative() == y.is_sign_negative()
+                    && x.to_bits().abs_diff(y.to_bits()) <= ulps)
+        })
+}
+
+/// Host and CUDA: bitwise. wgpu: the checked variant is another shader, and WGSL lets a
+/// driver contract `a * b + c` into an FMA in one and not the other (NVIDIA's Vulkan driver
+/// does: 1 ulp seen on the H200), so within 2 ulp there.
 #[test]
 fn in_range_kernels_give_bitwise_the_results_of_unchecked_mode() {
     for d in backends() {
@@ -432,10 +445,11 @@ fn in_range_kernels_give_bitwise_the_results_of_unchecked_mode() {
         let plain = run(&checked(kind, false));
         let with_checks = run(&checked(kind, true));
         assert_eq!(plain.len(), with_checks.len());
+        let ulps = if kind == BackendKind::Wgpu { 2 } else { 0 };
         for (i, (a, b)) in plain.iter().zip(&with_checks).enumerate() {
             assert!(
-                bitwise_eq(a, b),
-                "{kind}: result {i} differs: {a:?} vs {b:?}"
+                within_ulps(a, b, ulps),
+                "{kind}: result {i} differs by more than {ulps} ulp: {a:?} vs {b:?}"
             );
         }
     }

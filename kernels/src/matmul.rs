@@ -78,34 +78,13 @@ pub fn matmul_t64(
     let kb = if tb { tid % 16 } else { tid / 64 };
     let dcb = if tb { 16u32 } else { 0u32 };
     let dkb = if tb { 0u32 } else { 4u32 };
-    let mut pa0 = 0.0;
-    let mut pa1 = 0.0;
-    let mut pa2 = 0.0;
-    let mut pa3 = 0.0;
-    let mut pb0 = 0.0;
-    let mut pb1 = 0.0;
-    let mut pb2 = 0.0;
-    let mut pb3 = 0.0;
-    let mut c00 = 0.0;
-    let mut c01 = 0.0;
-    let mut c02 = 0.0;
-    let mut c03 = 0.0;
-    let mut c10 = 0.0;
-    let mut c11 = 0.0;
-    let mut c12 = 0.0;
-    let mut c13 = 0.0;
-    let mut c20 = 0.0;
-    let mut c21 = 0.0;
-    let mut c22 = 0.0;
-    let mut c23 = 0.0;
-    let mut c30 = 0.0;
-    let mut c31 = 0.0;
-    let mut c32 = 0.0;
-    let mut c33 = 0.0;
-    let mut d0 = 0.0;
-    let mut d1 = 0.0;
-    let mut d2 = 0.0;
-    let mut d3 = 0.0;
+    // This invocation's share of the next tile (loaded ahead), its 4×4 block of `C` (row
+    // `i`, column `j` at `acc[i * 4 + j]`) and its rows' sums: registers, as every index below
+    // is a constant of an unrolled loop.
+    let mut pa = [0.0f32; 4];
+    let mut pb = [0.0f32; 4];
+    let mut acc = [0.0f32; 16];
+    let mut d = [0.0f32; 4];
     let sums = has_db && workgroup_id().x == 0 && tx == 0;
     // This launch's part of `k`: `[kz, k1)`, part `z` of a split `k` (else all of it).
     let z = workgroup_id().z;
@@ -116,14 +95,10 @@ pub fn matmul_t64(
     let tiles = (k1 - kz + 15) / 16;
     for t in 0..(tiles + 1) {
         if t > 0 {
-            sa[ka * 68 + ra] = pa0;
-            sa[(ka + dka) * 68 + ra + dra] = pa1;
-            sa[(ka + 2 * dka) * 68 + ra + 2 * dra] = pa2;
-            sa[(ka + 3 * dka) * 68 + ra + 3 * dra] = pa3;
-            sb[kb * 68 + cb] = pb0;
-            sb[(kb + dkb) * 68 + cb + dcb] = pb1;
-            sb[(kb + 2 * dkb) * 68 + cb + 2 * dcb] = pb2;
-            sb[(kb + 3 * dkb) * 68 + cb + 3 * dcb] = pb3;
+            for q in 0..4u32 {
+                sa[(ka + q * dka) * 68 + ra + q * dra] = pa[q];
+                sb[(kb + q * dkb) * 68 + cb + q * dcb] = pb[q];
+            }
             barrier();
         }
         if t < tiles {
@@ -150,56 +125,32 @@ pub fn matmul_t64(
                         vb = b[hk * n + gc];
                     }
                 }
-                if q == 0 {
-                    pa0 = va;
-                    pb0 = vb;
-                } else if q == 1 {
-                    pa1 = va;
-                    pb1 = vb;
-                } else if q == 2 {
-                    pa2 = va;
-                    pb2 = vb;
-                } else {
-                    pa3 = va;
-                    pb3 = vb;
-                }
+                pa[q] = va;
+                pb[q] = vb;
             }
         }
         if t > 0 {
             for kk in 0..16u32 {
                 let o = kk * 68;
-                let a0 = sa[o + ty4];
-                let a1 = sa[o + ty4 + 1];
-                let a2 = sa[o + ty4 + 2];
-                let a3 = sa[o + ty4 + 3];
-                let b0 = sb[o + tx4];
-                let b1 = sb[o + tx4 + 1];
-                let b2 = sb[o + tx4 + 2];
-                let b3 = sb[o + tx4 + 3];
-                c00 = fma(a0, b0, c00);
-                c01 = fma(a0, b1, c01);
-                c02 = fma(a0, b2, c02);
-                c03 = fma(a0, b3, c03);
-                c10 = fma(a1, b0, c10);
-                c11 = fma(a1, b1, c11);
-                c12 = fma(a1, b2, c12);
-                c13 = fma(a1, b3, c13);
-                c20 = fma(a2, b0, c20);
-                c21 = fma(a2, b1, c21);
-                c22 = fma(a2, b2, c22);
-                c23 = fma(a2, b3, c23);
-                c30 = fma(a3, b0, c30);
-                c31 = fma(a3, b1, c31);
-                c32 = fma(a3, b2, c32);
-                c33 = fma(a3, b3, c33);
+                let mut av = [0.0f32; 4];
+                let mut bv = [0.0f32; 4];
+                for i in 0..4u32 {
+                    av[i] = sa[o + ty4 + i];
+                }
+                for j in 0..4u32 {
+                    bv[j] = sb[o + tx4 + j];
+                }
+                for i in 0..4u32 {
+                    for j in 0..4u32 {
+                        acc[i * 4 + j] = fma(av[i], bv[j], acc[i * 4 + j]);
+                    }
+                }
             }
             if sums {
                 for kk in 0..16u32 {
-                    let o = kk * 68;
-                    d0 += sa[o + ty4];
-                    d1 += sa[o + ty4 + 1];
-                    d2 += sa[o + ty4 + 2];
-                    d3 += sa[o + ty4 + 3];
+                    for i in 0..4u32 {
+                        d[i] += sa[kk * 68 + ty4 + i];
+                    }
                 }
             }
             barrier();
@@ -209,62 +160,16 @@ pub fn matmul_t64(
         let row = row0 + ty4 + i;
         if row < m {
             if sums {
-                let mut d = if i == 0 {
-                    d0
-                } else if i == 1 {
-                    d1
-                } else if i == 2 {
-                    d2
-                } else {
-                    d3
-                };
+                let mut s = d[i];
                 if accumulate {
-                    d += db[zd + row];
+                    s += db[zd + row];
                 }
-                db[zd + row] = d;
+                db[zd + row] = s;
             }
             for j in 0..4u32 {
                 let col = col0 + tx4 + j;
                 if col < n {
-                    let mut v = if i == 0 {
-                        if j == 0 {
-                            c00
-                        } else if j == 1 {
-                            c01
-                        } else if j == 2 {
-                            c02
-                        } else {
-                            c03
-                        }
-                    } else if i == 1 {
-                        if j == 0 {
-                            c10
-                        } else if j == 1 {
-                            c11
-                        } else if j == 2 {
-                            c12
-                        } else {
-                            c13
-                        }
-                    } else if i == 2 {
-                        if j == 0 {
-                            c20
-                        } else if j == 1 {
-                            c21
-                        } else if j == 2 {
-                            c22
-                        } else {
-                            c23
-                        }
-                    } else if j == 0 {
-                        c30
-                    } else if j == 1 {
-                        c31
-                    } else if j == 2 {
-                        c32
-                    } else {
-                        c33
-                    };
+                    let mut v = acc[i * 4 + j];
                     let idx = row * n + col;
                     if has_bias {
                         v += bias[col];
@@ -358,14 +263,8 @@ pub fn matmul_t16(
     let kb = if tb { tid % 64 } else { tid / 16 };
     let dcb = if tb { 4u32 } else { 0u32 };
     let dkb = if tb { 0u32 } else { 16u32 };
-    let mut pa0 = 0.0;
-    let mut pa1 = 0.0;
-    let mut pa2 = 0.0;
-    let mut pa3 = 0.0;
-    let mut pb0 = 0.0;
-    let mut pb1 = 0.0;
-    let mut pb2 = 0.0;
-    let mut pb3 = 0.0;
+    let mut pa = [0.0f32; 4];
+    let mut pb = [0.0f32; 4];
     let mut acc = 0.0;
     let mut d = 0.0;
     let sums = has_db && workgroup_id().x == 0 && tx == 0;
@@ -378,14 +277,10 @@ pub fn matmul_t16(
     let tiles = (k1 - kz + 63) / 64;
     for t in 0..(tiles + 1) {
         if t > 0 {
-            sa[ka * 17 + ra] = pa0;
-            sa[(ka + dka) * 17 + ra + dra] = pa1;
-            sa[(ka + 2 * dka) * 17 + ra + 2 * dra] = pa2;
-            sa[(ka + 3 * dka) * 17 + ra + 3 * dra] = pa3;
-            sb[kb * 17 + cb] = pb0;
-            sb[(kb + dkb) * 17 + cb + dcb] = pb1;
-            sb[(kb + 2 * dkb) * 17 + cb + 2 * dcb] = pb2;
-            sb[(kb + 3 * dkb) * 17 + cb + 3 * dcb] = pb3;
+            for q in 0..4u32 {
+                sa[(ka + q * dka) * 17 + ra + q * dra] = pa[q];
+                sb[(kb + q * dkb) * 17 + cb + q * dcb] = pb[q];
+            }
             barrier();
         }
         if t < tiles {
@@ -412,19 +307,8 @@ pub fn matmul_t16(
                         vb = b[hk * n + gc];
                     }
                 }
-                if q == 0 {
-                    pa0 = va;
-                    pb0 = vb;
-                } else if q == 1 {
-                    pa1 = va;
-                    pb1 = vb;
-                } else if q == 2 {
-                    pa2 = va;
-                    pb2 = vb;
-                } else {
-                    pa3 = va;
-                    pb3 = vb;
-                }
+                pa[q] = va;
+                pb[q] = vb;
             }
         }
         if t > 0 {

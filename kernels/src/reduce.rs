@@ -231,54 +231,26 @@ pub fn reduce<C: Launch + ?Sized>(
     reduce_all::launch(cx, Grid::workgroups(1), acc2, post, scale, &partials, out)
 }
 
-/// `out[0] = Σ x`.
-pub fn sum<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::Sum, x, out, ws)
+macro_rules! reduce_ops {
+    ($($name:ident, $op:ident, $what:literal;)*) => {$(
+        #[doc = concat!("`out[0] = ", $what, "` ([`reduce`] with [`Reduce::", stringify!($op), "`]).")]
+        pub fn $name<C: Launch + ?Sized>(
+            cx: &C,
+            x: &Buffer<f32>,
+            out: &mut Buffer<f32>,
+            ws: &mut Buffer<f32>,
+        ) -> Result<()> {
+            reduce(cx, Reduce::$op, x, out, ws)
+        }
+    )*};
 }
 
-/// `out[0] = Σ x / n`.
-pub fn mean<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::Mean, x, out, ws)
-}
-
-/// `out[0] = max x`.
-pub fn max<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::Max, x, out, ws)
-}
-
-/// `out[0] = Σ x²`.
-pub fn sum_sq<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::SumSq, x, out, ws)
-}
-
-/// `out[0] = √(Σ x²)`.
-pub fn l2_norm<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::L2, x, out, ws)
+reduce_ops! {
+    sum, Sum, "Σ x";
+    mean, Mean, "Σ x / n";
+    max, Max, "max x";
+    sum_sq, SumSq, "Σ x²";
+    l2_norm, L2, "√(Σ x²)";
 }
 
 /// Reduces each row of the row-major `out.len() × cols` matrix `x` into `out[row]`. One

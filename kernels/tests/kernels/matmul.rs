@@ -3,7 +3,10 @@
 use graphed_kernels::elementwise::Act;
 use graphed_kernels::matmul::{self, matmul_t16, matmul_t64, Epilogue, Gemm, Tile};
 
-use crate::common::{assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng};
+use crate::common::{
+    assert_array_indices_literal, assert_close, assert_close_floor, floats, on_every_backend,
+    poisoned, rng,
+};
 
 /// Products accumulate `k` terms in increasing order in `f32`.
 const TOL: f64 = 1e-5;
@@ -268,67 +271,10 @@ fn vendor_epilogue_and_row_sums_kernels() {
     });
 }
 
-/// The per-invocation arrays of `source` (`float acc[16]` in CUDA C, `var acc: array<f32, 16>`
-/// in WGSL) and every index each is read or written at.
-fn array_indices(source: &str, cuda: bool) -> Vec<(String, String)> {
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let mut names = Vec::new();
-    for line in source.lines().map(str::trim) {
-        let name = if cuda {
-            line.strip_prefix("float ")
-                .filter(|rest| rest.contains("] = {}") || rest.ends_with("];"))
-                .and_then(|rest| rest.split_once('['))
-                .map(|(name, _)| name)
-        } else {
-            line.strip_prefix("var ")
-                .filter(|rest| rest.contains(": array<"))
-                .and_then(|rest| rest.split_once(':'))
-                .map(|(name, _)| name)
-        };
-        if let Some(name) = name.filter(|n| n.chars().all(ident)) {
-            names.push(name.to_string());
-        }
-    }
-    let mut uses = Vec::new();
-    for name in &names {
-        let pat = format!("{name}[");
-        for (at, _) in source.match_indices(&pat) {
-            if source[..at].chars().next_back().is_some_and(ident) {
-                continue; // a longer name ending in this one
-            }
-            let rest = &source[at + pat.len()..];
-            let index = &rest[..rest.find(']').expect("an index ends with `]`")];
-            uses.push((name.clone(), index.to_string()));
-        }
-    }
-    uses
-}
-
 #[test]
 fn tile_kernels_index_their_arrays_by_constants_only() {
     // A run-time index would put the array in local memory (spilled per invocation); the
     // unrolled loops make every index of the tiles' register arrays a literal.
-    let kernels = [
-        ("matmul_t64", matmul_t64::CUDA, matmul_t64::WGSL, 4),
-        ("matmul_t16", matmul_t16::CUDA, matmul_t16::WGSL, 2),
-    ];
-    for (kernel, cuda, wgsl, arrays) in kernels {
-        for (target, source, is_cuda) in [("CUDA", cuda, true), ("WGSL", wgsl, false)] {
-            let uses = array_indices(source, is_cuda);
-            let mut names: Vec<&str> = uses.iter().map(|(n, _)| n.as_str()).collect();
-            names.sort();
-            names.dedup();
-            assert!(
-                names.len() >= arrays,
-                "{kernel} {target}: expected at least {arrays} per-invocation arrays, found {names:?}"
-            );
-            for (name, index) in &uses {
-                let digits = index.strip_suffix('u').unwrap_or(index);
-                assert!(
-                    !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()),
-                    "{kernel} {target}: {name}[{index}] is not a literal index"
-                );
-            }
-        }
-    }
+    assert_array_indices_literal("matmul_t64", matmul_t64::CUDA, matmul_t64::WGSL, 4);
+    assert_array_indices_literal("matmul_t16", matmul_t16::CUDA, matmul_t16::WGSL, 2);
 }

@@ -8,7 +8,7 @@
 extern crate self as graphed;
 
 pub use graphed_kernels as kernels;
-pub use graphed_macros::{graphed, kernel, State};
+pub use graphed_macros::{device, graphed, kernel, State};
 pub use graphed_nn as nn;
 pub use graphed_nn::{sample, train};
 pub use graphed_runtime::*;
@@ -20,7 +20,7 @@ pub struct ReadmeDoctests;
 
 /// The names most programs need.
 pub mod prelude {
-    pub use graphed_macros::{graphed, kernel, State};
+    pub use graphed_macros::{device, graphed, kernel, State};
     pub use graphed_runtime::{
         Buffer, Config, Device, Error, Fallback, Grid, Input, Launch, Out, Output, Result, Scalar,
         State, Stats, Step,

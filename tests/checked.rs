@@ -85,6 +85,23 @@ fn shared_count_at(at: u32, h: &mut [u32]) {
     }
 }
 
+/// Reads `x[at]` for a helper's caller: the index check happens inside the helper.
+#[device]
+fn read_in_helper(x: &[f32], at: u32) -> f32 {
+    x[at] * 2.0
+}
+
+/// y[i] = 2·x[j] through a helper, where j is `at` for invocation 3 and i elsewhere.
+#[kernel(workgroup = 64)]
+fn gather_via_helper(x: &[f32], at: u32, y: &mut [f32]) {
+    let i = global_id().x;
+    if i < y.len() {
+        let j = if i == 3 { at } else { i };
+        let v = read_in_helper(x, j);
+        y[i] = v;
+    }
+}
+
 /// y = gather_at(x, read_at); the first x.len() elements of the state w = scatter_at(y,
 /// write_at).
 #[graphed]
@@ -294,6 +311,29 @@ fn per_invocation_arrays_and_workgroup_atomics_are_checked() {
         want[0] = 7;
         want[3] = 9;
         assert_eq!(h.to_host().unwrap(), want, "{name}");
+    }
+}
+
+#[test]
+fn an_out_of_range_read_inside_a_helper_names_the_kernel_and_its_slice() {
+    for dev in checked_devices() {
+        let mut r = rng("checked_helper");
+        let xs = floats(&mut r, 8, -1.0, 1.0);
+        let x = dev.upload(&xs).unwrap();
+        let mut y = dev.upload(&poison(8)).unwrap();
+        assert_fault(
+            launched(&dev, gather_via_helper::launch(&dev, 8, &x, 11u32, &mut y)),
+            "gather_via_helper",
+            "x",
+            11,
+            8,
+        );
+        assert_cleared(&dev);
+        gather_via_helper::launch(&dev, 8, &x, 5u32, &mut y).unwrap();
+        let want: Vec<f32> = (0..8)
+            .map(|i| xs[if i == 3 { 5 } else { i }] * 2.0)
+            .collect();
+        assert!(bitwise_eq(&y.to_host().unwrap(), &want), "{}", dev.kind());
     }
 }
 

@@ -27,6 +27,7 @@
 //! | [`matmul`] | `matmul_t64` (64×64 tiles, 4×4 per invocation), `matmul_t16` (16×16 tiles) | `C = A·B`, `A·Bᵀ`, `Aᵀ·B` with bias, activation, activation-derivative gate, accumulation, and row sums of `op(A)` (a bias gradient) in the epilogue — 1 |
 //! | [`loss`] | `softmax_xent_narrow`, `softmax_xent_wide`, `mse_pass`, `mse_grad` | `softmax_cross_entropy` (mean loss and its gradient in one pass; 1, or 2 for more than 4096 rows of ≤ 64 classes or any batch of wider rows), `mse`, `mse_with_grad`, `mse_backward` |
 //! | [`optim`] | `adam_step`, `sgd_step`, `clip_scale` | `Adam`, `AdamW`, `Sgd` (`step`: 1 launch for all parameters, step counter advanced on the device), `GradClip::clip` (2) |
+//! | [`helpers`] | — (`#[device]` functions for kernels of any crate) | `gelu`, `gelu_grad`, `sigmoid`, `activate`, `activate_grad` (an activation chosen by a `u32`) |
 //! | [`rng`] | `philox_fill`, `philox_advance` | `Philox::{uniform, normal, dropout}` (2: draw, advance the offset), `dropout_backward` (1) |
 //!
 //! # Reduction order
@@ -81,6 +82,7 @@ extern crate graphed_runtime as graphed;
 mod shape;
 
 pub mod elementwise;
+pub mod helpers;
 pub mod loss;
 pub mod matmul;
 pub mod optim;

@@ -11,6 +11,7 @@
 //! | uniformity of barriers | `kernel::uniformity` |
 //! | the typed IR | [`kernel::ir`] |
 //! | emit WGSL, CUDA C and the host form (Rust) | [`kernel::emit`] |
+//! | `#[device]` helpers: the expansion chain that brings callees' definitions | [`kernel::device`] |
 //! | `#[graphed]`: roles of parameters → body checks → the holder type | [`step`] |
 //! | `#[derive(State)]` | [`state`] |
 //!
@@ -30,6 +31,22 @@ use proc_macro2::TokenStream;
 /// `#[kernel(args)] item`: the kernel's definition, launcher and host form, or its errors.
 pub fn expand_kernel(args: TokenStream, item: TokenStream) -> TokenStream {
     kernel::expand(args, item)
+}
+
+/// `#[device(args)] item`: a helper function's Rust form and the macro that hands its
+/// definition to callers, or its errors.
+pub fn expand_device(args: TokenStream, item: TokenStream) -> TokenStream {
+    kernel::device::expand(args, item)
+}
+
+/// A step of a `#[device]` function's expansion: a callee's definition arrived.
+pub fn device_resume(input: TokenStream) -> TokenStream {
+    kernel::device::device_resume(input)
+}
+
+/// A step of a `#[kernel]`'s expansion: a callee's definition arrived.
+pub fn kernel_resume(input: TokenStream) -> TokenStream {
+    kernel::device::kernel_resume(input)
 }
 
 /// `#[graphed(args)] item`: the step's holder type, or its errors.

@@ -1,7 +1,8 @@
-//! A no-panic property test of the `#[kernel]` and `#[graphed]` front ends.
+//! A no-panic property test of the `#[kernel]`, `#[device]` and `#[graphed]` front ends.
 //!
-//! Inputs come from three generators: random programs of the kernel language (mostly
-//! well-typed, with injected mistakes), random step functions, and random mutations of the
+//! Inputs come from four generators: random programs of the kernel language (mostly
+//! well-typed, with injected mistakes), random `#[device]` functions with kernels that call
+//! them (lowered and emitted without rustc), random step functions, and random mutations of the
 //! token trees of valid kernels and steps. Every input goes through `expand` under
 //! `catch_unwind`; the property is that expansion never panics and its output is either valid
 //! Rust without errors, or carries `compile_error!` — never an internal error. Every kernel
@@ -286,6 +287,12 @@ struct KernelGen<'r> {
     /// No injected mistakes: most of these kernels are accepted, which exercises the
     /// checker's accepting paths, the uniformity analysis and the emitters.
     clean: bool,
+    /// `#[device]` functions the body may call: name, parameters (type, or `&[T]` /
+    /// `&mut [T]`), return type.
+    fns: Vec<(String, Vec<String>, Option<&'static str>)>,
+    /// In a `#[device]` function's body: its return type (no ids or barriers there when
+    /// clean; `return` takes a value where it returns one).
+    device: Option<Option<&'static str>>,
 }
 
 impl KernelGen<'_> {
@@ -397,6 +404,16 @@ impl KernelGen<'_> {
         if self.depth > 5 || self.rng.chance(25) {
             return self.leaf(ty);
         }
+        // (Only where there are helpers, so the kernel generator's sequence is unchanged.)
+        if !self.fns.is_empty() && self.rng.chance(15) {
+            let callees: Vec<usize> = (0..self.fns.len())
+                .filter(|&i| self.fns[i].2 == Some(ty) || (!self.clean && self.rng.chance(10)))
+                .collect();
+            if !callees.is_empty() {
+                let i = *self.rng.pick(&callees);
+                return self.call(i);
+            }
+        }
         match ty {
             "bool" => match self.rng.below(6) {
                 0 => {
@@ -474,7 +491,7 @@ impl KernelGen<'_> {
                     let f = *self.rng.pick(&["min", "max"]);
                     format!("{f}({}, {})", self.expr(int), self.expr(int))
                 }
-                5 if int == "u32" => {
+                5 if int == "u32" && !(self.clean && self.device.is_some()) => {
                     let b = *self.rng.pick(&[
                         "global_id",
                         "local_id",
@@ -499,6 +516,48 @@ impl KernelGen<'_> {
                 ),
             },
         }
+    }
+
+    /// A call of `fns[i]`: arguments of the parameters' types (a slice of the same element
+    /// type when there is one), now and then of others or one too many.
+    fn call(&mut self, i: usize) -> String {
+        let (name, params, _) = self.fns[i].clone();
+        let mut args = Vec::new();
+        for p in &params {
+            let arg = if let Some(elem) = p.strip_prefix("&mut [").or(p.strip_prefix("&[")) {
+                let elem = elem.trim_end_matches(']');
+                let want_mut = p.starts_with("&mut");
+                let fits: Vec<String> = self
+                    .slices
+                    .iter()
+                    .filter(|(n, t, w)| *t == elem && (*w || !want_mut) && n != "h")
+                    .map(|(n, _, _)| n.clone())
+                    .collect();
+                if fits.is_empty() || (!self.clean && self.rng.chance(10)) {
+                    self.leaf("u32")
+                } else {
+                    self.rng.pick(&fits).clone()
+                }
+            } else {
+                let t = *TYS.iter().find(|t| **t == p.as_str()).unwrap_or(&"f32");
+                let t = if !self.clean && self.rng.chance(10) {
+                    self.ty()
+                } else {
+                    t
+                };
+                self.expr(t)
+            };
+            args.push(arg);
+        }
+        if !self.clean && self.rng.chance(5) {
+            args.push("1.0".into());
+        }
+        let path = if self.rng.chance(30) {
+            format!("self::{name}")
+        } else {
+            name
+        };
+        format!("{path}({})", args.join(", "))
     }
 
     fn leaf(&mut self, ty: &'static str) -> String {
@@ -721,7 +780,9 @@ impl KernelGen<'_> {
                 };
                 format!("let {v}{ann} = loop {{ if {cond} {{ break {early}; }} {body} break {last}; }};")
             }
-            9 | 10 => self.array_decl(),
+            // Helpers take no per-invocation arrays yet (an error the checker gives): clean
+            // helper bodies leave them out, so most helpers are still accepted.
+            9 | 10 if !(self.clean && self.device.is_some()) => self.array_decl(),
             _ => {
                 self.depth -= 1;
                 return self.simple_stmt();
@@ -774,8 +835,14 @@ impl KernelGen<'_> {
                 format!("{n} {op} {};", self.expr(rhs_t))
             }
             6..=8 => self.simple_stmt_write(),
-            9 if !self.clean || self.depth == 0 => "barrier();".into(),
+            9 if !self.clean || (self.depth == 0 && self.device.is_none()) => "barrier();".into(),
             10 if self.loops > 0 => (*self.rng.pick(&["break;", "continue;"])).into(),
+            11 if matches!(self.device, Some(Some(_))) => {
+                let Some(Some(t)) = self.device else {
+                    return ";".into();
+                };
+                format!("if {} {{ return {}; }}", self.expr("bool"), self.expr(t))
+            }
             11 => {
                 if self.rng.chance(50) {
                     format!("if {} {{ return; }}", self.expr("bool"))
@@ -820,6 +887,10 @@ impl KernelGen<'_> {
                 } else {
                     format!("{call};")
                 }
+            }
+            13 if !self.fns.is_empty() && self.rng.chance(50) => {
+                let i = self.rng.below(self.fns.len());
+                format!("{};", self.call(i))
             }
             13 => {
                 let v = self.fresh("C");
@@ -910,6 +981,14 @@ impl KernelGen<'_> {
             .map(|(n, t, _)| (n.clone(), *t))
             .chain(self.shared.iter().cloned())
             .collect();
+        if targets.is_empty() && self.device.is_some() {
+            // (The checker rejects an empty statement, which syn reads as an expression.)
+            let v = self.fresh("w");
+            let t = self.ty();
+            let s = format!("let {v} = {};", self.expr(t));
+            self.locals.push((v, t, false));
+            return s;
+        }
         if targets.is_empty() {
             return ";".into();
         }
@@ -937,6 +1016,8 @@ fn random_kernel(rng: &mut Rng) -> (String, String) {
         depth: 0,
         loops: 0,
         clean: false,
+        fns: Vec::new(),
+        device: None,
     };
     g.clean = g.rng.chance(70);
     let clean = g.clean;
@@ -1647,4 +1728,227 @@ fn fuzz_graphed_front_end() {
         false,
     );
     finish("#[graphed]", r);
+}
+
+// ------------------------------------------------------------------------------------------
+// Random `#[device]` functions and kernels that call them.
+
+/// One to three helpers, each possibly calling the ones before it, and a kernel calling them.
+fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
+    let clean = rng.chance(70);
+    let mut fns: Vec<(String, Vec<String>, Option<&'static str>)> = Vec::new();
+    let mut items = Vec::new();
+    for f in 0..1 + rng.below(3) {
+        let mut g = KernelGen {
+            rng: &mut *rng,
+            locals: Vec::new(),
+            slices: Vec::new(),
+            scalars: Vec::new(),
+            shared: Vec::new(),
+            counter: 0,
+            depth: 0,
+            loops: 0,
+            clean,
+            fns: fns.clone(),
+            device: None,
+            arrays: Vec::new(),
+            atomic_shared: Vec::new(),
+        };
+        let mut params = Vec::new();
+        let mut kinds = Vec::new();
+        for i in 0..g.rng.below(4) {
+            let t = *g.rng.pick(TYS);
+            params.push(format!("p{i}: {t}"));
+            kinds.push(t.to_string());
+            g.scalars.push((format!("p{i}"), t));
+        }
+        for i in 0..g.rng.below(3) {
+            let t = *g.rng.pick(&["f32", "i32", "u32"]);
+            let w = g.rng.chance(40);
+            let ty = format!("&{}[{t}]", if w { "mut " } else { "" });
+            params.push(format!("q{i}: {ty}"));
+            kinds.push(ty);
+            g.slices.push((format!("q{i}"), t, w));
+        }
+        let ret = if g.rng.chance(75) {
+            Some(*g.rng.pick(TYS))
+        } else {
+            None
+        };
+        g.device = Some(ret);
+        let n = 1 + g.rng.below(4);
+        let mut body = g.block(n);
+        if let Some(t) = ret {
+            body.push_str(&g.expr(t));
+        }
+        let name = format!("f{f}");
+        let ret_s = ret.map(|t| format!(" -> {t}")).unwrap_or_default();
+        items.push(format!(
+            "fn {name}({}){ret_s} {{\n{body}\n}}",
+            params.join(", ")
+        ));
+        fns.push((name, kinds, ret));
+    }
+    let mut g = KernelGen {
+        rng,
+        locals: Vec::new(),
+        slices: Vec::new(),
+        scalars: Vec::new(),
+        shared: Vec::new(),
+        counter: 0,
+        depth: 0,
+        loops: 0,
+        clean,
+        fns,
+        device: None,
+        arrays: Vec::new(),
+        atomic_shared: Vec::new(),
+    };
+    let mut params = Vec::new();
+    for i in 0..g.rng.below(3) {
+        let t = *g.rng.pick(TYS);
+        params.push(format!("s{i}: {t}"));
+        g.scalars.push((format!("s{i}"), t));
+    }
+    for i in 0..1 + g.rng.below(3) {
+        let t = *g.rng.pick(&["f32", "i32", "u32"]);
+        let w = g.rng.chance(60);
+        params.push(format!("b{i}: &{}[{t}]", if w { "mut " } else { "" }));
+        g.slices.push((format!("b{i}"), t, w));
+    }
+    let mut body = String::new();
+    for i in 0..g.fns.len() {
+        // Every helper is called at least once, so every one is emitted.
+        let call = g.call(i);
+        body.push_str(&if g.fns[i].2.is_some() {
+            format!("let c{i} = {call};\n")
+        } else {
+            format!("{call};\n")
+        });
+    }
+    let n = 1 + g.rng.below(5);
+    body.push_str(&g.block(n));
+    let item = format!("pub fn k({}) {{\n{body}}}", params.join(", "));
+    (items, "workgroup = 64".into(), item)
+}
+
+/// Runs one program: `Err` describes a failure, `Ok(true)` means it was accepted (and its
+/// WGSL validated, its CUDA C and host form emitted, the host form valid Rust).
+fn run_device_program(
+    helpers: &[String],
+    args: &str,
+    kernel: &str,
+    cuda: &mut CudaBatch,
+) -> Result<bool, String> {
+    use graphed_lang::kernel::emit::{bounds, cuda as cu, wgsl as wg};
+    let (Some(args), Some(kernel)) = (parse(args), parse(kernel)) else {
+        return Ok(false);
+    };
+    let helpers: Option<Vec<TokenStream>> = helpers.iter().map(|h| parse(h)).collect();
+    let Some(helpers) = helpers else {
+        return Ok(false);
+    };
+    QUIET.with(|q| q.set(true));
+    let out = panic::catch_unwind(AssertUnwindSafe(|| {
+        let k = graphed_lang::kernel::device::lower_with_helpers(args, Some(kernel), &helpers);
+        k.map(|k| {
+            let wgsl = wg::emit(&k);
+            let id = bounds::kernel_id(&wgsl);
+            let checked = wg::emit_checked(&k, id);
+            let cuda = [cu::emit(&k), cu::emit_checked(&k, id)];
+            let host = graphed_lang::kernel::emit::host::emit(&k);
+            (k.name.clone(), [wgsl, checked], cuda, host)
+        })
+    }));
+    QUIET.with(|q| q.set(false));
+    let (name, wgsl, cuda_srcs, host) = match out {
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            return Err(format!("panic: {msg}"));
+        }
+        Ok(Err(errors)) => {
+            return match errors.iter().find(|e| e.contains("internal error")) {
+                Some(e) => Err(e.clone()),
+                None => Ok(false),
+            }
+        }
+        Ok(Ok(sources)) => sources,
+    };
+    if let Err(e) = syn::parse_str::<syn::File>(&host) {
+        return Err(format!("the host form is not valid Rust ({e}):\n{host}"));
+    }
+    for (variant, src) in ["", " (checked)"].iter().zip(&wgsl) {
+        if let Some(e) = validate_wgsl(src) {
+            return Err(format!("WGSL{variant} {e}\n{src}"));
+        }
+    }
+    if cuda.enabled {
+        let [plain, checked] = cuda_srcs;
+        cuda.push(&name, plain, "");
+        cuda.push(&name, checked, " (checked)");
+    }
+    Ok(true)
+}
+
+#[test]
+fn fuzz_device_functions() {
+    install_quiet_hook();
+    let mut rng = Rng(seed(3));
+    let deadline = budget().map(|b| Instant::now() + b);
+    let execs = executions();
+    let mut r = Report {
+        executions: 0,
+        accepted: 0,
+        checked_wgsl: 0,
+        checked_cuda: 0,
+        nvrtc_calls: 0,
+        failures: Vec::new(),
+        known: Vec::new(),
+    };
+    let mut cuda = CudaBatch::new();
+    while match deadline {
+        Some(d) => r.executions < 300 || Instant::now() < d,
+        None => r.executions < execs,
+    } {
+        let (helpers, args, kernel) = random_device_program(&mut rng);
+        r.executions += 1;
+        match run_device_program(&helpers, &args, &kernel, &mut cuda) {
+            Ok(true) => {
+                r.accepted += 1;
+                r.checked_wgsl += 1;
+            }
+            Ok(false) => {}
+            Err(f) => {
+                if r.failures.len() < 5 {
+                    r.failures.push(format!(
+                        "{}\n#[{args}]\n{kernel}\n=> {f}",
+                        helpers.join("\n")
+                    ));
+                } else {
+                    r.failures.push(String::new());
+                }
+            }
+        }
+    }
+    cuda.flush();
+    r.checked_cuda = cuda.compiled;
+    r.nvrtc_calls = cuda.calls;
+    for f in cuda.failures {
+        r.failures.push(if r.failures.len() < 5 {
+            f
+        } else {
+            String::new()
+        });
+    }
+    // A generator that never produces an accepted program tests only the error paths.
+    assert!(
+        r.accepted > 0,
+        "no program was accepted in {} executions",
+        r.executions
+    );
+    finish("#[device]", r);
 }

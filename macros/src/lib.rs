@@ -1,5 +1,5 @@
 //! Procedural macros of graphed: `#[kernel]` (a Rust-subset GPU kernel → WGSL, CUDA C and host
-//! Rust), `#[graphed]` (a step function → a recorded, replayable plan holder) and
+//! Rust), `#[device]` (a helper function of kernels), `#[graphed]` (a step function → a recorded, replayable plan holder) and
 //! `#[derive(State)]`.
 //!
 //! This crate is only the compiler's entry point: the front end itself is the library crate
@@ -11,6 +11,30 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn kernel(args: TokenStream, item: TokenStream) -> TokenStream {
     graphed_lang::expand_kernel(args.into(), item.into()).into()
+}
+
+/// Defines a helper function in graphed's kernel language, callable from kernels and other
+/// `#[device]` functions (in this crate or others), and from Rust on the CPU. See the crate
+/// `graphed` for the language.
+#[proc_macro_attribute]
+pub fn device(args: TokenStream, item: TokenStream) -> TokenStream {
+    graphed_lang::expand_device(args.into(), item.into()).into()
+}
+
+/// A step of the expansion of a `#[device]` function that calls others: receives a callee's
+/// definition. Generated code only.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __device_resume(input: TokenStream) -> TokenStream {
+    graphed_lang::device_resume(input.into()).into()
+}
+
+/// A step of the expansion of a `#[kernel]` that calls `#[device]` functions: receives a
+/// callee's definition. Generated code only.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __kernel_resume(input: TokenStream) -> TokenStream {
+    graphed_lang::kernel_resume(input.into()).into()
 }
 
 /// Turns a step function into a holder type that records it once per key and replays it.

@@ -130,6 +130,17 @@ impl<'a, T: Element> HostSlice<'a, T> {
         })
     }
 
+    /// A view of all of `cells`: what a `#[device]` function's Rust form passes for a slice.
+    pub fn from_cells(cells: &'a [Cell<u32>], kernel: &'static str, name: &'static str) -> Self {
+        HostSlice {
+            cells,
+            len: cells.len() as u32,
+            kernel,
+            name,
+            _t: std::marker::PhantomData,
+        }
+    }
+
     /// The view's length.
     pub fn len(&self) -> u32 {
         self.len
@@ -349,6 +360,18 @@ pub fn run_workgroup(mut tasks: Vec<Task<'_>>, kernel: &'static str) -> Result<(
                 kind: FaultKind::DivergentBarrier,
             });
         }
+    }
+}
+
+/// `data` as cells of bits, for a `#[device]` function's Rust form.
+pub fn cells_of<T: Element>(data: &[T]) -> Vec<Cell<u32>> {
+    data.iter().map(|v| Cell::new(v.to_bits())).collect()
+}
+
+/// Writes `cells` back into `data` (same length), after a `#[device]` function ran.
+pub fn copy_back<T: Element>(cells: &[Cell<u32>], data: &mut [T]) {
+    for (d, c) in data.iter_mut().zip(cells) {
+        *d = T::from_bits(c.get());
     }
 }
 

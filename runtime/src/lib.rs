@@ -68,4 +68,7 @@ pub mod __private {
         inject_replay_drift, inject_slot_alloc_failure,
     };
     pub use crate::host_exec::*;
+    /// The steps of `#[kernel]`'s and `#[device]`'s expansion that receive a callee's
+    /// definition (a `#[device]` function's macro calls them back).
+    pub use graphed_macros::{__device_resume as device_resume, __kernel_resume as kernel_resume};
 }

@@ -96,6 +96,29 @@ pub struct Kernel {
     pub body: Vec<Stmt>,
     pub has_barrier: bool,
     pub arg_words: usize,
+    /// Every `#[device]` helper the kernel reaches, directly or through other helpers.
+    pub helpers: Vec<DeviceFn>,
+}
+
+/// A `#[device]` helper function, lowered once per kernel that reaches it.
+#[derive(Clone, Debug)]
+pub struct DeviceFn {
+    /// Unique over every crate (`gd_fn_<name>_<hash>`): the function's name in WGSL and CUDA C.
+    pub id: String,
+    /// The name in the source.
+    pub name: String,
+    /// Scalars by value and slices (`word` and `binding` are unused).
+    pub params: Vec<Param>,
+    pub ret: Option<Ty>,
+    pub body: Vec<Stmt>,
+}
+
+/// An argument of a helper call.
+#[derive(Clone, Debug)]
+pub enum CallArg {
+    Value(Expr),
+    /// A slice parameter of the caller (a kernel's or a helper's), by index.
+    Slice(usize),
 }
 
 /// Where a value is read from or written to.
@@ -323,6 +346,8 @@ pub enum ExprKind {
     /// `if c { a } else { b }` over pure expressions: only the taken branch is evaluated
     /// on host and CUDA; WGSL's `select` evaluates both, which is harmless for pure code.
     Cond(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// A call of helper `Kernel::helpers[i]`.
+    Call(usize, Vec<CallArg>),
 }
 
 #[derive(Clone, Debug)]
@@ -369,6 +394,10 @@ pub enum Stmt {
     Break,
     Continue,
     Return,
+    /// `return v` (or a helper's tail expression).
+    ReturnValue(Expr),
+    /// A helper call whose value, if any, is dropped.
+    Call(Expr),
     Barrier {
         span: Span,
     },

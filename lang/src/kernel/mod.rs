@@ -2,6 +2,7 @@
 //! and a typed launcher.
 
 mod check;
+pub mod device;
 pub mod emit;
 pub mod ir;
 pub mod parse;
@@ -26,6 +27,19 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
             return syn::Error::new(e.span(), msg).to_compile_error();
         }
     };
+    let calls = device::helper_calls(&func);
+    if !calls.is_empty() {
+        // Every mistake but those of the calls is reported now, before the callees'
+        // definitions come back through their macros, one at a time.
+        if let Err((errors, params)) =
+            lower_with(args.clone(), &func, device::Helpers::deferred(&calls))
+        {
+            let err = combine(errors).to_compile_error();
+            let stub = stub(&func, &params);
+            return quote! { #err #stub };
+        }
+        return device::chain(device::Mode::Kernel, args, &func, calls);
+    }
     match lower(args, &func) {
         Ok(kernel) => generate(&func, &kernel),
         Err((errors, params)) => {
@@ -38,7 +52,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// All errors as one, so every one of them is reported.
-fn combine(errors: Errors) -> syn::Error {
+pub(crate) fn combine(errors: Errors) -> syn::Error {
     let mut it = errors.into_iter();
     let Some(mut first) = it.next() else {
         return syn::Error::new(
@@ -54,6 +68,15 @@ fn combine(errors: Errors) -> syn::Error {
 
 /// Parses and checks a kernel; on failure returns every error and the parameters understood.
 pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, Vec<Param>)> {
+    lower_with(args, func, device::Helpers::default())
+}
+
+/// [`lower`] for a kernel that calls the `#[device]` functions `helpers`.
+pub fn lower_with(
+    args: TokenStream,
+    func: &syn::ItemFn,
+    helpers: device::Helpers,
+) -> Result<Kernel, (Errors, Vec<Param>)> {
     let mut errors = Errors::new();
     let kargs = parse::args(args, &mut errors);
     parse::signature(&func.sig, &mut errors);
@@ -81,6 +104,7 @@ pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, V
         checker.poison(name);
     }
     checker.atomic_names(atomic);
+    checker.set_helpers(helpers.sigs, helpers.names);
     let body = checker.block(&func.block, true);
     let arrays = checker.arrays();
     let (params, shared, has_barrier) = checker.finish();
@@ -93,6 +117,7 @@ pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, V
         body,
         has_barrier,
         arg_words,
+        helpers: helpers.fns,
     };
     uniformity::check(&kernel, &mut errors);
     if errors.is_empty() {
@@ -179,7 +204,7 @@ fn launch_doc(func: &syn::ItemFn) -> String {
     )
 }
 
-fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
+pub(crate) fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
     let vis = &func.vis;
     let name = &func.sig.ident;
     let name_str = name.to_string();
@@ -233,7 +258,8 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
         .collect();
     let (sig, args) = launcher_parts(&k.params);
     let arg_words = k.arg_words as u32;
-    let loops_terminate = ir::loops_terminate(&k.body);
+    let loops_terminate =
+        ir::loops_terminate(&k.body) && k.helpers.iter().all(|h| ir::loops_terminate(&h.body));
     // Every element type is 4 bytes; the checker caps the sum at 48 KiB.
     let workgroup_bytes: u32 = k.shared.iter().map(|s| s.size * 4).sum();
     let ldoc = launch_doc(func);
@@ -281,7 +307,7 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
     }
 }
 
-fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
+pub(crate) fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
     let vis = &func.vis;
     let name = &func.sig.ident;
     let name_str = name.to_string();
@@ -299,5 +325,7 @@ fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
     }
 }
 
+#[cfg(test)]
+mod device_tests;
 #[cfg(test)]
 mod tests;

@@ -147,7 +147,8 @@ impl Analysis<'_, '_> {
                     brk: nu.is_some(),
                 }
             }
-            Stmt::Return => {
+            Stmt::Call(_) => {}
+            Stmt::Return | Stmt::ReturnValue(_) => {
                 return Exits {
                     ret: nu.is_some(),
                     brk: false,
@@ -198,6 +199,11 @@ impl Analysis<'_, '_> {
             ExprKind::Binary(_, a, b) => self.uniform(a) && self.uniform(b),
             ExprKind::Math(_, args) => args.iter().all(|a| self.uniform(a)),
             ExprKind::Cond(c, a, b) => self.uniform(c) && self.uniform(a) && self.uniform(b),
+            // A helper cannot read an id; what it reads from a slice is not uniform.
+            ExprKind::Call(_, args) => args.iter().all(|a| match a {
+                CallArg::Value(e) => self.uniform(e),
+                CallArg::Slice(_) => false,
+            }),
         }
     }
 }

@@ -18,6 +18,10 @@ impl Checker<'_> {
         };
         let name = p.path.get_ident()?.to_string();
         let op = AtomicOp::from_name(&name)?;
+        if self.device.is_some() {
+            self.error(call, format!("atomics are not supported in a `#[device]` function yet: do the `{name}` in the kernel (a helper can compute the index and the value)"));
+            return Some(Err(()));
+        }
         Some(self.atomic(call, op, &name))
     }
 

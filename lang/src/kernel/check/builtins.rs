@@ -3,7 +3,15 @@
 use super::*;
 
 impl Checker<'_> {
-    pub(super) fn call(&mut self, c: &syn::ExprCall, expect: Option<Ty>) -> Res<Expr> {
+    pub(super) fn call(
+        &mut self,
+        c: &syn::ExprCall,
+        expect: Option<Ty>,
+        effect_ok: bool,
+    ) -> Res<Expr> {
+        if let Some(i) = self.helper_index(&c.func) {
+            return self.helper_call(i, c, effect_ok);
+        }
         let syn::Expr::Path(p) = &*c.func else {
             self.error(&c.func, "only builtin functions can be called in kernels, by name: `sqrt(x)`; closures and function values are not supported");
             return Err(());
@@ -28,6 +36,10 @@ impl Checker<'_> {
             _ => None,
         };
         if let Some(b) = ids {
+            if self.device.is_some() {
+                self.error(c, format!("`{name}()` is not available in a `#[device]` function (WGSL has the id builtins only on a kernel's entry point): pass the value as a parameter, e.g. `fn f(i: u32, ...)` called as `f(global_id().x, ...)`"));
+                return Err(());
+            }
             if !c.args.is_empty() {
                 self.error(c, format!("`{name}()` takes no arguments"));
                 return Err(());
@@ -46,10 +58,11 @@ impl Checker<'_> {
             "shared" => self.error(c, "workgroup memory is declared at the top of the kernel: `let tile = shared::<f32, 256>();`"),
             n if AtomicOp::from_name(n).is_some() => self.error(c, "an atomic is a statement or a `let` initializer: `let old = atomic_add(y, i, 1u32);`"),
             n if self.lookup(n).is_some() || self.param_index(n).is_some() => self.error(&c.func, format!("`{n}` is not a function")),
+            n if n == self.kernel_name && self.device.is_some() => self.error(&c.func, format!("a `#[device]` function cannot call itself: GPUs have no recursion (WGSL forbids it); rewrite `{n}` with a loop")),
             n if n == self.kernel_name => self.error(&c.func, format!("a kernel cannot call itself: GPUs have no recursion; rewrite `{n}` with a loop, or launch it again from the host")),
             _ => {
                 let hint = crate::suggest::hint(&name, crate::suggest::BUILTIN_FNS.iter().copied());
-                self.error(&c.func, format!("unknown function `{name}`{hint}; kernels can call only builtins (math functions, id builtins, atomics, `barrier()`); helper functions are not supported yet: write the helper's body inline, or as its own kernel launched from the step"))
+                self.error(&c.func, format!("unknown function `{name}`{hint}; kernels call builtins (math functions, id builtins, atomics, `barrier()`) and `#[device]` functions; a `#[device]` function whose name is this close to a builtin's is called by a path: `self::{name}(...)`"))
             }
         }
         Err(())

@@ -4,6 +4,7 @@ use super::*;
 
 impl Checker<'_> {
     pub fn expr(&mut self, e: &syn::Expr, expect: Option<Ty>) -> Res<Expr> {
+        let effect_ok = std::mem::take(&mut self.effect_ok);
         match e {
             syn::Expr::Lit(l) => self.lit(&l.lit, expect, false),
             syn::Expr::Paren(p) => self.expr(&p.expr, expect),
@@ -89,7 +90,7 @@ impl Checker<'_> {
                     ty: Ty::U32,
                 })
             }
-            syn::Expr::Call(c) => self.call(c, expect),
+            syn::Expr::Call(c) => self.call(c, expect, effect_ok),
             syn::Expr::MethodCall(m) => self.method(m, expect),
             syn::Expr::If(ei) => {
                 if !if_is_pure(ei) {

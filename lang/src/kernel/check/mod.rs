@@ -8,6 +8,7 @@ mod atomics;
 mod builtins;
 mod consts;
 mod control;
+mod device;
 mod expr;
 mod place;
 mod shared;
@@ -26,6 +27,7 @@ use consts::const_value;
 pub use consts::fold;
 use consts::Known;
 use control::if_is_pure;
+pub use device::{Sig, DEFERRED};
 use expr::{compound_op, is_untyped_lit, mismatch};
 use place::Target;
 use stmt::macro_message;
@@ -73,6 +75,15 @@ pub struct Checker<'a> {
     /// Enclosing `loop`s used as values: (loop depth inside it, where `break v` writes, the
     /// value's type once known).
     value_loops: Vec<value::ValueLoop>,
+    /// `#[device]` helpers this body may call, and the names (paths as written, or ids)
+    /// that call them.
+    sigs: Vec<Sig>,
+    fn_names: HashMap<String, usize>,
+    /// Set while lowering a helper's body: its return type.
+    device: Option<Option<Ty>>,
+    /// Set by the statement that lowers an expression where a call may write memory (a
+    /// statement, a `let` initializer, an assignment to a local); taken by `expr`.
+    effect_ok: bool,
 }
 
 fn err(errors: &mut Errors, node: impl quote::ToTokens, msg: impl std::fmt::Display) {
@@ -106,6 +117,10 @@ impl<'a> Checker<'a> {
             atomic_names: Vec::new(),
             unroll_factor: 1,
             value_loops: Vec::new(),
+            sigs: Vec::new(),
+            fn_names: HashMap::new(),
+            device: None,
+            effect_ok: false,
         }
     }
 

@@ -99,6 +99,11 @@ impl Checker<'_> {
             }
             // Workgroup memory.
             if let Some((elem, size)) = self.shared_decl(&init.expr) {
+                if self.device.is_some() {
+                    self.error(local, "a `#[device]` function cannot declare workgroup memory (WGSL declares it at module scope, for a kernel): declare it in the kernel and do the work that uses it there");
+                    self.poison(&name);
+                    return;
+                }
                 if !top {
                     self.error(local, "workgroup memory is declared at the top level of the kernel body, not inside a block");
                 }
@@ -190,6 +195,7 @@ impl Checker<'_> {
             self.value_let(&init.expr, &name, mutable, ann, out);
             return;
         }
+        self.effect_ok = true;
         let Ok(value) = self.expr(&init.expr, ann) else {
             // Declare anyway so later uses do not report "unknown variable".
             match ann {
@@ -265,6 +271,7 @@ impl Checker<'_> {
                 let Ok((place, ty)) = self.place(&a.left) else {
                     return;
                 };
+                self.effect_ok = matches!(place, Place::Local(_));
                 let Ok(value) = self.expr(&a.right, Some(ty)) else {
                     return;
                 };
@@ -291,6 +298,7 @@ impl Checker<'_> {
                 } else {
                     ty
                 };
+                self.effect_ok = matches!(place, Place::Local(_));
                 let Ok(value) = self.expr(&b.right, Some(expect)) else {
                     return;
                 };
@@ -363,6 +371,7 @@ impl Checker<'_> {
                     out.push(Stmt::Continue);
                 }
             }
+            syn::Expr::Return(r) if self.device.is_some() => self.device_return(r, out),
             syn::Expr::Return(r) => {
                 if let Some(v) = &r.expr {
                     self.error(v, "a kernel returns nothing; write results into a `&mut [T]` parameter and `return;`");
@@ -381,6 +390,10 @@ impl Checker<'_> {
                 out.extend(stmts);
             }
             syn::Expr::Call(c) if is_path_call(c, "barrier") => {
+                if self.device.is_some() {
+                    self.error(c, "`barrier()` is not available in a `#[device]` function: the whole workgroup must reach a barrier together, which only the kernel's body can show; call `barrier()` in the kernel, between the helper calls");
+                    return;
+                }
                 if !c.args.is_empty() {
                     self.error(c, "`barrier()` takes no arguments");
                 }
@@ -388,6 +401,13 @@ impl Checker<'_> {
                 out.push(Stmt::Barrier { span: c.span() });
             }
             syn::Expr::Paren(p) => self.expr_stmt(&p.expr, out),
+            syn::Expr::Call(c) if self.helper_index(&c.func).is_some() => {
+                if let Some(i) = self.helper_index(&c.func) {
+                    if let Ok(v) = self.helper_call_in(i, c, true, true) {
+                        out.push(Stmt::Call(v));
+                    }
+                }
+            }
             _ => {
                 if let Some(stmt) = self.try_atomic(e, None) {
                     if let Ok((stmt, _)) = stmt {

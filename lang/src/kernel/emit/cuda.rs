@@ -56,10 +56,12 @@ pub fn emit_checked(k: &Kernel, id: u32) -> String {
 fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     let mut c = Cuda {
         k,
+        params: &k.params,
         out: String::new(),
         indent: 1,
         checked,
         tmp: 0,
+        in_helper: false,
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
@@ -67,6 +69,7 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     if checked.is_some() {
         head.push_str(CHECKED_PRELUDE);
     }
+    super::cuda_device::emit_helpers(k, checked, &mut head);
     let mut params = vec!["const gd_u32* __restrict__ gd_args".to_string()];
     for p in &k.params {
         if let ParamKind::Slice { elem, mutable, .. } = p.kind {
@@ -169,13 +172,18 @@ fn zero(t: Ty) -> &'static str {
     }
 }
 
-struct Cuda<'k> {
-    k: &'k Kernel,
-    out: String,
-    indent: usize,
+pub(super) struct Cuda<'k> {
+    pub k: &'k Kernel,
+    /// The parameters of the function being emitted (the kernel's or a helper's).
+    pub params: &'k [Param],
+    pub out: String,
+    pub indent: usize,
     /// The kernel id of the checked variant; `None` for the unchecked one.
-    checked: Option<u32>,
-    tmp: usize,
+    pub checked: Option<u32>,
+    pub tmp: usize,
+    /// Whether a helper's body is being emitted: its slices' target numbers are parameters
+    /// (`x_t`) in the checked variant, since one helper serves every binding.
+    pub in_helper: bool,
 }
 
 impl Cuda<'_> {
@@ -205,7 +213,7 @@ impl Cuda<'_> {
         match p {
             Place::Local(n) => n.clone(),
             Place::Param(i, ix) => {
-                let n = &self.k.params[*i].name;
+                let n = &self.params[*i].name;
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
@@ -215,8 +223,20 @@ impl Cuda<'_> {
         }
     }
 
+    pub(super) fn block_pub(&mut self, stmts: &[Stmt]) {
+        self.block(stmts);
+    }
+
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            Stmt::ReturnValue(e) => {
+                let v = self.expr(e);
+                self.line(&format!("return {v};"));
+            }
+            Stmt::Call(e) => {
+                let v = self.expr(e);
+                self.line(&format!("{v};"));
+            }
             Stmt::Let {
                 name,
                 ty: t,
@@ -392,7 +412,7 @@ impl Cuda<'_> {
                 };
                 write!(
                     line,
-                    " if ({i} < {len}) {{ {ok} }} else {{ gd_oob(gd_fault, {id}u, {target}u, {i}, {len});{bad} }} }}"
+                    " if ({i} < {len}) {{ {ok} }} else {{ gd_oob(gd_fault, {id}u, {target}, {i}, {len});{bad} }} }}"
                 )
                 .unwrap();
                 self.line(&line);
@@ -402,19 +422,16 @@ impl Cuda<'_> {
 
     /// The storage or workgroup array of a checked access, the offset to add, the length and
     /// the target number ([`super::bounds::targets`]).
-    fn checked_target(&self, p: &Place) -> (String, String, String, usize) {
+    fn checked_target(&self, p: &Place) -> (String, String, String, String) {
         match p {
-            Place::Param(i, _) => {
-                let n = &self.k.params[*i].name;
-                (format!("{n}_p"), format!("{n}_off"), format!("{n}_len"), *i)
-            }
+            Place::Param(i, _) => self.param_target(*i),
             Place::Shared(s, _) => {
                 let sh = &self.k.shared[*s];
                 (
                     sh.name.clone(),
                     "0u".into(),
                     format!("{}u", sh.size),
-                    super::bounds::shared_target(self.k, *s),
+                    format!("{}u", super::bounds::shared_target(self.k, *s)),
                 )
             }
             Place::Array(a, _) => {
@@ -423,27 +440,41 @@ impl Cuda<'_> {
                     arr.name.clone(),
                     "0u".into(),
                     format!("{}u", arr.len),
-                    super::bounds::array_target(self.k, *a),
+                    format!("{}u", super::bounds::array_target(self.k, *a)),
                 )
             }
             Place::Local(_) => unreachable!("locals are not indexed"),
         }
     }
 
+    /// Slice parameter `i` of the function being emitted: pointer, offset, length and target
+    /// number (in a helper, the caller passes the number as `x_t`).
+    pub(super) fn param_target(&self, i: usize) -> (String, String, String, String) {
+        let n = &self.params[i].name;
+        let target = if self.in_helper {
+            format!("{n}_t")
+        } else {
+            format!("{i}u")
+        };
+        (
+            format!("{n}_p"),
+            format!("{n}_off"),
+            format!("{n}_len"),
+            target,
+        )
+    }
+
     /// What an atomic's target is in a checked access: array, offset, length, target number.
-    fn atomic_target(&self, t: &AtomicTarget) -> (String, String, String, usize) {
+    fn atomic_target(&self, t: &AtomicTarget) -> (String, String, String, String) {
         match *t {
-            AtomicTarget::Param(i) => {
-                let n = &self.k.params[i].name;
-                (format!("{n}_p"), format!("{n}_off"), format!("{n}_len"), i)
-            }
+            AtomicTarget::Param(i) => self.param_target(i),
             AtomicTarget::Shared(s) => {
                 let sh = &self.k.shared[s];
                 (
                     sh.name.clone(),
                     "0u".into(),
                     format!("{}u", sh.size),
-                    super::bounds::shared_target(self.k, s),
+                    format!("{}u", super::bounds::shared_target(self.k, s)),
                 )
             }
         }
@@ -458,7 +489,7 @@ impl Cuda<'_> {
         };
         let (arr, off, len, target) = self.checked_target(p);
         format!(
-            "gd_ld({arr}, {off}, {len}, {}, gd_fault, {id}u, {target}u)",
+            "gd_ld({arr}, {off}, {len}, {}, gd_fault, {id}u, {target})",
             self.expr(ix)
         )
     }
@@ -481,12 +512,12 @@ impl Cuda<'_> {
             Some(op) => binary(op, t, &p, &v),
         };
         self.line(&format!(
-            "{{ const gd_u32 {i} = {ix}; const {} {v} = {val}; if ({i} < {len}) {{ {p} = {rhs}; }} else {{ gd_oob(gd_fault, {id}u, {target}u, {i}, {len}); }} }}",
+            "{{ const gd_u32 {i} = {ix}; const {} {v} = {val}; if ({i} < {len}) {{ {p} = {rhs}; }} else {{ gd_oob(gd_fault, {id}u, {target}, {i}, {len}); }} }}",
             ty(value.ty)
         ));
     }
 
-    fn expr(&self, e: &Expr) -> String {
+    pub(super) fn expr(&self, e: &Expr) -> String {
         match &e.kind {
             ExprKind::LitF32(v) => {
                 if v.is_finite() {
@@ -512,8 +543,9 @@ impl Cuda<'_> {
             ExprKind::LitU32(v) => format!("{v}u"),
             ExprKind::LitBool(b) => b.to_string(),
             ExprKind::Local(n) => n.clone(),
-            ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
-            ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            ExprKind::Scalar(i) => format!("{}_p", self.params[*i].name),
+            ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
+            ExprKind::Call(h, args) => self.call(*h, args),
             ExprKind::Load(p) => match (self.checked, p) {
                 (Some(id), Place::Param(..) | Place::Shared(..)) => self.checked_read(p, id),
                 (Some(id), Place::Array(_, ix)) if !is_literal(ix) => self.checked_read(p, id),

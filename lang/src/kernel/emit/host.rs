@@ -13,12 +13,15 @@ use crate::kernel::ir::*;
 pub fn emit(k: &Kernel) -> String {
     let mut h = Host {
         k,
+        params: &k.params,
+        fault: &k.name,
         out: String::new(),
     };
     let name = &k.name;
     let mut s = String::new();
     writeln!(s, "fn host(gd_l: &::graphed::__private::HostLaunch<'_>) -> ::core::result::Result<(), ::graphed::KernelFault> {{").unwrap();
     s.push_str("use ::graphed::__private as gd;\n");
+    s.push_str(&super::host_device::helpers(k, &k.name));
     let mut slice_ix = 0;
     for p in &k.params {
         match p.kind {
@@ -80,9 +83,13 @@ pub fn emit(k: &Kernel) -> String {
     s
 }
 
-struct Host<'k> {
-    k: &'k Kernel,
-    out: String,
+pub(super) struct Host<'k> {
+    pub k: &'k Kernel,
+    /// The parameters of the function being emitted (the kernel's or a helper's).
+    pub params: &'k [Param],
+    /// The kernel a fault names.
+    pub fault: &'k str,
+    pub out: String,
 }
 
 fn zero(t: Ty) -> &'static str {
@@ -107,8 +114,20 @@ impl Host<'_> {
         }
     }
 
+    pub(super) fn block_pub(&mut self, stmts: &[Stmt]) {
+        self.block(stmts);
+    }
+
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            Stmt::ReturnValue(e) => {
+                let v = self.expr(e);
+                self.line(&format!("return ::core::result::Result::Ok({v});"));
+            }
+            Stmt::Call(e) => {
+                let v = self.expr(e);
+                self.line(&format!("let _ = {v};"));
+            }
             Stmt::Let {
                 name,
                 ty,
@@ -213,7 +232,7 @@ impl Host<'_> {
                     let bad = if *ty == Ty::U32 { "== 0u32" } else { "< 1i32" };
                     self.line(&format!(
                         "if {var}_step {bad} {{ return ::core::result::Result::Err(::graphed::KernelFault {{ kernel: {:?}, target: {source:?}, kind: ::graphed::FaultKind::BadStep {{ step: {var}_step as i64 }} }}); }}",
-                        self.k.name
+                        self.fault
                     ));
                 }
                 // The next value is computed before the body so `continue` cannot skip it.
@@ -268,7 +287,7 @@ impl Host<'_> {
                 ..
             } => {
                 let n = match target {
-                    AtomicTarget::Param(p) => format!("{}_p", self.k.params[*p].name),
+                    AtomicTarget::Param(p) => format!("{}_p", self.params[*p].name),
                     AtomicTarget::Shared(s) => self.k.shared[*s].name.clone(),
                 };
                 let ix = self.expr(index);
@@ -299,21 +318,21 @@ impl Host<'_> {
 
     fn target(&self, p: &Place) -> (String, String) {
         match p {
-            Place::Param(i, ix) => (format!("{}_p", self.k.params[*i].name), self.expr(ix)),
+            Place::Param(i, ix) => (format!("{}_p", self.params[*i].name), self.expr(ix)),
             Place::Shared(i, ix) => (self.k.shared[*i].name.clone(), self.expr(ix)),
             Place::Local(_) | Place::Array(..) => unreachable!(),
         }
     }
 
-    fn expr(&self, e: &Expr) -> String {
+    pub(super) fn expr(&self, e: &Expr) -> String {
         match &e.kind {
             ExprKind::LitF32(v) => format!("f32::from_bits({:#x}u32)", v.to_bits()),
             ExprKind::LitI32(v) => format!("({v}i32)"),
             ExprKind::LitU32(v) => format!("{v}u32"),
             ExprKind::LitBool(b) => b.to_string(),
             ExprKind::Local(n) => n.clone(),
-            ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
-            ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            ExprKind::Scalar(i) => format!("{}_p", self.params[*i].name),
+            ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
             ExprKind::Load(Place::Array(a, ix)) => {
                 let arr = &self.k.arrays[*a];
                 match ix.kind {
@@ -328,6 +347,7 @@ impl Host<'_> {
                     ),
                 }
             }
+            ExprKind::Call(h, args) => self.call(*h, args),
             ExprKind::Load(p) => {
                 let (t, ix) = self.target(p);
                 format!("{t}.get({ix})?")

@@ -2,5 +2,8 @@
 
 pub mod bounds;
 pub mod cuda;
+mod cuda_device;
 pub mod host;
+pub mod host_device;
 pub mod wgsl;
+mod wgsl_device;

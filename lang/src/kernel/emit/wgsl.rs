@@ -23,18 +23,24 @@ pub fn emit_checked(k: &Kernel, id: u32) -> String {
 }
 
 fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
+    let module = Module {
+        checked,
+        ..Module::default()
+    };
     let mut w = Wgsl {
         k,
+        params: &k.params,
+        globals: k.params.iter().map(|p| p.name.clone()).collect(),
+        scalar_suffix: "p",
+        module: &module,
         out: String::new(),
         indent: 1,
         tmp: 0,
-        helpers: RefCell::new(BTreeSet::new()),
         opaque: Cell::new(false),
         storage_barriers: storage_barriers(k),
         barriers: 0,
         checked,
         guards: RefCell::new(Vec::new()),
-        loads: RefCell::new(BTreeMap::new()),
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
@@ -130,12 +136,15 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         w.out.push_str("    gd_flush();\n");
     }
     w.out.push_str("}\n");
-    for h in w.helpers.borrow().iter() {
+    let mut out = std::mem::take(&mut w.out);
+    super::wgsl_device::emit_specialisations(k, &module, &mut out);
+    w.out = out;
+    for h in module.helpers.borrow().iter() {
         w.out.push('\n');
         w.out.push_str(helper_source(h));
     }
     if let Some(id) = checked {
-        for h in w.loads.borrow().values() {
+        for h in module.loads.borrow().values() {
             w.out.push('\n');
             w.out.push_str(h);
         }
@@ -239,6 +248,11 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     self.expr(a);
                     self.expr(b);
                 }
+                // A slice passed to a helper may be accessed there.
+                ExprKind::Call(_, args) => args.iter().for_each(|a| match a {
+                    CallArg::Value(e) => self.expr(e),
+                    CallArg::Slice(i) => self.param(*i),
+                }),
                 _ => {}
             }
         }
@@ -295,6 +309,7 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                         self.expr(index);
                         operands.iter().for_each(|e| self.expr(e));
                     }
+                    Stmt::Call(e) | Stmt::ReturnValue(e) => self.expr(e),
                     Stmt::Break | Stmt::Continue | Stmt::Return => {}
                 }
             }
@@ -381,13 +396,36 @@ pub fn ty(t: Ty) -> &'static str {
     }
 }
 
-struct Wgsl<'k> {
-    k: &'k Kernel,
-    out: String,
-    indent: usize,
+/// What the functions of one WGSL module share: the guard functions and the `#[device]`
+/// specialisations they call.
+#[derive(Default)]
+pub(super) struct Module {
+    /// Guard functions the bodies call (emitted after `main`).
+    pub helpers: RefCell<BTreeSet<&'static str>>,
+    /// `#[device]` helpers called, each with the global binding of every slice parameter
+    /// (WGSL takes no storage pointers as parameters, so a helper is emitted once per
+    /// distinct binding of its slices); a specialisation's name is its index's.
+    pub specs: RefCell<Vec<(usize, Vec<String>)>>,
+    /// The kernel id of the checked variant ([`bounds`]); `None` for the unchecked one.
+    pub checked: Option<u32>,
+    /// Checked read helpers by name (one per slice or workgroup array read), from the
+    /// kernel's body and its helpers' alike.
+    pub loads: RefCell<BTreeMap<String, String>>,
+}
+
+pub(super) struct Wgsl<'k> {
+    pub k: &'k Kernel,
+    /// The parameters of the function being emitted (the kernel's or a helper's).
+    pub params: &'k [Param],
+    /// For each parameter, the name of the global binding a slice indexes (`x` of `x_p`).
+    pub globals: Vec<String>,
+    /// The suffix of scalar parameters: `p` in the kernel, `v` in helpers, so a helper's
+    /// parameter never shadows a global binding `x_p`.
+    pub scalar_suffix: &'static str,
+    pub module: &'k Module,
+    pub out: String,
+    pub indent: usize,
     tmp: usize,
-    /// Helper functions the body calls (emitted after `main`).
-    helpers: RefCell<BTreeSet<&'static str>>,
     /// Set while emitting a constant expression: its float literals are written as
     /// `bitcast<f32>(bits)`, which naga does not evaluate at shader creation, so a constant
     /// that overflows or leaves a function's domain (`f32::MAX * 2.0`, `sqrt(-1.0)`) is
@@ -402,8 +440,32 @@ struct Wgsl<'k> {
     /// Conditions under which the expression being emitted is evaluated for its value: WGSL's
     /// `select` evaluates both arms, so a checked read in the arm not taken must not fault.
     guards: RefCell<Vec<String>>,
-    /// Checked read helpers by name (one per slice or workgroup array read).
-    loads: RefCell<BTreeMap<String, String>>,
+}
+
+impl<'k> Wgsl<'k> {
+    /// An emitter for the body of a helper (no barriers, no ids).
+    pub(super) fn for_helper(
+        k: &'k Kernel,
+        f: &'k DeviceFn,
+        globals: Vec<String>,
+        module: &'k Module,
+    ) -> Self {
+        Wgsl {
+            k,
+            params: &f.params,
+            globals,
+            scalar_suffix: "v",
+            module,
+            out: String::new(),
+            indent: 1,
+            tmp: 0,
+            opaque: Cell::new(false),
+            storage_barriers: Vec::new(),
+            barriers: 0,
+            checked: module.checked,
+            guards: RefCell::new(Vec::new()),
+        }
+    }
 }
 
 impl Wgsl<'_> {
@@ -433,8 +495,8 @@ impl Wgsl<'_> {
         match p {
             Place::Local(n) => n.clone(),
             Place::Param(i, ix) => {
-                let n = &self.k.params[*i].name;
-                format!("{n}_p[{n}_off + {}]", self.expr(ix))
+                let (g, n) = (&self.globals[*i], &self.params[*i].name);
+                format!("{g}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
             // Only in-bounds indices reach here (literals checked by the checker, run-time
@@ -459,8 +521,20 @@ impl Wgsl<'_> {
         )
     }
 
+    pub(super) fn block_pub(&mut self, stmts: &[Stmt]) {
+        self.block(stmts);
+    }
+
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            Stmt::ReturnValue(e) => {
+                let v = self.expr(e);
+                self.line(&format!("return {v};"));
+            }
+            Stmt::Call(e) => {
+                let v = self.expr(e);
+                self.line(&format!("{v};"));
+            }
             Stmt::Let {
                 name,
                 ty: t,
@@ -680,7 +754,7 @@ impl Wgsl<'_> {
                 self.indent -= 1;
                 self.line("} else {");
                 self.indent += 1;
-                self.line(&format!("gd_note({target}u, {i}, {len}, true);"));
+                self.line(&format!("gd_note({target}, {i}, {len}, true);"));
                 if let Some(r) = result {
                     self.line(&format!("{r} = {};", zero(*t)));
                 }
@@ -736,24 +810,16 @@ impl Wgsl<'_> {
     }
 
     /// The storage or workgroup array of a checked access, the offset to add and the length.
-    fn checked_target(&self, p: &Place) -> (String, String, String, usize) {
+    fn checked_target(&self, p: &Place) -> (String, String, String, String) {
         match p {
-            Place::Param(i, _) => {
-                let n = &self.k.params[*i].name;
-                (
-                    format!("{n}_p"),
-                    format!("{n}_off + "),
-                    format!("{n}_len"),
-                    *i,
-                )
-            }
+            Place::Param(i, _) => self.param_target(*i),
             Place::Shared(s, _) => {
                 let sh = &self.k.shared[*s];
                 (
                     sh.name.clone(),
                     String::new(),
                     format!("{}u", sh.size),
-                    bounds::shared_target(self.k, *s),
+                    format!("{}u", bounds::shared_target(self.k, *s)),
                 )
             }
             Place::Array(a, _) => {
@@ -762,32 +828,43 @@ impl Wgsl<'_> {
                     arr.name.clone(),
                     String::new(),
                     format!("{}u", arr.len),
-                    bounds::array_target(self.k, *a),
+                    format!("{}u", bounds::array_target(self.k, *a)),
                 )
             }
             Place::Local(_) => unreachable!("locals are not indexed"),
         }
     }
 
+    /// Slice parameter `i` of the function being emitted: its global binding, offset, length
+    /// and target number (the kernel parameter whose binding it is: in a helper, the one the
+    /// specialisation was made for).
+    fn param_target(&self, i: usize) -> (String, String, String, String) {
+        let (g, n) = (&self.globals[i], &self.params[i].name);
+        let target = self
+            .k
+            .params
+            .iter()
+            .position(|p| p.name == *g)
+            .expect("a slice's global is a kernel parameter");
+        (
+            format!("{g}_p"),
+            format!("{n}_off + "),
+            format!("{n}_len"),
+            format!("{target}"),
+        )
+    }
+
     /// An atomic's memory as a checked access sees it: array, offset prefix, length, target.
-    fn atomic_target(&self, t: &AtomicTarget) -> (String, String, String, usize) {
+    fn atomic_target(&self, t: &AtomicTarget) -> (String, String, String, String) {
         match *t {
-            AtomicTarget::Param(i) => {
-                let n = &self.k.params[i].name;
-                (
-                    format!("{n}_p"),
-                    format!("{n}_off + "),
-                    format!("{n}_len"),
-                    i,
-                )
-            }
+            AtomicTarget::Param(i) => self.param_target(i),
             AtomicTarget::Shared(s) => {
                 let sh = &self.k.shared[s];
                 (
                     sh.name.clone(),
                     String::new(),
                     format!("{}u", sh.size),
-                    bounds::shared_target(self.k, s),
+                    format!("{}u", bounds::shared_target(self.k, s)),
                 )
             }
         }
@@ -812,7 +889,7 @@ impl Wgsl<'_> {
         };
         let name = format!("gd_ld_{arr}");
         let elem = match p {
-            Place::Param(i, _) => match self.k.params[*i].kind {
+            Place::Param(i, _) => match self.params[*i].kind {
                 ParamKind::Slice { elem, .. } => elem,
                 ParamKind::Scalar(t) => t,
             },
@@ -823,25 +900,25 @@ impl Wgsl<'_> {
         let t = ty(elem);
         let z = zero(elem);
         match p {
-            Place::Param(..) => {
-                let n = &arr[..arr.len() - 2];
-                self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
-                    "fn {name}(gd_off: u32, gd_n: u32, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < gd_n;\n    gd_note({target}u, gd_i, gd_n, !gd_ok && gd_live);\n    return select({z}, {arr}[gd_off + select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
+            Place::Param(i, _) => {
+                let n = &self.params[*i].name;
+                self.module.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
+                    "fn {name}(gd_off: u32, gd_n: u32, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < gd_n;\n    gd_note({target}, gd_i, gd_n, !gd_ok && gd_live);\n    return select({z}, {arr}[gd_off + select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
                 ));
                 format!("{name}({n}_off, {n}_len, {ix}, {live})")
             }
             // A per-invocation array is a function variable of `main`: passed by pointer.
             Place::Array(a, _) => {
                 let n = self.k.arrays[*a].len;
-                self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
-                    "fn {name}(gd_a: ptr<function, array<{t}, {n}>>, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}u, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, (*gd_a)[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
+                self.module.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
+                    "fn {name}(gd_a: ptr<function, array<{t}, {n}>>, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, (*gd_a)[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
                 ));
                 format!("{name}(&{arr}, {ix}, {live})")
             }
             _ => {
                 let _ = off;
-                self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
-                    "fn {name}(gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}u, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, {arr}[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
+                self.module.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
+                    "fn {name}(gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, {arr}[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
                 ));
                 format!("{name}({ix}, {live})")
             }
@@ -883,7 +960,7 @@ impl Wgsl<'_> {
         self.line(&format!("if ({i} < {len}) {{"));
         self.line(&format!("    {p} = {rhs};"));
         self.line("} else {");
-        self.line(&format!("    gd_note({target}u, {i}, {len}, true);"));
+        self.line(&format!("    gd_note({target}, {i}, {len}, true);"));
         self.line("}");
         self.indent -= 1;
         self.line("}");
@@ -928,11 +1005,11 @@ impl Wgsl<'_> {
                     (BinOp::Div, _) => "gd_div_u32",
                     _ => "gd_rem_u32",
                 };
-                self.helpers.borrow_mut().insert(name);
+                self.module.helpers.borrow_mut().insert(name);
                 format!("{name}({a}, {bs})")
             }
             BinOp::Rem if t == Ty::F32 => {
-                self.helpers.borrow_mut().insert("gd_rem_f32");
+                self.module.helpers.borrow_mut().insert("gd_rem_f32");
                 format!("gd_rem_f32({a}, {bs})")
             }
             // WGSL masks a run-time shift amount to 5 bits, but rejects a constant one of 32
@@ -950,7 +1027,7 @@ impl Wgsl<'_> {
         }
     }
 
-    fn expr(&self, e: &Expr) -> String {
+    pub(super) fn expr(&self, e: &Expr) -> String {
         if !self.opaque.get() && !is_literal(e) && is_const(e) {
             self.opaque.set(true);
             let s = self.expr(e);
@@ -973,10 +1050,16 @@ impl Wgsl<'_> {
                 }
             }
             ExprKind::LitU32(v) => format!("{v}u"),
+            // Opaque too: `u32(false)` would let naga fold `log2(f32(u32(false)))` (found by
+            // the fuzzer) and reject the constant `log2(0)` at shader creation.
+            ExprKind::LitBool(b) if self.opaque.get() => {
+                format!("(bitcast<u32>({}u) != 0u)", u32::from(*b))
+            }
             ExprKind::LitBool(b) => b.to_string(),
             ExprKind::Local(n) => n.clone(),
-            ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
-            ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            ExprKind::Scalar(i) => format!("{}_{}", self.params[*i].name, self.scalar_suffix),
+            ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
+            ExprKind::Call(h, args) => self.call(*h, args),
             ExprKind::Load(p) => match (self.checked, p) {
                 (Some(_), Place::Param(..) | Place::Shared(..)) => self.checked_read(p),
                 (Some(_), Place::Array(_, ix)) if !is_literal(ix) => self.checked_read(p),
@@ -1012,7 +1095,7 @@ impl Wgsl<'_> {
                     } else {
                         "gd_f32_to_u32"
                     };
-                    self.helpers.borrow_mut().insert(name);
+                    self.module.helpers.borrow_mut().insert(name);
                     format!("{name}({})", self.expr(a))
                 }
                 _ => format!("{}({})", ty(*to), self.expr(a)),

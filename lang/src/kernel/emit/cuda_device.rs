@@ -1,0 +1,87 @@
+//! `#[device]` helpers in CUDA C: `static __device__` functions, declared before the kernel;
+//! a slice parameter is a pointer to the whole binding with the view's offset and length.
+
+use std::fmt::Write;
+
+use super::cuda::{ty, Cuda};
+use crate::kernel::ir::*;
+
+impl Cuda<'_> {
+    /// A call of helper `h`.
+    pub(super) fn call(&self, h: usize, args: &[CallArg]) -> String {
+        let a: Vec<String> = args
+            .iter()
+            .map(|a| match a {
+                CallArg::Value(e) => self.expr(e),
+                CallArg::Slice(i) if self.checked.is_some() => {
+                    let (p, off, len, target) = self.param_target(*i);
+                    format!("{p}, {off}, {len}, {target}")
+                }
+                CallArg::Slice(i) => {
+                    let n = &self.params[*i].name;
+                    format!("{n}_p, {n}_off, {n}_len")
+                }
+            })
+            .chain(self.checked.map(|_| "gd_fault".to_string()))
+            .collect();
+        format!("{}({})", self.k.helpers[h].id, a.join(", "))
+    }
+}
+
+/// In the checked variant a slice also passes its target number (`x_t`, for the fault
+/// record), and the record itself comes last.
+fn signature(f: &DeviceFn, checked: bool) -> String {
+    let mut params: Vec<String> = f
+        .params
+        .iter()
+        .map(|p| match p.kind {
+            ParamKind::Scalar(t) => format!("{} {}_p", ty(t), p.name),
+            ParamKind::Slice { elem, mutable, .. } => {
+                let cst = if mutable { "" } else { "const " };
+                let target = if checked {
+                    format!(", gd_u32 {}_t", p.name)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{cst}{}* {1}_p, gd_u32 {1}_off, gd_u32 {1}_len{target}",
+                    ty(elem),
+                    p.name
+                )
+            }
+        })
+        .collect();
+    if checked {
+        params.push("gd_u32* gd_fault".into());
+    }
+    let ret = f.ret.map(ty).unwrap_or("void");
+    format!("static __device__ {ret} {}({})", f.id, params.join(", "))
+}
+
+/// Every helper of `k`: declarations first (so the order of definitions does not matter),
+/// then definitions.
+pub(super) fn emit_helpers(k: &Kernel, checked: Option<u32>, out: &mut String) {
+    for f in &k.helpers {
+        writeln!(out, "{};", signature(f, checked.is_some())).unwrap();
+    }
+    for f in &k.helpers {
+        let mut c = Cuda {
+            k,
+            params: &f.params,
+            out: String::new(),
+            indent: 1,
+            checked,
+            tmp: 0,
+            in_helper: true,
+        };
+        c.block_pub(&f.body);
+        writeln!(
+            out,
+            "// `#[device]` {}\n{} {{\n{}}}",
+            f.name,
+            signature(f, checked.is_some()),
+            c.out
+        )
+        .unwrap();
+    }
+}

@@ -1,0 +1,70 @@
+//! `#[device]` helpers in the host form: Rust functions nested in the kernel's host
+//! function, taking the kernel's checked slices, so an out-of-bounds access in a helper is
+//! the same `KernelFault` (naming the kernel and its slice) as one in the kernel's body.
+
+use std::fmt::Write;
+
+use super::host::Host;
+use crate::kernel::ir::*;
+
+impl Host<'_> {
+    /// A call of helper `h`: faults propagate.
+    pub(super) fn call(&self, h: usize, args: &[CallArg]) -> String {
+        let a: Vec<String> = args
+            .iter()
+            .map(|a| match a {
+                CallArg::Value(e) => self.expr(e),
+                CallArg::Slice(i) => format!("{}_p", self.params[*i].name),
+            })
+            .collect();
+        format!("{}({})?", self.k.helpers[h].id, a.join(", "))
+    }
+}
+
+/// Helper `f` of `k` as a Rust function returning `Result<T, KernelFault>`; `fault` names
+/// the kernel in a fault of a run-time `step_by` below 1. Needs `gd` (`::graphed::__private`)
+/// in scope.
+pub fn helper_fn(k: &Kernel, f: &DeviceFn, fault: &str) -> String {
+    let mut h = Host {
+        k,
+        params: &f.params,
+        fault,
+        out: String::new(),
+    };
+    let params: Vec<String> = f
+        .params
+        .iter()
+        .map(|p| match p.kind {
+            ParamKind::Scalar(t) => format!("{}_p: {}", p.name, t.rust()),
+            ParamKind::Slice { elem, .. } => {
+                format!("{}_p: gd::HostSlice<'_, {}>", p.name, elem.rust())
+            }
+        })
+        .collect();
+    let ret = f.ret.map(Ty::rust).unwrap_or("()");
+    let mut s = String::new();
+    writeln!(
+        s,
+        "#[allow(unused, unreachable_code, non_snake_case, clippy::all)]\nfn {}({}) -> ::core::result::Result<{ret}, ::graphed::KernelFault> {{",
+        f.id,
+        params.join(", ")
+    )
+    .unwrap();
+    for p in &f.params {
+        if let ParamKind::Slice { .. } = p.kind {
+            writeln!(s, "let {0}_len: u32 = {0}_p.len();", p.name).unwrap();
+        }
+    }
+    h.block_pub(&f.body);
+    s.push_str(&h.out);
+    if f.ret.is_none() {
+        s.push_str("::core::result::Result::Ok(())\n");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Every helper of `k`, as items of the kernel's host function.
+pub(super) fn helpers(k: &Kernel, fault: &str) -> String {
+    k.helpers.iter().map(|f| helper_fn(k, f, fault)).collect()
+}

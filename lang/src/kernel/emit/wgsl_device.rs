@@ -1,0 +1,94 @@
+//! `#[device]` helpers in WGSL. A WGSL function cannot take a pointer into storage memory
+//! as a parameter (without an extension), so a helper is emitted once per distinct binding
+//! of its slice parameters: its body indexes the kernel's global binding directly, and a
+//! slice parameter becomes two `u32` parameters, the view's offset and length.
+
+use std::fmt::Write;
+
+use super::wgsl::{ty, Module, Wgsl};
+use crate::kernel::ir::*;
+
+fn has_slices(f: &DeviceFn) -> bool {
+    f.params
+        .iter()
+        .any(|p| matches!(p.kind, ParamKind::Slice { .. }))
+}
+
+/// The name of helper `h`'s specialisation for `globals`, requesting it if new.
+fn specialisation(m: &Module, f: &DeviceFn, h: usize, globals: Vec<String>) -> String {
+    let mut specs = m.specs.borrow_mut();
+    let i = match specs.iter().position(|(hh, g)| *hh == h && *g == globals) {
+        Some(i) => i,
+        None => {
+            specs.push((h, globals));
+            specs.len() - 1
+        }
+    };
+    name(f, i)
+}
+
+fn name(f: &DeviceFn, spec: usize) -> String {
+    if has_slices(f) {
+        format!("{}_s{spec}", f.id)
+    } else {
+        f.id.clone()
+    }
+}
+
+impl Wgsl<'_> {
+    /// A call of helper `h`: a slice argument passes its offset and length.
+    pub(super) fn call(&self, h: usize, args: &[CallArg]) -> String {
+        let f = &self.k.helpers[h];
+        let globals = args
+            .iter()
+            .map(|a| match a {
+                CallArg::Slice(i) => self.globals[*i].clone(),
+                CallArg::Value(_) => String::new(),
+            })
+            .collect();
+        let name = specialisation(self.module, f, h, globals);
+        let a: Vec<String> = args
+            .iter()
+            .map(|a| match a {
+                CallArg::Value(e) => self.expr(e),
+                CallArg::Slice(i) => {
+                    let n = &self.params[*i].name;
+                    format!("{n}_off, {n}_len")
+                }
+            })
+            .collect();
+        format!("{name}({})", a.join(", "))
+    }
+}
+
+/// Appends every specialisation the kernel's body requested, and those they request.
+pub(super) fn emit_specialisations(k: &Kernel, module: &Module, out: &mut String) {
+    let mut j = 0;
+    loop {
+        let Some((h, globals)) = module.specs.borrow().get(j).cloned() else {
+            break;
+        };
+        let f = &k.helpers[h];
+        let mut w = Wgsl::for_helper(k, f, globals, module);
+        w.block_pub(&f.body);
+        let params: Vec<String> = f
+            .params
+            .iter()
+            .map(|p| match p.kind {
+                ParamKind::Scalar(t) => format!("{}_v: {}", p.name, ty(t)),
+                ParamKind::Slice { .. } => format!("{0}_off: u32, {0}_len: u32", p.name),
+            })
+            .collect();
+        let ret = f.ret.map(|t| format!(" -> {}", ty(t))).unwrap_or_default();
+        writeln!(
+            out,
+            "\n// `#[device]` {}\nfn {}({}){ret} {{\n{}}}",
+            f.name,
+            name(f, j),
+            params.join(", "),
+            w.out
+        )
+        .unwrap();
+        j += 1;
+    }
+}

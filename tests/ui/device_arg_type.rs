@@ -1,0 +1,16 @@
+use graphed::prelude::*;
+
+#[device]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + tanh(0.7978846 * x))
+}
+
+#[kernel(workgroup = 64)]
+pub fn act(y: &mut [f32]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = gelu(i);
+    }
+}
+
+fn main() {}

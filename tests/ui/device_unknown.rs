@@ -1,0 +1,20 @@
+use graphed::prelude::*;
+
+mod helpers {
+    use graphed::prelude::*;
+
+    #[device]
+    pub fn gelu(x: f32) -> f32 {
+        0.5 * x * (1.0 + tanh(0.7978846 * x))
+    }
+}
+
+#[kernel(workgroup = 64)]
+pub fn act(x: &[f32], y: &mut [f32]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = helpers::gleu(x[i]);
+    }
+}
+
+fn main() {}

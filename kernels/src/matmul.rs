@@ -17,12 +17,65 @@
 //! `acc += a * b` would be a multiply and an add); the host computes it fused (`mul_add`),
 //! while WGSL lets an implementation round twice, so backends agree within tolerances.
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::blas::Sgemm;
 use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::elementwise::Act;
+use crate::helpers::{activate, activate_backward};
 use crate::shape::{expect_len, groups, u32_of};
+
+/// Element `(r, kk)` of `op(X)`, `X` stored `rows × k` (`k × rows` when `t`), or 0 outside
+/// `rows` rows and the `k` range ending at `k1`: one element of a tile load.
+#[device]
+fn tile_load(x: &[f32], t: bool, r: u32, kk: u32, rows: u32, k: u32, k1: u32) -> f32 {
+    // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
+    let mut v = 0.0;
+    if r < rows && kk < k1 {
+        if t {
+            v = x[kk * rows + r];
+        } else {
+            v = x[r * k + kk];
+        }
+    }
+    v
+}
+
+/// The epilogue of every product kernel for element `idx` (column `col`) with sum `v`:
+/// `+ bias[col]` (when `has_bias`), activation `act`, times `gate′(aux[idx])` (when
+/// `gate != 0`), activation codes as [`Act::code`].
+#[device]
+#[allow(clippy::too_many_arguments)]
+fn epilogue(
+    v: f32,
+    idx: u32,
+    col: u32,
+    has_bias: bool,
+    act: u32,
+    gate: u32,
+    bias: &[f32],
+    aux: &[f32],
+) -> f32 {
+    let mut x = v;
+    if has_bias {
+        x += bias[col];
+    }
+    x = activate(act, x);
+    if gate != 0 {
+        x = activate_backward(gate, aux[idx], x);
+    }
+    x
+}
+
+/// `c[at] = v`, or `c[at] += v` when `accumulate`: the store of a product or a row sum.
+#[device]
+fn store(v: f32, at: u32, accumulate: bool, c: &mut [f32]) {
+    let mut x = v;
+    if accumulate {
+        x += c[at];
+    }
+    c[at] = x;
+}
 
 /// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation), `k` in steps of 16. `ta`/`tb`: `A`
 /// is stored `k × m` / `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when
@@ -104,29 +157,8 @@ pub fn matmul_t64(
         if t < tiles {
             let k0 = kz + t * 16;
             for q in 0..4u32 {
-                let gr = row0 + ra + dra * q;
-                let gk = k0 + ka + dka * q;
-                // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
-                let mut va = 0.0;
-                if gr < m && gk < k1 {
-                    if ta {
-                        va = a[gk * m + gr];
-                    } else {
-                        va = a[gr * k + gk];
-                    }
-                }
-                let gc = col0 + cb + dcb * q;
-                let hk = k0 + kb + dkb * q;
-                let mut vb = 0.0;
-                if gc < n && hk < k1 {
-                    if tb {
-                        vb = b[gc * k + hk];
-                    } else {
-                        vb = b[hk * n + gc];
-                    }
-                }
-                pa[q] = va;
-                pb[q] = vb;
+                pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
+                pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
             }
         }
         if t > 0 {
@@ -160,62 +192,14 @@ pub fn matmul_t64(
         let row = row0 + ty4 + i;
         if row < m {
             if sums {
-                let mut s = d[i];
-                if accumulate {
-                    s += db[zd + row];
-                }
-                db[zd + row] = s;
+                store(d[i], zd + row, accumulate, db);
             }
             for j in 0..4u32 {
                 let col = col0 + tx4 + j;
                 if col < n {
-                    let mut v = acc[i * 4 + j];
                     let idx = row * n + col;
-                    if has_bias {
-                        v += bias[col];
-                    }
-                    if act == 1 {
-                        v = max(v, 0.0);
-                    } else if act == 2 {
-                        let u = 0.7978846 * (v + 0.044715 * v * v * v);
-                        v = v / (1.0 + exp(-2.0 * u));
-                    } else if act == 3 {
-                        v = tanh(clamp(v, -15.0, 15.0));
-                    } else if act == 4 {
-                        v = 1.0 / (1.0 + exp(-v));
-                    } else if act == 5 {
-                        v = exp(v);
-                    } else if act == 6 {
-                        v = log(v);
-                    }
-                    if gate != 0 {
-                        let z = aux[idx];
-                        if gate == 1 {
-                            v = select(z > 0.0, v, 0.0);
-                        } else if gate == 2 {
-                            let zc = clamp(z, -100.0, 100.0);
-                            let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                            let s = 1.0 / (1.0 + exp(-2.0 * u));
-                            let e = exp(-2.0 * abs(u));
-                            let sd = e / ((1.0 + e) * (1.0 + e));
-                            v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-                        } else if gate == 3 {
-                            let e = exp(clamp(z, -30.0, 30.0));
-                            let ch = e + 1.0 / e;
-                            v = v * (4.0 / (ch * ch));
-                        } else if gate == 4 {
-                            let e = exp(-abs(z));
-                            v = v * (e / ((1.0 + e) * (1.0 + e)));
-                        } else if gate == 5 {
-                            v = v * exp(z);
-                        } else if gate == 6 {
-                            v = v / z;
-                        }
-                    }
-                    if accumulate {
-                        v += c[zc + idx];
-                    }
-                    c[zc + idx] = v;
+                    let v = epilogue(acc[i * 4 + j], idx, col, has_bias, act, gate, bias, aux);
+                    store(v, zc + idx, accumulate, c);
                 }
             }
         }
@@ -286,29 +270,8 @@ pub fn matmul_t16(
         if t < tiles {
             let k0 = kz + t * 64;
             for q in 0..4u32 {
-                let gr = row0 + ra + dra * q;
-                let gk = k0 + ka + dka * q;
-                // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
-                let mut va = 0.0;
-                if gr < m && gk < k1 {
-                    if ta {
-                        va = a[gk * m + gr];
-                    } else {
-                        va = a[gr * k + gk];
-                    }
-                }
-                let gc = col0 + cb + dcb * q;
-                let hk = k0 + kb + dkb * q;
-                let mut vb = 0.0;
-                if gc < n && hk < k1 {
-                    if tb {
-                        vb = b[gc * k + hk];
-                    } else {
-                        vb = b[hk * n + gc];
-                    }
-                }
-                pa[q] = va;
-                pb[q] = vb;
+                pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
+                pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
             }
         }
         if t > 0 {
@@ -334,59 +297,12 @@ pub fn matmul_t16(
     }
     if row < m {
         if sums {
-            if accumulate {
-                d += db[zd + row];
-            }
-            db[zd + row] = d;
+            store(d, zd + row, accumulate, db);
         }
         if col < n {
             let idx = row * n + col;
-            let mut v = acc;
-            if has_bias {
-                v += bias[col];
-            }
-            if act == 1 {
-                v = max(v, 0.0);
-            } else if act == 2 {
-                let u = 0.7978846 * (v + 0.044715 * v * v * v);
-                v = v / (1.0 + exp(-2.0 * u));
-            } else if act == 3 {
-                v = tanh(clamp(v, -15.0, 15.0));
-            } else if act == 4 {
-                v = 1.0 / (1.0 + exp(-v));
-            } else if act == 5 {
-                v = exp(v);
-            } else if act == 6 {
-                v = log(v);
-            }
-            if gate != 0 {
-                let z = aux[idx];
-                if gate == 1 {
-                    v = select(z > 0.0, v, 0.0);
-                } else if gate == 2 {
-                    let zc = clamp(z, -100.0, 100.0);
-                    let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                    let s = 1.0 / (1.0 + exp(-2.0 * u));
-                    let e = exp(-2.0 * abs(u));
-                    let sd = e / ((1.0 + e) * (1.0 + e));
-                    v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-                } else if gate == 3 {
-                    let e = exp(clamp(z, -30.0, 30.0));
-                    let ch = e + 1.0 / e;
-                    v = v * (4.0 / (ch * ch));
-                } else if gate == 4 {
-                    let e = exp(-abs(z));
-                    v = v * (e / ((1.0 + e) * (1.0 + e)));
-                } else if gate == 5 {
-                    v = v * exp(z);
-                } else if gate == 6 {
-                    v = v / z;
-                }
-            }
-            if accumulate {
-                v += c[zc + idx];
-            }
-            c[zc + idx] = v;
+            let v = epilogue(acc, idx, col, has_bias, act, gate, bias, aux);
+            store(v, zc + idx, accumulate, c);
         }
     }
 }
@@ -408,49 +324,7 @@ pub fn gemm_epilogue(
     let stride = global_size().x;
     let mut idx = global_id().x;
     while idx < len {
-        let mut v = c[idx];
-        if has_bias {
-            v += bias[idx % n];
-        }
-        if act == 1 {
-            v = max(v, 0.0);
-        } else if act == 2 {
-            let u = 0.7978846 * (v + 0.044715 * v * v * v);
-            v = v / (1.0 + exp(-2.0 * u));
-        } else if act == 3 {
-            v = tanh(clamp(v, -15.0, 15.0));
-        } else if act == 4 {
-            v = 1.0 / (1.0 + exp(-v));
-        } else if act == 5 {
-            v = exp(v);
-        } else if act == 6 {
-            v = log(v);
-        }
-        if gate != 0 {
-            let z = aux[idx];
-            if gate == 1 {
-                v = select(z > 0.0, v, 0.0);
-            } else if gate == 2 {
-                let zc = clamp(z, -100.0, 100.0);
-                let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                let s = 1.0 / (1.0 + exp(-2.0 * u));
-                let e = exp(-2.0 * abs(u));
-                let sd = e / ((1.0 + e) * (1.0 + e));
-                v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-            } else if gate == 3 {
-                let e = exp(clamp(z, -30.0, 30.0));
-                let ch = e + 1.0 / e;
-                v = v * (4.0 / (ch * ch));
-            } else if gate == 4 {
-                let e = exp(-abs(z));
-                v = v * (e / ((1.0 + e) * (1.0 + e)));
-            } else if gate == 5 {
-                v = v * exp(z);
-            } else if gate == 6 {
-                v = v / z;
-            }
-        }
-        c[idx] = v;
+        c[idx] = epilogue(c[idx], idx, idx % n, has_bias, act, gate, bias, aux);
         idx += stride;
     }
 }
@@ -483,51 +357,8 @@ pub fn matmul_split_sum(
         for z in 1..parts {
             v += p[z * len + idx];
         }
-        if has_bias {
-            v += bias[idx % n];
-        }
-        if act == 1 {
-            v = max(v, 0.0);
-        } else if act == 2 {
-            let u = 0.7978846 * (v + 0.044715 * v * v * v);
-            v = v / (1.0 + exp(-2.0 * u));
-        } else if act == 3 {
-            v = tanh(clamp(v, -15.0, 15.0));
-        } else if act == 4 {
-            v = 1.0 / (1.0 + exp(-v));
-        } else if act == 5 {
-            v = exp(v);
-        } else if act == 6 {
-            v = log(v);
-        }
-        if gate != 0 {
-            let z = aux[idx];
-            if gate == 1 {
-                v = select(z > 0.0, v, 0.0);
-            } else if gate == 2 {
-                let zc = clamp(z, -100.0, 100.0);
-                let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                let s = 1.0 / (1.0 + exp(-2.0 * u));
-                let e = exp(-2.0 * abs(u));
-                let sd = e / ((1.0 + e) * (1.0 + e));
-                v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-            } else if gate == 3 {
-                let e = exp(clamp(z, -30.0, 30.0));
-                let ch = e + 1.0 / e;
-                v = v * (4.0 / (ch * ch));
-            } else if gate == 4 {
-                let e = exp(-abs(z));
-                v = v * (e / ((1.0 + e) * (1.0 + e)));
-            } else if gate == 5 {
-                v = v * exp(z);
-            } else if gate == 6 {
-                v = v / z;
-            }
-        }
-        if accumulate {
-            v += c[idx];
-        }
-        c[idx] = v;
+        let v = epilogue(v, idx, idx % n, has_bias, act, gate, bias, aux);
+        store(v, idx, accumulate, c);
         idx += stride;
     }
     if has_db {
@@ -537,10 +368,7 @@ pub fn matmul_split_sum(
             for z in 1..parts {
                 d += dp[z * m + r];
             }
-            if accumulate {
-                d += db[r];
-            }
-            db[r] = d;
+            store(d, r, accumulate, db);
             r += stride;
         }
     }
@@ -562,10 +390,7 @@ pub fn gemm_row_sums(m: u32, k: u32, ta: bool, accumulate: bool, a: &[f32], db: 
                 d += a[r * k + kk];
             }
         }
-        if accumulate {
-            d += db[r];
-        }
-        db[r] = d;
+        store(d, r, accumulate, db);
         r += stride;
     }
 }

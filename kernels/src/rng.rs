@@ -8,7 +8,7 @@
 //! recorded step that draws numbers draws fresh ones on every replay, and replay and eager
 //! runs see the same sequence: draw `i` of a generator uses offset `i`.
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::{Buffer, Device, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::shape::{expect_len, u32_of, MAX_GROUPS};
@@ -60,6 +60,21 @@ pub fn uniform_host(seed: u64, offset: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The high 32 bits of the 64-bit product `a·b`, from 16-bit halves (the kernel language has
+/// no `u64`).
+#[device]
+fn mul_hi(a: u32, b: u32) -> u32 {
+    let al = a & 0xFFFFu32;
+    let ah = a >> 16u32;
+    let bl = b & 0xFFFFu32;
+    let bh = b >> 16u32;
+    let ll = al * bl;
+    let lh = al * bh;
+    let hl = ah * bl;
+    let mid = (ll >> 16u32) + (lh & 0xFFFFu32) + (hl & 0xFFFFu32);
+    ah * bh + (lh >> 16u32) + (hl >> 16u32) + (mid >> 16u32)
+}
+
 /// One 4-word Philox block per invocation (grid-stride over blocks), written as uniform
 /// floats in `[0, 1)` (`mode == 0`), standard normals by Box–Muller on word pairs
 /// (`mode == 1`), or a dropout mask (`mode == 2`: `mask = 1/(1 − p)` where the uniform is
@@ -79,28 +94,15 @@ pub fn philox_fill(mode: u32, p: f32, state: &[u32], x: &[f32], out: &mut [f32],
         let mut c = [blk, 0u32, off0, off1];
         let mut k0 = key0;
         let mut k1 = key1;
-        let mul = [0xD2511F53u32, 0xCD9E8D57u32];
         for _round in 0..10u32 {
-            // hi[j]:lo[j] = mul[j]·c[2j] as a 64-bit product, from 16-bit halves (the kernel
-            // language has no u64).
-            let mut hi = [0u32; 2];
-            let mut lo = [0u32; 2];
-            for j in 0..2u32 {
-                let al = mul[j] & 0xFFFFu32;
-                let ah = mul[j] >> 16u32;
-                let bl = c[2 * j] & 0xFFFFu32;
-                let bh = c[2 * j] >> 16u32;
-                let ll = al * bl;
-                let lh = al * bh;
-                let hl = ah * bl;
-                let mid = (ll >> 16u32) + (lh & 0xFFFFu32) + (hl & 0xFFFFu32);
-                hi[j] = ah * bh + (lh >> 16u32) + (hl >> 16u32) + (mid >> 16u32);
-                lo[j] = mul[j] * c[2 * j];
-            }
-            c[0] = hi[1] ^ c[1] ^ k0;
-            c[1] = lo[1];
-            c[2] = hi[0] ^ c[3] ^ k1;
-            c[3] = lo[0];
+            let hi0 = mul_hi(0xD2511F53u32, c[0]);
+            let lo0 = 0xD2511F53u32 * c[0];
+            let hi1 = mul_hi(0xCD9E8D57u32, c[2]);
+            let lo1 = 0xCD9E8D57u32 * c[2];
+            c[0] = hi1 ^ c[1] ^ k0;
+            c[1] = lo1;
+            c[2] = hi0 ^ c[3] ^ k1;
+            c[3] = lo0;
             k0 += 0x9E3779B9u32;
             k1 += 0xBB67AE85u32;
         }

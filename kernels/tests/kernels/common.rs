@@ -123,7 +123,7 @@ fn array_indices(source: &str, cuda: bool) -> Vec<(String, String)> {
             ["float ", "int ", "gd_u32 ", "bool "]
                 .iter()
                 .find_map(|t| line.strip_prefix(t))
-                .filter(|rest| rest.contains("] = {}") || rest.ends_with("];"))
+                .filter(|rest| rest.contains("] = {") || rest.ends_with("];"))
                 .and_then(|rest| rest.split_once('['))
                 .map(|(name, _)| name)
         } else {

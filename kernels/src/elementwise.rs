@@ -13,7 +13,8 @@ use crate::shape::{expect_len, groups, u32_of};
 /// An elementwise function: an activation, or `exp`/`log`.
 ///
 /// Forward and derivative, in terms of the function's input `z`, as the kernels compute them
-/// (forms chosen to avoid cancellation where the value is small):
+/// (forms chosen to avoid cancellation where the value is small; one copy of each, in
+/// [`crate::helpers::activate`] and [`crate::helpers::activate_backward`]):
 ///
 /// | variant | f(z) | f′(z) |
 /// |---|---|---|
@@ -48,6 +49,17 @@ pub enum Act {
 }
 
 impl Act {
+    /// Every variant, in code order.
+    pub const ALL: [Act; 7] = [
+        Act::Identity,
+        Act::Relu,
+        Act::Gelu,
+        Act::Tanh,
+        Act::Sigmoid,
+        Act::Exp,
+        Act::Log,
+    ];
+
     /// The code kernels branch on.
     pub fn code(self) -> u32 {
         match self {

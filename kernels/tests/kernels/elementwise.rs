@@ -17,16 +17,6 @@ const TOL_ARITH: f64 = 1e-6;
 const TOL_TRANSCENDENTAL: f64 = 1e-5;
 const FLOOR: f64 = 0.1;
 
-const ACTS: [Act; 7] = [
-    Act::Identity,
-    Act::Relu,
-    Act::Gelu,
-    Act::Tanh,
-    Act::Sigmoid,
-    Act::Exp,
-    Act::Log,
-];
-
 /// Inputs in the domain of `act` (positive for `log`), spread over its interesting range.
 fn inputs(rng: &mut impl rand::Rng, act: Act, n: usize) -> Vec<f32> {
     match act {
@@ -105,7 +95,7 @@ fn binary_and_scaling_ops() {
 fn activations_forward_and_backward() {
     let mut r = rng("activations_forward_and_backward");
     on_every_backend(|dev| {
-        for act in ACTS {
+        for act in Act::ALL {
             for &n in SIZES {
                 let xs = inputs(&mut r, act, n);
                 let dys = floats(&mut r, n, -1.0, 1.0);
@@ -165,7 +155,7 @@ fn activations_forward_and_backward() {
 fn bias_act_forward_and_backward() {
     let mut r = rng("bias_act_forward_and_backward");
     on_every_backend(|dev| {
-        for act in ACTS {
+        for act in Act::ALL {
             for &(rows, cols) in &[(1, 1), (7, 63), (65, 7), (3, 1000), (1023, 5)] {
                 let n = rows * cols;
                 let xs = inputs(&mut r, act, n);

@@ -7,12 +7,14 @@
 use graphed_macros::kernel;
 use graphed_runtime::{Buffer, Grid, IntoScalarArg, Launch, Result};
 
+use crate::helpers::{activate, activate_backward};
 use crate::shape::{expect_len, groups, u32_of};
 
 /// An elementwise function: an activation, or `exp`/`log`.
 ///
 /// Forward and derivative, in terms of the function's input `z`, as the kernels compute them
-/// (forms chosen to avoid cancellation where the value is small):
+/// (forms chosen to avoid cancellation where the value is small; one copy of each, in
+/// [`crate::helpers::activate`] and [`crate::helpers::activate_backward`]):
 ///
 /// | variant | f(z) | f′(z) |
 /// |---|---|---|
@@ -47,6 +49,17 @@ pub enum Act {
 }
 
 impl Act {
+    /// Every variant, in code order.
+    pub const ALL: [Act; 7] = [
+        Act::Identity,
+        Act::Relu,
+        Act::Gelu,
+        Act::Tanh,
+        Act::Sigmoid,
+        Act::Exp,
+        Act::Log,
+    ];
+
     /// The code kernels branch on.
     pub fn code(self) -> u32 {
         match self {
@@ -128,23 +141,7 @@ pub fn ew_unary(act: u32, x: &[f32], y: &mut [f32]) {
     let stride = global_size().x;
     let mut i = global_id().x;
     while i < n {
-        let z = x[i];
-        let mut v = z;
-        if act == 1 {
-            v = max(z, 0.0);
-        } else if act == 2 {
-            let u = 0.7978846 * (z + 0.044715 * z * z * z);
-            v = z / (1.0 + exp(-2.0 * u));
-        } else if act == 3 {
-            v = tanh(clamp(z, -15.0, 15.0));
-        } else if act == 4 {
-            v = 1.0 / (1.0 + exp(-z));
-        } else if act == 5 {
-            v = exp(z);
-        } else if act == 6 {
-            v = log(z);
-        }
-        y[i] = v;
+        y[i] = activate(act, x[i]);
         i += stride;
     }
 }
@@ -156,31 +153,7 @@ pub fn ew_unary_backward(act: u32, x: &[f32], dy: &[f32], dx: &mut [f32]) {
     let stride = global_size().x;
     let mut i = global_id().x;
     while i < n {
-        let z = x[i];
-        let g = dy[i];
-        let mut d = g;
-        if act == 1 {
-            d = select(z > 0.0, g, 0.0);
-        } else if act == 2 {
-            let zc = clamp(z, -100.0, 100.0);
-            let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-            let s = 1.0 / (1.0 + exp(-2.0 * u));
-            let e = exp(-2.0 * abs(u));
-            let sd = e / ((1.0 + e) * (1.0 + e));
-            d = g * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-        } else if act == 3 {
-            let e = exp(clamp(z, -30.0, 30.0));
-            let ch = e + 1.0 / e;
-            d = g * (4.0 / (ch * ch));
-        } else if act == 4 {
-            let e = exp(-abs(z));
-            d = g * (e / ((1.0 + e) * (1.0 + e)));
-        } else if act == 5 {
-            d = g * exp(z);
-        } else if act == 6 {
-            d = g / z;
-        }
-        dx[i] = d;
+        dx[i] = activate_backward(act, x[i], dy[i]);
         i += stride;
     }
 }
@@ -272,23 +245,7 @@ pub fn bias_act(act: u32, cols: u32, x: &[f32], b: &[f32], y: &mut [f32]) {
     let stride = global_size().x;
     let mut i = global_id().x;
     while i < n {
-        let z = x[i] + b[i % cols];
-        let mut v = z;
-        if act == 1 {
-            v = max(z, 0.0);
-        } else if act == 2 {
-            let u = 0.7978846 * (z + 0.044715 * z * z * z);
-            v = z / (1.0 + exp(-2.0 * u));
-        } else if act == 3 {
-            v = tanh(clamp(z, -15.0, 15.0));
-        } else if act == 4 {
-            v = 1.0 / (1.0 + exp(-z));
-        } else if act == 5 {
-            v = exp(z);
-        } else if act == 6 {
-            v = log(z);
-        }
-        y[i] = v;
+        y[i] = activate(act, x[i] + b[i % cols]);
         i += stride;
     }
 }
@@ -314,30 +271,7 @@ pub fn bias_act_backward(
         let mut sum = 0.0;
         for r in 0..rows {
             let i = r * cols + c;
-            let z = x[i] + bias;
-            let g = dy[i];
-            let mut d = g;
-            if act == 1 {
-                d = select(z > 0.0, g, 0.0);
-            } else if act == 2 {
-                let zc = clamp(z, -100.0, 100.0);
-                let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                let s = 1.0 / (1.0 + exp(-2.0 * u));
-                let e = exp(-2.0 * abs(u));
-                let sd = e / ((1.0 + e) * (1.0 + e));
-                d = g * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-            } else if act == 3 {
-                let e = exp(clamp(z, -30.0, 30.0));
-                let ch = e + 1.0 / e;
-                d = g * (4.0 / (ch * ch));
-            } else if act == 4 {
-                let e = exp(-abs(z));
-                d = g * (e / ((1.0 + e) * (1.0 + e)));
-            } else if act == 5 {
-                d = g * exp(z);
-            } else if act == 6 {
-                d = g / z;
-            }
+            let d = activate_backward(act, x[i] + bias, dy[i]);
             dx[i] = d;
             sum += d;
         }

@@ -24,10 +24,10 @@
 //! |---|---|---|
 //! | [`elementwise`] | `fill_f32`, `ew_unary`, `ew_unary_backward`, `ew_binary`, `ew_scale`, `ew_scale_in_place`, `ew_axpy`, `ew_copy2`, `ew_mul_backward`, `bias_act`, `bias_act_backward` | `fill`, `add`, `axpby`, `mul`, `scale`, `scale_in_place`, `axpy` and their backwards; `relu`, `gelu` (tanh form), `tanh`, `sigmoid`, `exp`, `log` and their backwards; `bias_act` (fused bias + activation) and its backward (input and bias gradients together) — 1 each |
 //! | [`reduce`] | `reduce_all`, `reduce_rows` | `sum`, `mean`, `max`, `sum_sq`, `l2_norm` over a buffer (1, or 2 past 16384 elements); `reduce_rows` per row (1) |
-//! | [`matmul`] | `matmul_t64` (64×64 tiles, 4×4 per invocation), `matmul_t16` (16×16 tiles) | `C = A·B`, `A·Bᵀ`, `Aᵀ·B` with bias, activation, activation-derivative gate, accumulation, and row sums of `op(A)` (a bias gradient) in the epilogue — 1 |
+//! | [`matmul`] | `matmul_t64` (64×64 tiles, 4×4 per invocation on register arrays), `matmul_t16` (16×16 tiles), `matmul_split_sum`, `gemm_epilogue`, `gemm_row_sums` | `C = A·B`, `A·Bᵀ`, `Aᵀ·B` with bias, activation, activation-derivative gate, accumulation, and row sums of `op(A)` (a bias gradient) in the epilogue — 1 (2 for `k` past `SPLIT_K`) |
 //! | [`loss`] | `softmax_xent_narrow`, `softmax_xent_wide`, `mse_pass`, `mse_grad` | `softmax_cross_entropy` (mean loss and its gradient in one pass; 1, or 2 for more than 4096 rows of ≤ 64 classes or any batch of wider rows), `mse`, `mse_with_grad`, `mse_backward` |
 //! | [`optim`] | `adam_step`, `sgd_step`, `clip_scale` | `Adam`, `AdamW`, `Sgd` (`step`: 1 launch for all parameters, step counter advanced on the device), `GradClip::clip` (2) |
-//! | [`helpers`] | — (`#[device]` functions for kernels of any crate) | `gelu`, `gelu_grad`, `sigmoid`, `activate`, `activate_grad` (an activation chosen by a `u32`) |
+//! | [`helpers`] | — (`#[device]` functions for kernels of any crate) | `gelu`, `gelu_grad`, `gelu_scale`, `sigmoid`, `activate`, `activate_backward`, `activate_grad` (an activation chosen by its [`Act::code`](elementwise::Act::code)): the one copy of each activation and derivative, which the elementwise kernels and the matrix-product epilogues call |
 //! | [`rng`] | `philox_fill`, `philox_advance` | `Philox::{uniform, normal, dropout}` (2: draw, advance the offset), `dropout_backward` (1) |
 //!
 //! # Reduction order

@@ -280,30 +280,39 @@ pub fn softmax_cross_entropy_scaled<C: Launch + ?Sized>(
     u32_of("logits", logits.len())?;
     let lscale = 1.0 / rows as f32;
     let g = xent_groups(rows, classes);
-    let mut partials;
-    let out = if g == 1 {
-        &mut *loss
-    } else {
-        expect_at_least(op, "ws", ws.len(), g as usize)?;
-        partials = ws.slice(0..g as usize)?;
-        &mut partials
-    };
     let grid = Grid::workgroups(g);
+    let narrow = classes <= NARROW_CLASSES;
     let classes = classes as u32;
-    if classes as usize <= NARROW_CLASSES {
-        softmax_xent_narrow::launch(
-            cx, grid, classes, lscale, grad_scale, logits, labels, dlogits, out,
-        )?;
-    } else {
-        softmax_xent_wide::launch(
-            cx, grid, classes, lscale, grad_scale, logits, labels, dlogits, out,
-        )?;
+    into_loss(cx, op, g, loss, ws, |out| {
+        if narrow {
+            softmax_xent_narrow::launch(
+                cx, grid, classes, lscale, grad_scale, logits, labels, dlogits, out,
+            )
+        } else {
+            softmax_xent_wide::launch(
+                cx, grid, classes, lscale, grad_scale, logits, labels, dlogits, out,
+            )
+        }
+    })
+}
+
+/// Runs `pass`, a launch of `g` workgroups each writing its part of a loss, into `loss` when
+/// `g == 1`, else into the first `g` elements of `ws`, which a second launch sums into `loss`.
+fn into_loss<C: Launch + ?Sized>(
+    cx: &C,
+    op: &str,
+    g: u32,
+    loss: &mut Buffer<f32>,
+    ws: &mut Buffer<f32>,
+    pass: impl FnOnce(&mut Buffer<f32>) -> Result<()>,
+) -> Result<()> {
+    if g == 1 {
+        return pass(loss);
     }
-    if g > 1 {
-        let partials = ws.slice(0..g as usize)?;
-        reduce_all::launch(cx, Grid::workgroups(1), 0u32, 0u32, 0.0f32, &partials, loss)?;
-    }
-    Ok(())
+    expect_at_least(op, "ws", ws.len(), g as usize)?;
+    let mut partials = ws.slice(0..g as usize)?;
+    pass(&mut partials)?;
+    reduce_all::launch(cx, Grid::workgroups(1), 0u32, 0u32, 0.0f32, &partials, loss)
 }
 
 /// Workgroups of an MSE pass over `n` elements.
@@ -330,14 +339,6 @@ fn mse_launch<C: Launch + ?Sized>(
     u32_of("length", n)?;
     let lscale = if n == 0 { 0.0 } else { 1.0 / n as f32 };
     let g = mse_groups(n);
-    let mut partials;
-    let out = if g == 1 {
-        &mut *loss
-    } else {
-        expect_at_least(op, "ws", ws.len(), g as usize)?;
-        partials = ws.slice(0..g as usize)?;
-        &mut partials
-    };
     let mut empty;
     let (write, grad, gscale, accumulate) = match grad {
         Some((gr, s, a)) => {
@@ -355,14 +356,11 @@ fn mse_launch<C: Launch + ?Sized>(
         }
     };
     let grid = Grid::workgroups(g);
-    mse_pass::launch(
-        cx, grid, lscale, gscale, write, accumulate, pred, target, grad, out,
-    )?;
-    if g > 1 {
-        let partials = ws.slice(0..g as usize)?;
-        reduce_all::launch(cx, Grid::workgroups(1), 0u32, 0u32, 0.0f32, &partials, loss)?;
-    }
-    Ok(())
+    into_loss(cx, op, g, loss, ws, |out| {
+        mse_pass::launch(
+            cx, grid, lscale, gscale, write, accumulate, pred, target, grad, out,
+        )
+    })
 }
 
 /// `loss[0] = mean((pred − target)²)`. `ws` as for [`crate::reduce::reduce`]

@@ -17,12 +17,65 @@
 //! `acc += a * b` would be a multiply and an add); the host computes it fused (`mul_add`),
 //! while WGSL lets an implementation round twice, so backends agree within tolerances.
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::blas::Sgemm;
 use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::elementwise::Act;
+use crate::helpers::{activate, activate_backward};
 use crate::shape::{expect_len, groups, u32_of};
+
+/// Element `(r, kk)` of `op(X)`, `X` stored `rows × k` (`k × rows` when `t`), or 0 outside
+/// `rows` rows and the `k` range ending at `k1`: one element of a tile load.
+#[device]
+fn tile_load(x: &[f32], t: bool, r: u32, kk: u32, rows: u32, k: u32, k1: u32) -> f32 {
+    // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
+    let mut v = 0.0;
+    if r < rows && kk < k1 {
+        if t {
+            v = x[kk * rows + r];
+        } else {
+            v = x[r * k + kk];
+        }
+    }
+    v
+}
+
+/// The epilogue of every product kernel for element `idx` (column `col`) with sum `v`:
+/// `+ bias[col]` (when `has_bias`), activation `act`, times `gate′(aux[idx])` (when
+/// `gate != 0`), activation codes as [`Act::code`].
+#[device]
+#[allow(clippy::too_many_arguments)]
+fn epilogue(
+    v: f32,
+    idx: u32,
+    col: u32,
+    has_bias: bool,
+    act: u32,
+    gate: u32,
+    bias: &[f32],
+    aux: &[f32],
+) -> f32 {
+    let mut x = v;
+    if has_bias {
+        x += bias[col];
+    }
+    x = activate(act, x);
+    if gate != 0 {
+        x = activate_backward(gate, aux[idx], x);
+    }
+    x
+}
+
+/// `c[at] = v`, or `c[at] += v` when `accumulate`: the store of a product or a row sum.
+#[device]
+fn store(v: f32, at: u32, accumulate: bool, c: &mut [f32]) {
+    let mut x = v;
+    if accumulate {
+        x += c[at];
+    }
+    c[at] = x;
+}
 
 /// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation), `k` in steps of 16. `ta`/`tb`: `A`
 /// is stored `k × m` / `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when
@@ -78,34 +131,13 @@ pub fn matmul_t64(
     let kb = if tb { tid % 16 } else { tid / 64 };
     let dcb = if tb { 16u32 } else { 0u32 };
     let dkb = if tb { 0u32 } else { 4u32 };
-    let mut pa0 = 0.0;
-    let mut pa1 = 0.0;
-    let mut pa2 = 0.0;
-    let mut pa3 = 0.0;
-    let mut pb0 = 0.0;
-    let mut pb1 = 0.0;
-    let mut pb2 = 0.0;
-    let mut pb3 = 0.0;
-    let mut c00 = 0.0;
-    let mut c01 = 0.0;
-    let mut c02 = 0.0;
-    let mut c03 = 0.0;
-    let mut c10 = 0.0;
-    let mut c11 = 0.0;
-    let mut c12 = 0.0;
-    let mut c13 = 0.0;
-    let mut c20 = 0.0;
-    let mut c21 = 0.0;
-    let mut c22 = 0.0;
-    let mut c23 = 0.0;
-    let mut c30 = 0.0;
-    let mut c31 = 0.0;
-    let mut c32 = 0.0;
-    let mut c33 = 0.0;
-    let mut d0 = 0.0;
-    let mut d1 = 0.0;
-    let mut d2 = 0.0;
-    let mut d3 = 0.0;
+    // This invocation's share of the next tile (loaded ahead), its 4×4 block of `C` (row
+    // `i`, column `j` at `acc[i * 4 + j]`) and its rows' sums: registers, as every index below
+    // is a constant of an unrolled loop.
+    let mut pa = [0.0f32; 4];
+    let mut pb = [0.0f32; 4];
+    let mut acc = [0.0f32; 16];
+    let mut d = [0.0f32; 4];
     let sums = has_db && workgroup_id().x == 0 && tx == 0;
     // This launch's part of `k`: `[kz, k1)`, part `z` of a split `k` (else all of it).
     let z = workgroup_id().z;
@@ -116,90 +148,41 @@ pub fn matmul_t64(
     let tiles = (k1 - kz + 15) / 16;
     for t in 0..(tiles + 1) {
         if t > 0 {
-            sa[ka * 68 + ra] = pa0;
-            sa[(ka + dka) * 68 + ra + dra] = pa1;
-            sa[(ka + 2 * dka) * 68 + ra + 2 * dra] = pa2;
-            sa[(ka + 3 * dka) * 68 + ra + 3 * dra] = pa3;
-            sb[kb * 68 + cb] = pb0;
-            sb[(kb + dkb) * 68 + cb + dcb] = pb1;
-            sb[(kb + 2 * dkb) * 68 + cb + 2 * dcb] = pb2;
-            sb[(kb + 3 * dkb) * 68 + cb + 3 * dcb] = pb3;
+            for q in 0..4u32 {
+                sa[(ka + q * dka) * 68 + ra + q * dra] = pa[q];
+                sb[(kb + q * dkb) * 68 + cb + q * dcb] = pb[q];
+            }
             barrier();
         }
         if t < tiles {
             let k0 = kz + t * 16;
             for q in 0..4u32 {
-                let gr = row0 + ra + dra * q;
-                let gk = k0 + ka + dka * q;
-                // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
-                let mut va = 0.0;
-                if gr < m && gk < k1 {
-                    if ta {
-                        va = a[gk * m + gr];
-                    } else {
-                        va = a[gr * k + gk];
-                    }
-                }
-                let gc = col0 + cb + dcb * q;
-                let hk = k0 + kb + dkb * q;
-                let mut vb = 0.0;
-                if gc < n && hk < k1 {
-                    if tb {
-                        vb = b[gc * k + hk];
-                    } else {
-                        vb = b[hk * n + gc];
-                    }
-                }
-                if q == 0 {
-                    pa0 = va;
-                    pb0 = vb;
-                } else if q == 1 {
-                    pa1 = va;
-                    pb1 = vb;
-                } else if q == 2 {
-                    pa2 = va;
-                    pb2 = vb;
-                } else {
-                    pa3 = va;
-                    pb3 = vb;
-                }
+                pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
+                pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
             }
         }
         if t > 0 {
             for kk in 0..16u32 {
                 let o = kk * 68;
-                let a0 = sa[o + ty4];
-                let a1 = sa[o + ty4 + 1];
-                let a2 = sa[o + ty4 + 2];
-                let a3 = sa[o + ty4 + 3];
-                let b0 = sb[o + tx4];
-                let b1 = sb[o + tx4 + 1];
-                let b2 = sb[o + tx4 + 2];
-                let b3 = sb[o + tx4 + 3];
-                c00 = fma(a0, b0, c00);
-                c01 = fma(a0, b1, c01);
-                c02 = fma(a0, b2, c02);
-                c03 = fma(a0, b3, c03);
-                c10 = fma(a1, b0, c10);
-                c11 = fma(a1, b1, c11);
-                c12 = fma(a1, b2, c12);
-                c13 = fma(a1, b3, c13);
-                c20 = fma(a2, b0, c20);
-                c21 = fma(a2, b1, c21);
-                c22 = fma(a2, b2, c22);
-                c23 = fma(a2, b3, c23);
-                c30 = fma(a3, b0, c30);
-                c31 = fma(a3, b1, c31);
-                c32 = fma(a3, b2, c32);
-                c33 = fma(a3, b3, c33);
+                let mut av = [0.0f32; 4];
+                let mut bv = [0.0f32; 4];
+                for i in 0..4u32 {
+                    av[i] = sa[o + ty4 + i];
+                }
+                for j in 0..4u32 {
+                    bv[j] = sb[o + tx4 + j];
+                }
+                for i in 0..4u32 {
+                    for j in 0..4u32 {
+                        acc[i * 4 + j] = fma(av[i], bv[j], acc[i * 4 + j]);
+                    }
+                }
             }
             if sums {
                 for kk in 0..16u32 {
-                    let o = kk * 68;
-                    d0 += sa[o + ty4];
-                    d1 += sa[o + ty4 + 1];
-                    d2 += sa[o + ty4 + 2];
-                    d3 += sa[o + ty4 + 3];
+                    for i in 0..4u32 {
+                        d[i] += sa[kk * 68 + ty4 + i];
+                    }
                 }
             }
             barrier();
@@ -209,108 +192,14 @@ pub fn matmul_t64(
         let row = row0 + ty4 + i;
         if row < m {
             if sums {
-                let mut d = if i == 0 {
-                    d0
-                } else if i == 1 {
-                    d1
-                } else if i == 2 {
-                    d2
-                } else {
-                    d3
-                };
-                if accumulate {
-                    d += db[zd + row];
-                }
-                db[zd + row] = d;
+                store(d[i], zd + row, accumulate, db);
             }
             for j in 0..4u32 {
                 let col = col0 + tx4 + j;
                 if col < n {
-                    let mut v = if i == 0 {
-                        if j == 0 {
-                            c00
-                        } else if j == 1 {
-                            c01
-                        } else if j == 2 {
-                            c02
-                        } else {
-                            c03
-                        }
-                    } else if i == 1 {
-                        if j == 0 {
-                            c10
-                        } else if j == 1 {
-                            c11
-                        } else if j == 2 {
-                            c12
-                        } else {
-                            c13
-                        }
-                    } else if i == 2 {
-                        if j == 0 {
-                            c20
-                        } else if j == 1 {
-                            c21
-                        } else if j == 2 {
-                            c22
-                        } else {
-                            c23
-                        }
-                    } else if j == 0 {
-                        c30
-                    } else if j == 1 {
-                        c31
-                    } else if j == 2 {
-                        c32
-                    } else {
-                        c33
-                    };
                     let idx = row * n + col;
-                    if has_bias {
-                        v += bias[col];
-                    }
-                    if act == 1 {
-                        v = max(v, 0.0);
-                    } else if act == 2 {
-                        let u = 0.7978846 * (v + 0.044715 * v * v * v);
-                        v = v / (1.0 + exp(-2.0 * u));
-                    } else if act == 3 {
-                        v = tanh(clamp(v, -15.0, 15.0));
-                    } else if act == 4 {
-                        v = 1.0 / (1.0 + exp(-v));
-                    } else if act == 5 {
-                        v = exp(v);
-                    } else if act == 6 {
-                        v = log(v);
-                    }
-                    if gate != 0 {
-                        let z = aux[idx];
-                        if gate == 1 {
-                            v = select(z > 0.0, v, 0.0);
-                        } else if gate == 2 {
-                            let zc = clamp(z, -100.0, 100.0);
-                            let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                            let s = 1.0 / (1.0 + exp(-2.0 * u));
-                            let e = exp(-2.0 * abs(u));
-                            let sd = e / ((1.0 + e) * (1.0 + e));
-                            v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-                        } else if gate == 3 {
-                            let e = exp(clamp(z, -30.0, 30.0));
-                            let ch = e + 1.0 / e;
-                            v = v * (4.0 / (ch * ch));
-                        } else if gate == 4 {
-                            let e = exp(-abs(z));
-                            v = v * (e / ((1.0 + e) * (1.0 + e)));
-                        } else if gate == 5 {
-                            v = v * exp(z);
-                        } else if gate == 6 {
-                            v = v / z;
-                        }
-                    }
-                    if accumulate {
-                        v += c[zc + idx];
-                    }
-                    c[zc + idx] = v;
+                    let v = epilogue(acc[i * 4 + j], idx, col, has_bias, act, gate, bias, aux);
+                    store(v, zc + idx, accumulate, c);
                 }
             }
         }
@@ -358,14 +247,8 @@ pub fn matmul_t16(
     let kb = if tb { tid % 64 } else { tid / 16 };
     let dcb = if tb { 4u32 } else { 0u32 };
     let dkb = if tb { 0u32 } else { 16u32 };
-    let mut pa0 = 0.0;
-    let mut pa1 = 0.0;
-    let mut pa2 = 0.0;
-    let mut pa3 = 0.0;
-    let mut pb0 = 0.0;
-    let mut pb1 = 0.0;
-    let mut pb2 = 0.0;
-    let mut pb3 = 0.0;
+    let mut pa = [0.0f32; 4];
+    let mut pb = [0.0f32; 4];
     let mut acc = 0.0;
     let mut d = 0.0;
     let sums = has_db && workgroup_id().x == 0 && tx == 0;
@@ -378,53 +261,17 @@ pub fn matmul_t16(
     let tiles = (k1 - kz + 63) / 64;
     for t in 0..(tiles + 1) {
         if t > 0 {
-            sa[ka * 17 + ra] = pa0;
-            sa[(ka + dka) * 17 + ra + dra] = pa1;
-            sa[(ka + 2 * dka) * 17 + ra + 2 * dra] = pa2;
-            sa[(ka + 3 * dka) * 17 + ra + 3 * dra] = pa3;
-            sb[kb * 17 + cb] = pb0;
-            sb[(kb + dkb) * 17 + cb + dcb] = pb1;
-            sb[(kb + 2 * dkb) * 17 + cb + 2 * dcb] = pb2;
-            sb[(kb + 3 * dkb) * 17 + cb + 3 * dcb] = pb3;
+            for q in 0..4u32 {
+                sa[(ka + q * dka) * 17 + ra + q * dra] = pa[q];
+                sb[(kb + q * dkb) * 17 + cb + q * dcb] = pb[q];
+            }
             barrier();
         }
         if t < tiles {
             let k0 = kz + t * 64;
             for q in 0..4u32 {
-                let gr = row0 + ra + dra * q;
-                let gk = k0 + ka + dka * q;
-                // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
-                let mut va = 0.0;
-                if gr < m && gk < k1 {
-                    if ta {
-                        va = a[gk * m + gr];
-                    } else {
-                        va = a[gr * k + gk];
-                    }
-                }
-                let gc = col0 + cb + dcb * q;
-                let hk = k0 + kb + dkb * q;
-                let mut vb = 0.0;
-                if gc < n && hk < k1 {
-                    if tb {
-                        vb = b[gc * k + hk];
-                    } else {
-                        vb = b[hk * n + gc];
-                    }
-                }
-                if q == 0 {
-                    pa0 = va;
-                    pb0 = vb;
-                } else if q == 1 {
-                    pa1 = va;
-                    pb1 = vb;
-                } else if q == 2 {
-                    pa2 = va;
-                    pb2 = vb;
-                } else {
-                    pa3 = va;
-                    pb3 = vb;
-                }
+                pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
+                pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
             }
         }
         if t > 0 {
@@ -450,59 +297,12 @@ pub fn matmul_t16(
     }
     if row < m {
         if sums {
-            if accumulate {
-                d += db[zd + row];
-            }
-            db[zd + row] = d;
+            store(d, zd + row, accumulate, db);
         }
         if col < n {
             let idx = row * n + col;
-            let mut v = acc;
-            if has_bias {
-                v += bias[col];
-            }
-            if act == 1 {
-                v = max(v, 0.0);
-            } else if act == 2 {
-                let u = 0.7978846 * (v + 0.044715 * v * v * v);
-                v = v / (1.0 + exp(-2.0 * u));
-            } else if act == 3 {
-                v = tanh(clamp(v, -15.0, 15.0));
-            } else if act == 4 {
-                v = 1.0 / (1.0 + exp(-v));
-            } else if act == 5 {
-                v = exp(v);
-            } else if act == 6 {
-                v = log(v);
-            }
-            if gate != 0 {
-                let z = aux[idx];
-                if gate == 1 {
-                    v = select(z > 0.0, v, 0.0);
-                } else if gate == 2 {
-                    let zc = clamp(z, -100.0, 100.0);
-                    let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                    let s = 1.0 / (1.0 + exp(-2.0 * u));
-                    let e = exp(-2.0 * abs(u));
-                    let sd = e / ((1.0 + e) * (1.0 + e));
-                    v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-                } else if gate == 3 {
-                    let e = exp(clamp(z, -30.0, 30.0));
-                    let ch = e + 1.0 / e;
-                    v = v * (4.0 / (ch * ch));
-                } else if gate == 4 {
-                    let e = exp(-abs(z));
-                    v = v * (e / ((1.0 + e) * (1.0 + e)));
-                } else if gate == 5 {
-                    v = v * exp(z);
-                } else if gate == 6 {
-                    v = v / z;
-                }
-            }
-            if accumulate {
-                v += c[zc + idx];
-            }
-            c[zc + idx] = v;
+            let v = epilogue(acc, idx, col, has_bias, act, gate, bias, aux);
+            store(v, zc + idx, accumulate, c);
         }
     }
 }
@@ -524,49 +324,7 @@ pub fn gemm_epilogue(
     let stride = global_size().x;
     let mut idx = global_id().x;
     while idx < len {
-        let mut v = c[idx];
-        if has_bias {
-            v += bias[idx % n];
-        }
-        if act == 1 {
-            v = max(v, 0.0);
-        } else if act == 2 {
-            let u = 0.7978846 * (v + 0.044715 * v * v * v);
-            v = v / (1.0 + exp(-2.0 * u));
-        } else if act == 3 {
-            v = tanh(clamp(v, -15.0, 15.0));
-        } else if act == 4 {
-            v = 1.0 / (1.0 + exp(-v));
-        } else if act == 5 {
-            v = exp(v);
-        } else if act == 6 {
-            v = log(v);
-        }
-        if gate != 0 {
-            let z = aux[idx];
-            if gate == 1 {
-                v = select(z > 0.0, v, 0.0);
-            } else if gate == 2 {
-                let zc = clamp(z, -100.0, 100.0);
-                let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                let s = 1.0 / (1.0 + exp(-2.0 * u));
-                let e = exp(-2.0 * abs(u));
-                let sd = e / ((1.0 + e) * (1.0 + e));
-                v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-            } else if gate == 3 {
-                let e = exp(clamp(z, -30.0, 30.0));
-                let ch = e + 1.0 / e;
-                v = v * (4.0 / (ch * ch));
-            } else if gate == 4 {
-                let e = exp(-abs(z));
-                v = v * (e / ((1.0 + e) * (1.0 + e)));
-            } else if gate == 5 {
-                v = v * exp(z);
-            } else if gate == 6 {
-                v = v / z;
-            }
-        }
-        c[idx] = v;
+        c[idx] = epilogue(c[idx], idx, idx % n, has_bias, act, gate, bias, aux);
         idx += stride;
     }
 }
@@ -599,51 +357,8 @@ pub fn matmul_split_sum(
         for z in 1..parts {
             v += p[z * len + idx];
         }
-        if has_bias {
-            v += bias[idx % n];
-        }
-        if act == 1 {
-            v = max(v, 0.0);
-        } else if act == 2 {
-            let u = 0.7978846 * (v + 0.044715 * v * v * v);
-            v = v / (1.0 + exp(-2.0 * u));
-        } else if act == 3 {
-            v = tanh(clamp(v, -15.0, 15.0));
-        } else if act == 4 {
-            v = 1.0 / (1.0 + exp(-v));
-        } else if act == 5 {
-            v = exp(v);
-        } else if act == 6 {
-            v = log(v);
-        }
-        if gate != 0 {
-            let z = aux[idx];
-            if gate == 1 {
-                v = select(z > 0.0, v, 0.0);
-            } else if gate == 2 {
-                let zc = clamp(z, -100.0, 100.0);
-                let u = 0.7978846 * (zc + 0.044715 * zc * zc * zc);
-                let s = 1.0 / (1.0 + exp(-2.0 * u));
-                let e = exp(-2.0 * abs(u));
-                let sd = e / ((1.0 + e) * (1.0 + e));
-                v = v * (s + 2.0 * zc * sd * 0.7978846 * (1.0 + 0.134145 * zc * zc));
-            } else if gate == 3 {
-                let e = exp(clamp(z, -30.0, 30.0));
-                let ch = e + 1.0 / e;
-                v = v * (4.0 / (ch * ch));
-            } else if gate == 4 {
-                let e = exp(-abs(z));
-                v = v * (e / ((1.0 + e) * (1.0 + e)));
-            } else if gate == 5 {
-                v = v * exp(z);
-            } else if gate == 6 {
-                v = v / z;
-            }
-        }
-        if accumulate {
-            v += c[idx];
-        }
-        c[idx] = v;
+        let v = epilogue(v, idx, idx % n, has_bias, act, gate, bias, aux);
+        store(v, idx, accumulate, c);
         idx += stride;
     }
     if has_db {
@@ -653,10 +368,7 @@ pub fn matmul_split_sum(
             for z in 1..parts {
                 d += dp[z * m + r];
             }
-            if accumulate {
-                d += db[r];
-            }
-            db[r] = d;
+            store(d, r, accumulate, db);
             r += stride;
         }
     }
@@ -678,10 +390,7 @@ pub fn gemm_row_sums(m: u32, k: u32, ta: bool, accumulate: bool, a: &[f32], db: 
                 d += a[r * k + kk];
             }
         }
-        if accumulate {
-            d += db[r];
-        }
-        db[r] = d;
+        store(d, r, accumulate, db);
         r += stride;
     }
 }

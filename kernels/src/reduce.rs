@@ -18,7 +18,7 @@
 //! the row of their results is reduced again (as a row, in part order). Mean multiplies the sum by `1/n`; the L2 norm is the square root of
 //! the sum of squares. No atomics on floats are used anywhere.
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::{Buffer, Error, Grid, Launch, Result};
 
 use crate::shape::{expect_at_least, expect_len, u32_of, MAX_GROUPS};
@@ -70,6 +70,51 @@ impl Reduce {
     }
 }
 
+/// The start of accumulation `op` (0 sum, 1 sum of squares, 2 max): its identity.
+#[device]
+fn start(op: u32) -> f32 {
+    if op == 2 {
+        f32::NEG_INFINITY
+    } else {
+        0.0
+    }
+}
+
+/// `acc` with element `v` folded in by accumulation `op` (step 1 of the module's order).
+#[device]
+fn fold(op: u32, acc: f32, v: f32) -> f32 {
+    if op == 0 {
+        acc + v
+    } else if op == 1 {
+        acc + v * v
+    } else {
+        max(acc, v)
+    }
+}
+
+/// Two partial results of accumulation `op` combined (a step of the tree, step 2): a sum
+/// of squares' partials are sums.
+#[device]
+fn combine(op: u32, a: f32, b: f32) -> f32 {
+    if op == 2 {
+        max(a, b)
+    } else {
+        a + b
+    }
+}
+
+/// The result from the total `v`: post 0 as is, 1 times `scale`, 2 square root.
+#[device]
+fn finish(post: u32, scale: f32, v: f32) -> f32 {
+    if post == 1 {
+        v * scale
+    } else if post == 2 {
+        sqrt(v)
+    } else {
+        v
+    }
+}
+
 /// One pass of a whole-buffer reduction: workgroup `w` writes its reduction (steps 1–2 of the
 /// module's order) to `out[w]`. `op`: 0 sum, 1 sum of squares, 2 max; `post`: 0 none, 1 times
 /// `scale`, 2 square root.
@@ -79,20 +124,10 @@ pub fn reduce_all(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32]) {
     let t = local_id().x;
     let n = x.len();
     let stride = global_size().x;
-    let mut acc = 0.0;
-    if op == 2 {
-        acc = f32::NEG_INFINITY;
-    }
+    let mut acc = start(op);
     let mut i = global_id().x;
     while i < n {
-        let v = x[i];
-        if op == 0 {
-            acc += v;
-        } else if op == 1 {
-            acc += v * v;
-        } else {
-            acc = max(acc, v);
-        }
+        acc = fold(op, acc, x[i]);
         i += stride;
     }
     s[t] = acc;
@@ -100,23 +135,13 @@ pub fn reduce_all(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32]) {
     let mut h = 128u32;
     while h > 0 {
         if t < h {
-            if op == 2 {
-                s[t] = max(s[t], s[t + h]);
-            } else {
-                s[t] = s[t] + s[t + h];
-            }
+            s[t] = combine(op, s[t], s[t + h]);
         }
         barrier();
         h = h >> 1u32;
     }
     if t == 0 {
-        let mut r = s[0];
-        if post == 1 {
-            r = r * scale;
-        } else if post == 2 {
-            r = sqrt(r);
-        }
-        out[workgroup_id().x] = r;
+        out[workgroup_id().x] = finish(post, scale, s[0]);
     }
 }
 
@@ -143,20 +168,10 @@ pub fn reduce_rows(
         let lo = (r % parts) * part;
         let len = min(part, cols - lo);
         let base = (r / parts) * cols + lo;
-        let mut acc = 0.0;
-        if op == 2 {
-            acc = f32::NEG_INFINITY;
-        }
+        let mut acc = start(op);
         let mut c = t;
         while c < len {
-            let v = x[base + c];
-            if op == 0 {
-                acc += v;
-            } else if op == 1 {
-                acc += v * v;
-            } else {
-                acc = max(acc, v);
-            }
+            acc = fold(op, acc, x[base + c]);
             c += 256u32;
         }
         s[t] = acc;
@@ -164,23 +179,13 @@ pub fn reduce_rows(
         let mut h = 128u32;
         while h > 0 {
             if t < h {
-                if op == 2 {
-                    s[t] = max(s[t], s[t + h]);
-                } else {
-                    s[t] = s[t] + s[t + h];
-                }
+                s[t] = combine(op, s[t], s[t + h]);
             }
             barrier();
             h = h >> 1u32;
         }
         if t == 0 {
-            let mut v = s[0];
-            if post == 1 {
-                v = v * scale;
-            } else if post == 2 {
-                v = sqrt(v);
-            }
-            out[r] = v;
+            out[r] = finish(post, scale, s[0]);
         }
         barrier();
         r += num_workgroups().x;
@@ -231,54 +236,26 @@ pub fn reduce<C: Launch + ?Sized>(
     reduce_all::launch(cx, Grid::workgroups(1), acc2, post, scale, &partials, out)
 }
 
-/// `out[0] = Σ x`.
-pub fn sum<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::Sum, x, out, ws)
+macro_rules! reduce_ops {
+    ($($name:ident, $op:ident, $what:literal;)*) => {$(
+        #[doc = concat!("`out[0] = ", $what, "` ([`reduce`] with [`Reduce::", stringify!($op), "`]).")]
+        pub fn $name<C: Launch + ?Sized>(
+            cx: &C,
+            x: &Buffer<f32>,
+            out: &mut Buffer<f32>,
+            ws: &mut Buffer<f32>,
+        ) -> Result<()> {
+            reduce(cx, Reduce::$op, x, out, ws)
+        }
+    )*};
 }
 
-/// `out[0] = Σ x / n`.
-pub fn mean<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::Mean, x, out, ws)
-}
-
-/// `out[0] = max x`.
-pub fn max<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::Max, x, out, ws)
-}
-
-/// `out[0] = Σ x²`.
-pub fn sum_sq<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::SumSq, x, out, ws)
-}
-
-/// `out[0] = √(Σ x²)`.
-pub fn l2_norm<C: Launch + ?Sized>(
-    cx: &C,
-    x: &Buffer<f32>,
-    out: &mut Buffer<f32>,
-    ws: &mut Buffer<f32>,
-) -> Result<()> {
-    reduce(cx, Reduce::L2, x, out, ws)
+reduce_ops! {
+    sum, Sum, "Σ x";
+    mean, Mean, "Σ x / n";
+    max, Max, "max x";
+    sum_sq, SumSq, "Σ x²";
+    l2_norm, L2, "√(Σ x²)";
 }
 
 /// Reduces each row of the row-major `out.len() × cols` matrix `x` into `out[row]`. One

@@ -8,7 +8,7 @@
 //! recorded step that draws numbers draws fresh ones on every replay, and replay and eager
 //! runs see the same sequence: draw `i` of a generator uses offset `i`.
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::{Buffer, Device, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::shape::{expect_len, u32_of, MAX_GROUPS};
@@ -60,6 +60,21 @@ pub fn uniform_host(seed: u64, offset: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The high 32 bits of the 64-bit product `a·b`, from 16-bit halves (the kernel language has
+/// no `u64`).
+#[device]
+fn mul_hi(a: u32, b: u32) -> u32 {
+    let al = a & 0xFFFFu32;
+    let ah = a >> 16u32;
+    let bl = b & 0xFFFFu32;
+    let bh = b >> 16u32;
+    let ll = al * bl;
+    let lh = al * bh;
+    let hl = ah * bl;
+    let mid = (ll >> 16u32) + (lh & 0xFFFFu32) + (hl & 0xFFFFu32);
+    ah * bh + (lh >> 16u32) + (hl >> 16u32) + (mid >> 16u32)
+}
+
 /// One 4-word Philox block per invocation (grid-stride over blocks), written as uniform
 /// floats in `[0, 1)` (`mode == 0`), standard normals by Box–Muller on word pairs
 /// (`mode == 1`), or a dropout mask (`mode == 2`: `mask = 1/(1 − p)` where the uniform is
@@ -75,60 +90,33 @@ pub fn philox_fill(mode: u32, p: f32, state: &[u32], x: &[f32], out: &mut [f32],
     let stride = global_size().x;
     let mut blk = global_id().x;
     while blk < blocks {
-        let mut c0 = blk;
-        let mut c1 = 0u32;
-        let mut c2 = off0;
-        let mut c3 = off1;
+        // The counter (block, 0, offset) and the key, ten rounds.
+        let mut c = [blk, 0u32, off0, off1];
         let mut k0 = key0;
         let mut k1 = key1;
         for _round in 0..10u32 {
-            // 32×32 → 64-bit products from 16-bit halves (the kernel language has no u64).
-            let a0l = 0x1F53u32;
-            let a0h = 0xD251u32;
-            let b0l = c0 & 0xFFFFu32;
-            let b0h = c0 >> 16u32;
-            let ll0 = a0l * b0l;
-            let lh0 = a0l * b0h;
-            let hl0 = a0h * b0l;
-            let mid0 = (ll0 >> 16u32) + (lh0 & 0xFFFFu32) + (hl0 & 0xFFFFu32);
-            let hi0 = a0h * b0h + (lh0 >> 16u32) + (hl0 >> 16u32) + (mid0 >> 16u32);
-            let lo0 = 0xD2511F53u32 * c0;
-            let a1l = 0x8D57u32;
-            let a1h = 0xCD9Eu32;
-            let b1l = c2 & 0xFFFFu32;
-            let b1h = c2 >> 16u32;
-            let ll1 = a1l * b1l;
-            let lh1 = a1l * b1h;
-            let hl1 = a1h * b1l;
-            let mid1 = (ll1 >> 16u32) + (lh1 & 0xFFFFu32) + (hl1 & 0xFFFFu32);
-            let hi1 = a1h * b1h + (lh1 >> 16u32) + (hl1 >> 16u32) + (mid1 >> 16u32);
-            let lo1 = 0xCD9E8D57u32 * c2;
-            c0 = hi1 ^ c1 ^ k0;
-            c1 = lo1;
-            c2 = hi0 ^ c3 ^ k1;
-            c3 = lo0;
+            let hi0 = mul_hi(0xD2511F53u32, c[0]);
+            let lo0 = 0xD2511F53u32 * c[0];
+            let hi1 = mul_hi(0xCD9E8D57u32, c[2]);
+            let lo1 = 0xCD9E8D57u32 * c[2];
+            c[0] = hi1 ^ c[1] ^ k0;
+            c[1] = lo1;
+            c[2] = hi0 ^ c[3] ^ k1;
+            c[3] = lo0;
             k0 += 0x9E3779B9u32;
             k1 += 0xBB67AE85u32;
         }
         for lane in 0..4u32 {
             let i = blk * 4 + lane;
             if i < n {
-                let w = if lane == 0 {
-                    c0
-                } else if lane == 1 {
-                    c1
-                } else if lane == 2 {
-                    c2
-                } else {
-                    c3
-                };
+                let w = c[lane];
                 let u = ((w >> 8u32) as f32) * 0.000000059604645;
                 if mode == 0 {
                     out[i] = u;
                 } else if mode == 1 {
                     // Pair (0, 1) and (2, 3): radius from the even word, angle from the odd.
-                    let we = if lane < 2 { c0 } else { c2 };
-                    let wo = if lane < 2 { c1 } else { c3 };
+                    let we = c[lane & 2u32];
+                    let wo = c[(lane & 2u32) + 1];
                     let u1 = (((we >> 8u32) + 1u32) as f32) * 0.000000059604645;
                     let u2 = ((wo >> 8u32) as f32) * 0.000000059604645;
                     let rad = sqrt(-2.0 * log(u1));

@@ -1,6 +1,7 @@
 //! Elementwise kernels: binary ops, scaling, activations forward and backward, bias + act.
 
 use graphed_kernels::elementwise::{self as ew, Act};
+use graphed_runtime::Buffer;
 use rand::Rng;
 
 use crate::common::{
@@ -15,16 +16,6 @@ const TOL_ARITH: f64 = 1e-6;
 /// `max(‖ref‖, FLOOR·√n)`.
 const TOL_TRANSCENDENTAL: f64 = 1e-5;
 const FLOOR: f64 = 0.1;
-
-const ACTS: [Act; 7] = [
-    Act::Identity,
-    Act::Relu,
-    Act::Gelu,
-    Act::Tanh,
-    Act::Sigmoid,
-    Act::Exp,
-    Act::Log,
-];
 
 /// Inputs in the domain of `act` (positive for `log`), spread over its interesting range.
 fn inputs(rng: &mut impl rand::Rng, act: Act, n: usize) -> Vec<f32> {
@@ -42,114 +33,56 @@ fn binary_and_scaling_ops() {
         for &n in SIZES {
             let xs = floats(&mut r, n, -2.0, 2.0);
             let ys = floats(&mut r, n, -2.0, 2.0);
+            let dzs = floats(&mut r, n, -1.0, 1.0);
             let (a, b) = (r.random_range(-3.0f32..3.0), r.random_range(-3.0f32..3.0));
             let x = dev.upload(&xs).unwrap();
             let y = dev.upload(&ys).unwrap();
-            let f = |i: usize| (xs[i] as f64, ys[i] as f64);
+            let dz = dev.upload(&dzs).unwrap();
+            let (a64, b64) = (a as f64, b as f64);
+            // The reference of element `i` from `(x, y, dz)` there.
+            let want = |f: &dyn Fn(f64, f64, f64) -> f64| -> Vec<f64> {
+                (0..n)
+                    .map(|i| f(xs[i] as f64, ys[i] as f64, dzs[i] as f64))
+                    .collect()
+            };
+            let check = |case: &str, got: &Buffer<f32>, want: &[f64], tol: f64| {
+                let got = got.to_host().unwrap();
+                assert_close_floor(&format!("{case} n={n}"), &got, want, tol, 1.0);
+            };
 
             let mut z = poisoned(dev, n);
             ew::add(dev, &x, &y, &mut z).unwrap();
-            let want: Vec<f64> = (0..n).map(|i| f(i).0 + f(i).1).collect();
-            assert_close_floor(
-                &format!("add n={n}"),
-                &z.to_host().unwrap(),
-                &want,
-                TOL_ARITH,
-                1.0,
-            );
+            check("add", &z, &want(&|x, y, _| x + y), TOL_ARITH);
 
             let mut z = poisoned(dev, n);
             ew::axpby(dev, a, &x, b, &y, &mut z).unwrap();
-            let want: Vec<f64> = (0..n)
-                .map(|i| a as f64 * f(i).0 + b as f64 * f(i).1)
-                .collect();
-            assert_close_floor(
-                &format!("axpby n={n}"),
-                &z.to_host().unwrap(),
-                &want,
-                TOL_ARITH,
-                1.0,
-            );
+            check("axpby", &z, &want(&|x, y, _| a64 * x + b64 * y), TOL_ARITH);
 
             let mut z = poisoned(dev, n);
             ew::mul(dev, &x, &y, &mut z).unwrap();
-            let want: Vec<f64> = (0..n).map(|i| f(i).0 * f(i).1).collect();
-            assert_close_floor(
-                &format!("mul n={n}"),
-                &z.to_host().unwrap(),
-                &want,
-                TOL_ARITH,
-                1.0,
-            );
+            check("mul", &z, &want(&|x, y, _| x * y), TOL_ARITH);
 
             let mut z = poisoned(dev, n);
             ew::scale(dev, a, &x, &mut z).unwrap();
-            let want: Vec<f64> = (0..n).map(|i| a as f64 * f(i).0).collect();
-            assert_close_floor(
-                &format!("scale n={n}"),
-                &z.to_host().unwrap(),
-                &want,
-                TOL_ARITH,
-                1.0,
-            );
+            check("scale", &z, &want(&|x, _, _| a64 * x), TOL_ARITH);
 
             let mut z = dev.upload(&xs).unwrap();
             ew::scale_in_place(dev, a, &mut z).unwrap();
-            assert_close_floor(
-                &format!("scale_in_place n={n}"),
-                &z.to_host().unwrap(),
-                &want,
-                TOL_ARITH,
-                1.0,
-            );
+            check("scale_in_place", &z, &want(&|x, _, _| a64 * x), TOL_ARITH);
 
             let mut z = dev.upload(&ys).unwrap();
             ew::axpy(dev, a, &x, &mut z).unwrap();
-            let want: Vec<f64> = (0..n).map(|i| a as f64 * f(i).0 + f(i).1).collect();
-            assert_close_floor(
-                &format!("axpy n={n}"),
-                &z.to_host().unwrap(),
-                &want,
-                TOL_ARITH,
-                1.0,
-            );
+            check("axpy", &z, &want(&|x, y, _| a64 * x + y), TOL_ARITH);
 
             let (mut dx, mut dy) = (poisoned(dev, n), poisoned(dev, n));
             ew::add_backward(dev, &x, &mut dx, &mut dy).unwrap();
-            let want: Vec<f64> = (0..n).map(|i| f(i).0).collect();
-            assert_close(
-                &format!("add_backward dx n={n}"),
-                &dx.to_host().unwrap(),
-                &want,
-                0.0,
-            );
-            assert_close(
-                &format!("add_backward dy n={n}"),
-                &dy.to_host().unwrap(),
-                &want,
-                0.0,
-            );
+            check("add_backward dx", &dx, &want(&|x, _, _| x), 0.0);
+            check("add_backward dy", &dy, &want(&|x, _, _| x), 0.0);
 
-            let dzs = floats(&mut r, n, -1.0, 1.0);
-            let dz = dev.upload(&dzs).unwrap();
             let (mut dx, mut dy) = (poisoned(dev, n), poisoned(dev, n));
             ew::mul_backward(dev, &x, &y, &dz, &mut dx, &mut dy).unwrap();
-            let wx: Vec<f64> = (0..n).map(|i| dzs[i] as f64 * f(i).1).collect();
-            let wy: Vec<f64> = (0..n).map(|i| dzs[i] as f64 * f(i).0).collect();
-            assert_close_floor(
-                &format!("mul_backward dx n={n}"),
-                &dx.to_host().unwrap(),
-                &wx,
-                TOL_ARITH,
-                1.0,
-            );
-            assert_close_floor(
-                &format!("mul_backward dy n={n}"),
-                &dy.to_host().unwrap(),
-                &wy,
-                TOL_ARITH,
-                1.0,
-            );
+            check("mul_backward dx", &dx, &want(&|_, y, dz| dz * y), TOL_ARITH);
+            check("mul_backward dy", &dy, &want(&|x, _, dz| dz * x), TOL_ARITH);
 
             let mut z = poisoned(dev, n);
             ew::fill(dev, &mut z, a).unwrap();
@@ -162,7 +95,7 @@ fn binary_and_scaling_ops() {
 fn activations_forward_and_backward() {
     let mut r = rng("activations_forward_and_backward");
     on_every_backend(|dev| {
-        for act in ACTS {
+        for act in Act::ALL {
             for &n in SIZES {
                 let xs = inputs(&mut r, act, n);
                 let dys = floats(&mut r, n, -1.0, 1.0);
@@ -222,7 +155,7 @@ fn activations_forward_and_backward() {
 fn bias_act_forward_and_backward() {
     let mut r = rng("bias_act_forward_and_backward");
     on_every_backend(|dev| {
-        for act in ACTS {
+        for act in Act::ALL {
             for &(rows, cols) in &[(1, 1), (7, 63), (65, 7), (3, 1000), (1023, 5)] {
                 let n = rows * cols;
                 let xs = inputs(&mut r, act, n);

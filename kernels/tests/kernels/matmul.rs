@@ -1,9 +1,12 @@
 //! Matrix products: every transposition, both tilings, odd shapes, and the epilogue.
 
 use graphed_kernels::elementwise::Act;
-use graphed_kernels::matmul::{self, Epilogue, Gemm, Tile};
+use graphed_kernels::matmul::{self, matmul_t16, matmul_t64, Epilogue, Gemm, Tile};
 
-use crate::common::{assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng};
+use crate::common::{
+    assert_array_indices_literal, assert_close, assert_close_floor, floats, on_every_backend,
+    poisoned, rng,
+};
 
 /// Products accumulate `k` terms in increasing order in `f32`.
 const TOL: f64 = 1e-5;
@@ -266,4 +269,12 @@ fn vendor_epilogue_and_row_sums_kernels() {
             assert_close(&case, &db.to_host().unwrap(), &want, TOL);
         }
     });
+}
+
+#[test]
+fn tile_kernels_index_their_arrays_by_constants_only() {
+    // A run-time index would put the array in local memory (spilled per invocation); the
+    // unrolled loops make every index of the tiles' register arrays a literal.
+    assert_array_indices_literal("matmul_t64", matmul_t64::CUDA, matmul_t64::WGSL, 4);
+    assert_array_indices_literal("matmul_t16", matmul_t16::CUDA, matmul_t16::WGSL, 2);
 }

@@ -1,6 +1,7 @@
 //! Reductions over a whole buffer (one and two passes) and per row.
 
 use graphed_kernels::reduce::{self, Reduce};
+use graphed_runtime::Buffer;
 
 use crate::common::{assert_close, floats, on_every_backend, poisoned, rng, SIZES};
 
@@ -14,6 +15,12 @@ const OPS: [Reduce; 5] = [
     Reduce::SumSq,
     Reduce::L2,
 ];
+
+/// `out` against `want`: maxima exactly, everything else within [`TOL`].
+fn check(op: Reduce, case: &str, out: &Buffer<f32>, want: &[f64]) {
+    let tol = if op == Reduce::Max { 0.0 } else { TOL };
+    assert_close(case, &out.to_host().unwrap(), want, tol);
+}
 
 #[test]
 fn whole_buffer_one_and_two_passes() {
@@ -33,14 +40,7 @@ fn whole_buffer_one_and_two_passes() {
             for op in OPS {
                 let mut out = poisoned(dev, 1);
                 reduce::reduce(dev, op, &x, &mut out, &mut ws).unwrap();
-                let want = [op.eval_f64(&xs)];
-                let tol = if op == Reduce::Max { 0.0 } else { TOL };
-                assert_close(
-                    &format!("{op:?} n={n}"),
-                    &out.to_host().unwrap(),
-                    &want,
-                    tol,
-                );
+                check(op, &format!("{op:?} n={n}"), &out, &[op.eval_f64(&xs)]);
             }
         }
         // The named functions run the same reduction.
@@ -109,13 +109,7 @@ fn per_row() {
                         }
                     })
                     .collect();
-                let tol = if op == Reduce::Max { 0.0 } else { TOL };
-                assert_close(
-                    &format!("rows {op:?} {rows}×{cols}"),
-                    &out.to_host().unwrap(),
-                    &want,
-                    tol,
-                );
+                check(op, &format!("rows {op:?} {rows}×{cols}"), &out, &want);
             }
         }
     });

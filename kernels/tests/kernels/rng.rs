@@ -9,7 +9,8 @@ use graphed_runtime::{Buffer, Input, Output, Result, Step};
 use rand::Rng;
 
 use crate::common::{
-    assert_close, assert_close_floor, floats, on_every_backend, poisoned, rng, SIZES,
+    assert_array_indices_literal, assert_close, assert_close_floor, floats, on_every_backend,
+    poisoned, rng, SIZES,
 };
 
 #[test]
@@ -189,4 +190,11 @@ fn a_replayed_step_draws_fresh_numbers_like_eager() {
         assert_eq!(g_replay.position().unwrap(), (seed, 4));
         assert_eq!(g_eager.position().unwrap(), (seed, 4));
     });
+}
+
+#[test]
+fn philox_keeps_its_counter_in_registers() {
+    // The counter is an array indexed by the unrolled lanes.
+    let (cuda, wgsl) = (rng::philox_fill::CUDA, rng::philox_fill::WGSL);
+    assert_array_indices_literal("philox_fill", cuda, wgsl, 1);
 }

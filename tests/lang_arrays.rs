@@ -231,35 +231,12 @@ fn all_kernels() -> Vec<&'static KernelDef> {
 
 #[test]
 fn every_kernel_wgsl_is_valid_per_naga() {
-    use naga::valid::{Capabilities, ValidationFlags, Validator};
-    let mut failures = Vec::new();
-    for k in all_kernels() {
-        match naga::front::wgsl::parse_str(k.wgsl) {
-            Err(e) => failures.push(format!("{}: {}", k.name, e.emit_to_string(k.wgsl))),
-            Ok(m) => {
-                if let Err(e) =
-                    Validator::new(ValidationFlags::all(), Capabilities::all()).validate(&m)
-                {
-                    failures.push(format!("{}: {}", k.name, e.emit_to_string(k.wgsl)));
-                }
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    common::assert_wgsl_valid(&all_kernels());
 }
 
 #[test]
 fn every_kernel_cuda_compiles_with_nvrtc() {
-    if !common::nvrtc_enabled() {
-        return;
-    }
-    let mut failures = Vec::new();
-    for k in all_kernels() {
-        if let Err(e) = graphed::nvrtc::compile(k, "compute_80") {
-            failures.push(format!("{}: {e}\n{}", k.name, k.cuda));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    common::assert_cuda_compiles(&all_kernels());
 }
 
 #[test]

@@ -75,3 +75,50 @@ pub fn cuda_available() -> bool {
     );
     false
 }
+
+/// Asserts that both WGSL variants (plain and checked) of every kernel parse and validate
+/// with naga.
+pub fn assert_wgsl_valid(kernels: &[&graphed::KernelDef]) {
+    use naga::valid::{Capabilities, ValidationFlags, Validator};
+    let mut failures = Vec::new();
+    for k in kernels {
+        for (src, variant) in [(k.wgsl, ""), (k.checked.wgsl, " (checked)")] {
+            let result = naga::front::wgsl::parse_str(src)
+                .map_err(|e| e.emit_to_string(src))
+                .and_then(|m| {
+                    Validator::new(ValidationFlags::all(), Capabilities::all())
+                        .validate(&m)
+                        .map(|_| ())
+                        .map_err(|e| e.emit_to_string(src))
+                });
+            if let Err(e) = result {
+                failures.push(format!("{}{variant}: {e}", k.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Asserts that both CUDA C variants of every kernel compile with NVRTC (skipped where NVRTC
+/// is absent and not required).
+pub fn assert_cuda_compiles(kernels: &[&graphed::KernelDef]) {
+    if !nvrtc_enabled() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for k in kernels {
+        for (r, src, variant) in [
+            (graphed::nvrtc::compile(k, "compute_80"), k.cuda, ""),
+            (
+                graphed::nvrtc::compile_checked(k, "compute_80"),
+                k.checked.cuda,
+                " (checked)",
+            ),
+        ] {
+            if let Err(e) = r {
+                failures.push(format!("{}{variant}: {e}\n{src}", k.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

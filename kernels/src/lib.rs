@@ -79,7 +79,7 @@
 
 extern crate graphed_runtime as graphed;
 
-mod shape;
+pub mod shape;
 
 pub mod elementwise;
 pub mod helpers;

@@ -1,4 +1,5 @@
-//! Shape checks and launch-grid sizes shared by every op of the library.
+//! Shape checks and launch-grid sizes shared by every op of the library (`u32_of` and
+//! `expect_len` also serve ops built on it, such as the layers of `graphed-nn`).
 
 use graphed_runtime::{Error, Result};
 
@@ -15,12 +16,12 @@ pub(crate) fn groups(n: usize) -> u32 {
 }
 
 /// `n` as a kernel's `u32` size argument.
-pub(crate) fn u32_of(what: &str, n: usize) -> Result<u32> {
+pub fn u32_of(what: &str, n: usize) -> Result<u32> {
     u32::try_from(n).map_err(|_| Error::Shape(format!("{what} = {n} does not fit in a u32")))
 }
 
 /// Fails unless `len == want`.
-pub(crate) fn expect_len(op: &str, name: &str, len: usize, want: usize) -> Result<()> {
+pub fn expect_len(op: &str, name: &str, len: usize, want: usize) -> Result<()> {
     if len == want {
         Ok(())
     } else {

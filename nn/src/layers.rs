@@ -12,7 +12,7 @@ use graphed_kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm};
 use graphed_kernels::rng::uniform_range_host;
 use graphed_runtime::{Buffer, Device, Error, IntoScalarArg, Launch, Result};
 
-use crate::shape::{expect_len, u32_of};
+use graphed_kernels::shape::{expect_len, u32_of};
 
 /// A fully connected layer `y = act(x·Wᵀ + b)`: `x` is `batch × in`, `W` is `out × in`, `b`
 /// has `out` elements. It owns no memory: its methods take the parameter and gradient

@@ -44,8 +44,6 @@
 // runtime here.
 extern crate graphed_runtime as graphed;
 
-mod shape;
-
 pub mod layers;
 pub mod sample;
 pub mod train;

@@ -32,7 +32,7 @@ pub struct Step {
     pub tuple: bool,
 }
 
-const SCALARS: &[&str] = &["f32", "i32", "u32", "bool"];
+const SCALARS: &[&str] = &["f32", "i32", "u32", "bool", "f16", "bf16"];
 const KEYS: &[&str] = &[
     "bool", "u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64", "isize",
 ];

@@ -1,6 +1,11 @@
 //! The benchmark harness: `cargo bench --bench replay -- [launch] [mlp|mlp-S|mlp-M] [sampler]
-//! [--backend host|wgpu|cuda] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]` redraws
-//! the chart of an earlier run.
+//! [--backend host|wgpu|cuda] [--checked] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]`
+//! redraws the chart of an earlier run.
+//!
+//! `--checked`: the MLP workloads run a second time on a device of the same GPU backend in
+//! checked mode (every index of every kernel checked, `DeviceOptions::checked`), as variants
+//! `eager+checked`, `replay+checked`, …: the cost of checked mode side by side.
+//! (`GRAPHED_CHECKED=1` instead makes every device of the run checked.)
 //!
 //! Workload `launch`: a step of N launches (N = 10, 50, 200, 1000) of an empty kernel and of a
 //! small elementwise kernel (1024 floats), as our eager launches, our replay, and (on CUDA)
@@ -539,13 +544,14 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [sampler] [--backend host|wgpu|cuda]... [--quick] [--out DIR] [--chart CSV]");
+    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [sampler] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
+    let checked = args.iter().any(|a| a == "--checked");
     let mut backends: Vec<BackendKind> = Vec::new();
     let mut workloads: Vec<String> = Vec::new();
     let mut out_dir = std::path::PathBuf::from("target/bench");
@@ -578,7 +584,7 @@ fn main() {
                 )
             }
             "--help" | "-h" => usage(""),
-            "--quick" | "--bench" => {}
+            "--quick" | "--bench" | "--checked" => {}
             w if !w.starts_with('-') => workloads.push(w.to_string()),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -620,6 +626,26 @@ fn main() {
                         dev.set_vendor_blas(false);
                         mlp_workload(&dev, quick, only, &mut rows).unwrap();
                         dev.set_vendor_blas(true);
+                    }
+                    if checked && kind != BackendKind::Host && !dev.checked() {
+                        // The same steps in checked mode (cuBLAS products are not checked:
+                        // with them on, only the DSL kernels pay for the checks).
+                        let cdev = graphed::Device::open_new_with(
+                            kind,
+                            graphed::DeviceOptions { checked: true },
+                        )
+                        .unwrap();
+                        for vendor in [true, false] {
+                            if !vendor && !dev.vendor_blas() {
+                                continue;
+                            }
+                            cdev.set_vendor_blas(vendor);
+                            let start = rows.len();
+                            mlp_workload(&cdev, quick, only, &mut rows).unwrap();
+                            for r in &mut rows[start..] {
+                                r.variant.push_str("+checked");
+                            }
+                        }
                     }
                 }
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),

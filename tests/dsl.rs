@@ -747,21 +747,25 @@ fn all_kernels() -> Vec<&'static KernelDef> {
 fn every_kernel_wgsl_is_valid_per_naga() {
     use naga::valid::{Capabilities, ValidationFlags, Validator};
     let mut failures = Vec::new();
-    for k in all_kernels() {
-        match naga::front::wgsl::parse_str(k.wgsl) {
+    // Both variants: the unchecked source and the checked one (`GRAPHED_CHECKED`).
+    for (k, src, variant) in all_kernels()
+        .into_iter()
+        .flat_map(|k| [(k, k.wgsl, ""), (k, k.checked.wgsl, " (checked)")])
+    {
+        match naga::front::wgsl::parse_str(src) {
             Err(e) => failures.push(format!(
-                "{}: WGSL parse error:\n{}",
+                "{}{variant}: WGSL parse error:\n{}",
                 k.name,
-                e.emit_to_string(k.wgsl)
+                e.emit_to_string(src)
             )),
             Ok(module) => {
                 if let Err(e) =
                     Validator::new(ValidationFlags::all(), Capabilities::all()).validate(&module)
                 {
                     failures.push(format!(
-                        "{}: WGSL validation error:\n{}",
+                        "{}{variant}: WGSL validation error:\n{}",
                         k.name,
-                        e.emit_to_string(k.wgsl)
+                        e.emit_to_string(src)
                     ));
                 }
             }
@@ -777,13 +781,22 @@ fn every_kernel_cuda_compiles_with_nvrtc() {
     }
     let mut failures = Vec::new();
     for k in all_kernels() {
-        match graphed::nvrtc::compile(k, "compute_80") {
-            Ok(ptx) => assert!(
-                ptx.contains(&format!(".entry {}", k.name)),
-                "{}: no entry point in the PTX",
-                k.name
+        // Both variants: the unchecked source and the checked one (`GRAPHED_CHECKED`).
+        for (ptx, src) in [
+            (graphed::nvrtc::compile(k, "compute_80"), k.cuda),
+            (
+                graphed::nvrtc::compile_checked(k, "compute_80"),
+                k.checked.cuda,
             ),
-            Err(e) => failures.push(format!("{}: {e}\n{}", k.name, k.cuda)),
+        ] {
+            match ptx {
+                Ok(ptx) => assert!(
+                    ptx.contains(&format!(".entry {}", k.name)),
+                    "{}: no entry point in the PTX",
+                    k.name
+                ),
+                Err(e) => failures.push(format!("{}: {e}\n{src}", k.name)),
+            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));

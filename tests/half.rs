@@ -11,7 +11,7 @@ mod common;
 use common::{on_every_backend, rng};
 use graphed::__private::{HostLaunch, HostSlice};
 use graphed::prelude::*;
-use graphed::{DType, KernelDef, KernelFault, ParamInfo, ParamType};
+use graphed::{CheckedForm, DType, KernelDef, KernelFault, ParamInfo, ParamType};
 use rand::Rng;
 
 /// The 16-bit types as the tests see them: their bits, and a name for messages.
@@ -259,17 +259,20 @@ fn host_put_f16(l: &HostLaunch<'_>) -> Result<(), KernelFault> {
     Ok(())
 }
 
-/// `y[i] = x` for an `f16` scalar `x` and `y: &mut [f16]` (WGSL computes with `f16`).
-static PUT_F16: KernelDef = KernelDef {
-    name: "put_f16",
-    wgsl: "enable f16;\n\
+/// WGSL of `PUT_F16`.
+const PUT_F16_WGSL: &str = "enable f16;\n\
         @group(0) @binding(0) var<storage, read> gd_args: array<u32>;\n\
         @group(0) @binding(1) var<storage, read_write> y_p: array<f16>;\n\
         @compute @workgroup_size(64, 1, 1)\n\
         fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n\
             let x = f16(unpack2x16float(gd_args[0u])[0]);\n\
             if gid.x < gd_args[2u] { y_p[gd_args[1u] + gid.x] = x; }\n\
-        }\n",
+        }\n";
+
+/// `y[i] = x` for an `f16` scalar `x` and `y: &mut [f16]` (WGSL computes with `f16`).
+static PUT_F16: KernelDef = KernelDef {
+    name: "put_f16",
+    wgsl: PUT_F16_WGSL,
     cuda: "extern \"C\" __global__ void put_f16(const unsigned int* __restrict__ gd_args, unsigned short* __restrict__ y_p) {\n\
             unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
             if (i < gd_args[2]) { y_p[gd_args[1] + i] = (unsigned short)(gd_args[0] & 0xffffu); }\n\
@@ -293,6 +296,17 @@ static PUT_F16: KernelDef = KernelDef {
     arg_words: 3,
     host: host_put_f16,
     loops_terminate: true,
+    // Checked mode binds a fault record after the last slice; these kernels index nothing
+    // out of range (each store is guarded), so their checked forms only declare it.
+    checked: CheckedForm {
+        wgsl: PUT_F16_WGSL,
+        cuda: "extern \"C\" __global__ void put_f16(const unsigned int* __restrict__ gd_args, unsigned short* __restrict__ y_p, unsigned int* gd_fault) {\n\
+            unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+            if (i < gd_args[2]) { y_p[gd_args[1] + i] = (unsigned short)(gd_args[0] & 0xffffu); }\n\
+        }\n",
+        id: 1,
+        targets: &["x", "y"],
+    },
 };
 
 fn host_widen_bf16(l: &HostLaunch<'_>) -> Result<(), KernelFault> {
@@ -306,16 +320,19 @@ fn host_widen_bf16(l: &HostLaunch<'_>) -> Result<(), KernelFault> {
     Ok(())
 }
 
-/// `y[i] = x as f32` for a `bf16` scalar `x` (exact: a bf16 is an f32's upper half), in
-/// integer operations on every target.
-static WIDEN_BF16: KernelDef = KernelDef {
-    name: "widen_bf16",
-    wgsl: "@group(0) @binding(0) var<storage, read> gd_args: array<u32>;\n\
+/// WGSL of `WIDEN_BF16`.
+const WIDEN_BF16_WGSL: &str = "@group(0) @binding(0) var<storage, read> gd_args: array<u32>;\n\
         @group(0) @binding(1) var<storage, read_write> y_p: array<f32>;\n\
         @compute @workgroup_size(64, 1, 1)\n\
         fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n\
             if gid.x < gd_args[2u] { y_p[gd_args[1u] + gid.x] = bitcast<f32>(gd_args[0u] << 16u); }\n\
-        }\n",
+        }\n";
+
+/// `y[i] = x as f32` for a `bf16` scalar `x` (exact: a bf16 is an f32's upper half), in
+/// integer operations on every target.
+static WIDEN_BF16: KernelDef = KernelDef {
+    name: "widen_bf16",
+    wgsl: WIDEN_BF16_WGSL,
     cuda: "extern \"C\" __global__ void widen_bf16(const unsigned int* __restrict__ gd_args, float* __restrict__ y_p) {\n\
             unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
             if (i < gd_args[2]) { y_p[gd_args[1] + i] = __uint_as_float(gd_args[0] << 16); }\n\
@@ -339,6 +356,15 @@ static WIDEN_BF16: KernelDef = KernelDef {
     arg_words: 3,
     host: host_widen_bf16,
     loops_terminate: true,
+    checked: CheckedForm {
+        wgsl: WIDEN_BF16_WGSL,
+        cuda: "extern \"C\" __global__ void widen_bf16(const unsigned int* __restrict__ gd_args, float* __restrict__ y_p, unsigned int* gd_fault) {\n\
+            unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n\
+            if (i < gd_args[2]) { y_p[gd_args[1] + i] = __uint_as_float(gd_args[0] << 16); }\n\
+        }\n",
+        id: 2,
+        targets: &["x", "y"],
+    },
 };
 
 fn put_f16(
@@ -537,6 +563,8 @@ fn hand_written_cuda_compiles_with_nvrtc() {
         return;
     }
     for k in [&PUT_F16, &WIDEN_BF16] {
+        graphed::nvrtc::compile_checked(k, "compute_80")
+            .unwrap_or_else(|e| panic!("{} (checked): {e}", k.name));
         graphed::nvrtc::compile(k, "compute_80").unwrap_or_else(|e| panic!("{}: {e}", k.name));
     }
 }

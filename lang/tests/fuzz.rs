@@ -4,8 +4,14 @@
 //! well-typed, with injected mistakes), random step functions, and random mutations of the
 //! token trees of valid kernels and steps. Every input goes through `expand` under
 //! `catch_unwind`; the property is that expansion never panics and its output is either valid
-//! Rust without errors, or carries `compile_error!` — never an internal error. Kernels the
-//! front end accepts must also give WGSL that naga validates.
+//! Rust without errors, or carries `compile_error!` — never an internal error. Every kernel
+//! the front end accepts goes through all three emitters, unchecked and checked
+//! (`GRAPHED_CHECKED`): both WGSL variants must validate with naga, the host Rust must parse
+//! with `syn`, and both CUDA C variants must compile with NVRTC where it loads
+//! (`GRAPHED_REQUIRE` listing `nvrtc` makes its absence a failure). NVRTC costs far more per
+//! call than per kernel, so kernels are compiled in batches of [`CUDA_BATCH`] per call (one
+//! prelude, entry points renamed apart); a batch that fails is compiled kernel by kernel to
+//! name the culprit.
 //!
 //! Runs `GRAPHED_FUZZ_EXECS` inputs per test (default 2,000: the same inputs on every machine,
 //! so CI is deterministic), or for `GRAPHED_FUZZ_SECS` seconds when set (long runs by hand),
@@ -118,19 +124,37 @@ fn run_one(
     }
 }
 
-/// For a kernel the front end accepts, the WGSL must validate.
-fn check_wgsl(args: &TokenStream, item: &TokenStream) -> Option<String> {
+/// For a kernel the front end accepts: both WGSL variants must validate and the host Rust
+/// must parse; both CUDA C variants join `cuda` (compiled in batches).
+fn check_targets(args: &TokenStream, item: &TokenStream, cuda: &mut CudaBatch) -> Option<String> {
+    use graphed_lang::kernel::emit::{bounds, cuda as cu, host, wgsl};
     let func: syn::ItemFn = syn::parse2(item.clone()).ok()?;
     let kernel = graphed_lang::kernel::lower(args.clone(), &func).ok()?;
-    let src = graphed_lang::kernel::emit::wgsl::emit(&kernel);
-    let module = match naga::front::wgsl::parse_str(&src) {
-        Ok(m) => m,
-        Err(e) => {
-            return Some(format!(
-                "WGSL does not parse: {}\n{src}",
-                e.emit_to_string(&src)
-            ))
+    let src = wgsl::emit(&kernel);
+    let id = bounds::kernel_id(&src);
+    for (variant, src) in [
+        ("", src.clone()),
+        (" (checked)", wgsl::emit_checked(&kernel, id)),
+    ] {
+        if let Some(e) = validate_wgsl(&src) {
+            return Some(format!("WGSL{variant} {e}\n{src}"));
         }
+    }
+    let host = host::emit(&kernel);
+    if let Err(e) = syn::parse_file(&host) {
+        return Some(format!("the host Rust does not parse ({e}):\n{host}"));
+    }
+    if cuda.enabled {
+        cuda.push(&kernel.name, cu::emit(&kernel), "");
+        cuda.push(&kernel.name, cu::emit_checked(&kernel, id), " (checked)");
+    }
+    None
+}
+
+fn validate_wgsl(src: &str) -> Option<String> {
+    let module = match naga::front::wgsl::parse_str(src) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("does not parse: {}", e.emit_to_string(src))),
     };
     let mut v = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
@@ -138,7 +162,104 @@ fn check_wgsl(args: &TokenStream, item: &TokenStream) -> Option<String> {
     );
     v.validate(&module)
         .err()
-        .map(|e| format!("WGSL does not validate: {}\n{src}", e.emit_to_string(&src)))
+        .map(|e| format!("does not validate: {}", e.emit_to_string(src)))
+}
+
+/// Kernels (unchecked and checked CUDA C) per NVRTC call.
+const CUDA_BATCH: usize = 96;
+
+/// CUDA C sources waiting for one NVRTC compilation.
+struct CudaBatch {
+    /// NVRTC loads (else the CUDA checks are skipped, or fail under `GRAPHED_REQUIRE=nvrtc`).
+    enabled: bool,
+    /// (kernel and variant, source without the preludes, entry point renamed).
+    pending: Vec<(String, String)>,
+    compiled: u64,
+    calls: u64,
+    failures: Vec<String>,
+}
+
+impl CudaBatch {
+    fn new() -> CudaBatch {
+        // SAFETY: only probes whether the shared library can be opened.
+        let present = unsafe { cudarc::nvrtc::sys::is_culib_present() };
+        let required = std::env::var("GRAPHED_REQUIRE")
+            .is_ok_and(|v| v.split(',').any(|b| b.trim() == "nvrtc"));
+        assert!(
+            present || !required,
+            "nvrtc is required by GRAPHED_REQUIRE but libnvrtc cannot be loaded"
+        );
+        if !present {
+            eprintln!("note: skipping the fuzzer's NVRTC checks: libnvrtc not found");
+        }
+        CudaBatch {
+            enabled: present,
+            pending: Vec::new(),
+            compiled: 0,
+            calls: 0,
+            failures: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, name: &str, src: String, variant: &str) {
+        use graphed_lang::kernel::emit::cuda::{CHECKED_PRELUDE, PRELUDE};
+        let entry = format!("gd_fuzz_{}", self.pending.len());
+        let body = src
+            .replacen(PRELUDE, "", 1)
+            .replacen(CHECKED_PRELUDE, "", 1)
+            .replacen(&format!(") {name}("), &format!(") {entry}("), 1);
+        self.pending.push((format!("`{name}`{variant}"), body));
+        if self.pending.len() >= CUDA_BATCH {
+            self.flush();
+        }
+    }
+
+    fn compile(&mut self, units: &[(String, String)]) -> Result<String, String> {
+        use graphed_lang::kernel::emit::cuda::{CHECKED_PRELUDE, PRELUDE};
+        let mut src = format!("{PRELUDE}{CHECKED_PRELUDE}");
+        for (_, body) in units {
+            src.push_str(body);
+        }
+        self.calls += 1;
+        let opts = cudarc::nvrtc::CompileOptions {
+            fmad: Some(false),
+            options: vec!["--gpu-architecture=compute_80".into()],
+            ..Default::default()
+        };
+        cudarc::nvrtc::compile_ptx_with_opts(&src, opts)
+            .map(|p| p.to_src())
+            .map_err(|e| e.to_string())
+    }
+
+    fn flush(&mut self) {
+        let units = std::mem::take(&mut self.pending);
+        if units.is_empty() {
+            return;
+        }
+        match self.compile(&units) {
+            Ok(ptx) => {
+                let entries = ptx.matches(".entry gd_fuzz_").count();
+                if entries != units.len() {
+                    self.failures.push(format!(
+                        "NVRTC compiled {} entry points of {} kernels",
+                        entries,
+                        units.len()
+                    ));
+                }
+                self.compiled += units.len() as u64;
+            }
+            Err(_) => {
+                for u in &units {
+                    if let Err(e) = self.compile(std::slice::from_ref(u)) {
+                        self.failures
+                            .push(format!("CUDA C of {} does not compile: {e}\n{}", u.0, u.1));
+                    } else {
+                        self.compiled += 1;
+                    }
+                }
+            }
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -155,6 +276,10 @@ struct KernelGen<'r> {
     /// (name, type) of scalar parameters.
     scalars: Vec<(String, &'static str)>,
     shared: Vec<(String, &'static str)>,
+    /// Workgroup arrays used only through atomics: (name, element).
+    atomic_shared: Vec<(String, &'static str)>,
+    /// (name, element, length, mutable) of per-invocation arrays in scope.
+    arrays: Vec<(String, &'static str, u32, bool)>,
     counter: usize,
     depth: usize,
     loops: usize,
@@ -259,6 +384,12 @@ impl KernelGen<'_> {
                 "-2147483649",
                 "x.len::<u32>()",
                 "f32::sqrt(2.0)",
+                "[1u32, 2][0]",
+                "{ let q = 1.0; q } + 1.0",
+                "loop { break 1.0; } + 1.0",
+                "ta0[0u32]",
+                "a1",
+                "a1.len",
             ];
             let b = *self.rng.pick(&bad);
             return b.to_string();
@@ -403,20 +534,67 @@ impl KernelGen<'_> {
             };
             return format!("{n}[{ix}]");
         }
+        let arrays: Vec<(String, u32)> = self
+            .arrays
+            .iter()
+            .filter(|(_, t, _, _)| *t == ty)
+            .map(|(n, _, l, _)| (n.clone(), *l))
+            .collect();
+        if !arrays.is_empty() && self.rng.chance(40) {
+            let (n, len) = self.rng.pick(&arrays).clone();
+            let ix = self.array_index(len);
+            return format!("{n}[{ix}]");
+        }
+        if ty == "u32" && !self.arrays.is_empty() && self.rng.chance(10) {
+            let (n, _, _, _) = self.rng.pick(&self.arrays).clone();
+            return format!("{n}.len()");
+        }
         if !options.is_empty() && self.rng.chance(70) {
             return self.rng.pick(&options).clone();
         }
         self.lit(ty)
     }
 
+    /// An index into an array of `len` elements: a constant (in range unless a mistake is
+    /// wanted), a `u32` local (an unrolled loop's variable, often), or any `u32` expression.
+    fn array_index(&mut self, len: u32) -> String {
+        match self.rng.below(3) {
+            0 => {
+                let hi = if self.clean { len } else { len + 2 };
+                format!("{}u32", self.rng.below(hi as usize))
+            }
+            1 => {
+                let u: Vec<String> = self
+                    .locals
+                    .iter()
+                    .filter(|(_, t, _)| *t == "u32")
+                    .map(|(n, _, _)| n.clone())
+                    .collect();
+                if u.is_empty() {
+                    self.leaf("u32")
+                } else {
+                    self.rng.pick(&u).clone()
+                }
+            }
+            _ => {
+                if self.depth > 4 {
+                    self.leaf("u32")
+                } else {
+                    self.expr("u32")
+                }
+            }
+        }
+    }
+
     fn block(&mut self, n: usize) -> String {
-        let saved = self.locals.len();
+        let saved = (self.locals.len(), self.arrays.len());
         let mut s = String::new();
         for _ in 0..n {
             s.push_str(&self.stmt());
             s.push('\n');
         }
-        self.locals.truncate(saved);
+        self.locals.truncate(saved.0);
+        self.arrays.truncate(saved.1);
         s
     }
 
@@ -425,7 +603,7 @@ impl KernelGen<'_> {
             return self.simple_stmt();
         }
         self.depth += 1;
-        let s = match self.rng.below(14) {
+        let s = match self.rng.below(19) {
             0 => format!(
                 "if {} {{ {} }}{}",
                 self.expr("bool"),
@@ -488,6 +666,62 @@ impl KernelGen<'_> {
                 s
             }
             5 => format!("{{ {} }}", self.block(2)),
+            6 => {
+                // A loop over a constant range (unrolled when short), the variable often
+                // indexing an array.
+                let v = self.fresh("c");
+                let (range, _) = *self.rng.pick(&[
+                    ("0..4u32", 4),
+                    ("0..16u32", 16),
+                    ("(1..16u32).step_by(5)", 3),
+                    ("0..workgroup_size().x", 0),
+                    ("0..K", 0),
+                    ("-2..3", 0),
+                    ("0..70u32", 70),
+                ]);
+                let pre = if range.contains('K') {
+                    "const K: u32 = 8;\n"
+                } else {
+                    ""
+                };
+                let t = if range.starts_with('-') { "i32" } else { "u32" };
+                self.loops += 1;
+                self.locals.push((v.clone(), t, false));
+                let body = self.block(2);
+                self.locals.pop();
+                self.loops -= 1;
+                format!("{pre}for {v} in {range} {{ {body} }}")
+            }
+            7 => {
+                // A value block.
+                let v = self.fresh("v");
+                let t = self.ty();
+                let body = self.block(2);
+                let tail = self.expr(t);
+                self.locals.push((v.clone(), t, false));
+                format!("let {v} = {{ {body} {tail} }};")
+            }
+            8 => {
+                // A loop with a value: its own `break`s carry one, so none of the inner
+                // statements may `break;` it.
+                let v = self.fresh("v");
+                let t = self.ty();
+                let saved = self.loops;
+                self.loops = 0;
+                let body = self.block(2);
+                self.loops = saved;
+                let early = self.expr(t);
+                let cond = self.expr("bool");
+                let last = self.expr(t);
+                self.locals.push((v.clone(), t, false));
+                let ann = if self.rng.chance(30) {
+                    format!(": {t}")
+                } else {
+                    String::new()
+                };
+                format!("let {v}{ann} = loop {{ if {cond} {{ break {early}; }} {body} break {last}; }};")
+            }
+            9 | 10 => self.array_decl(),
             _ => {
                 self.depth -= 1;
                 return self.simple_stmt();
@@ -596,7 +830,79 @@ impl KernelGen<'_> {
         }
     }
 
+    /// `let [mut] a = [v; N];` or `= [a, b, c];`.
+    fn array_decl(&mut self) -> String {
+        let n = self.fresh("a");
+        let t = self.ty();
+        let m = self.rng.chance(80);
+        let (init, len) = if self.rng.chance(70) {
+            let sizes: &[(&str, u32)] = if self.clean {
+                &[
+                    ("4", 4),
+                    ("16", 16),
+                    ("100", 100),
+                    ("{ 2 * 4 }", 8),
+                    ("1", 1),
+                ]
+            } else {
+                &[
+                    ("4", 4),
+                    ("16", 16),
+                    ("0", 0),
+                    ("2000", 2000),
+                    ("s0", 1),
+                    ("-1", 1),
+                ]
+            };
+            let (size, len) = *self.rng.pick(sizes);
+            let v = if self.rng.chance(50) {
+                self.lit(t)
+            } else {
+                self.expr(t)
+            };
+            (format!("[{v}; {size}]"), len)
+        } else {
+            let k = 1 + self.rng.below(4);
+            let vals: Vec<String> = (0..k).map(|_| self.expr(t)).collect();
+            (format!("[{}]", vals.join(", ")), k as u32)
+        };
+        let ann = if self.rng.chance(20) {
+            format!(": [{t}; {len}]")
+        } else {
+            String::new()
+        };
+        self.arrays.push((n.clone(), t, len.max(1), m));
+        format!("let {}{n}{ann} = {init};", if m { "mut " } else { "" })
+    }
+
     fn simple_stmt_write(&mut self) -> String {
+        let arrays: Vec<(String, &'static str, u32)> = self
+            .arrays
+            .iter()
+            .filter(|(_, _, _, m)| *m || !self.clean)
+            .map(|(n, t, l, _)| (n.clone(), *t, *l))
+            .collect();
+        if !arrays.is_empty() && self.rng.chance(35) {
+            let (n, t, len) = self.rng.pick(&arrays).clone();
+            let ix = self.array_index(len);
+            let op = match t {
+                "f32" => *self.rng.pick(&["=", "+="]),
+                "bool" => *self.rng.pick(&["=", "^="]),
+                _ => *self.rng.pick(&["=", "^=", "+="]),
+            };
+            return format!("{n}[{ix}] {op} {};", self.expr(t));
+        }
+        if !self.atomic_shared.is_empty() && self.rng.chance(30) {
+            let (n, t) = self.rng.pick(&self.atomic_shared).clone();
+            let op = *self.rng.pick(&[
+                "atomic_add",
+                "atomic_max",
+                "atomic_or",
+                "atomic_exchange",
+                "atomic_store",
+            ]);
+            return format!("{op}({n}, {} % 8u32, {});", self.expr("u32"), self.expr(t));
+        }
         let targets: Vec<(String, &'static str)> = self
             .slices
             .iter()
@@ -625,6 +931,8 @@ fn random_kernel(rng: &mut Rng) -> (String, String) {
         slices: Vec::new(),
         scalars: Vec::new(),
         shared: Vec::new(),
+        atomic_shared: Vec::new(),
+        arrays: Vec::new(),
         counter: 0,
         depth: 0,
         loops: 0,
@@ -678,6 +986,11 @@ fn random_kernel(rng: &mut Rng) -> (String, String) {
         let n = format!("t{i}");
         body.push_str(&format!("let {n} = shared::<{t}, {size}>();\n"));
         g.shared.push((n, t));
+    }
+    if g.rng.chance(25) {
+        let t = *g.rng.pick(&["i32", "u32"]);
+        body.push_str(&format!("let ta0 = shared::<{t}, 8>();\n"));
+        g.atomic_shared.push(("ta0".into(), t));
     }
     let n = 1 + g.rng.below(8);
     body.push_str(&g.block(n));
@@ -912,7 +1225,9 @@ const SEEDS: &[&str] = &[
     "fn reduce(x: &[f32], y: &mut [f32]) { let t = shared::<f32, 64>(); let l = local_id().x; t[l] = x[global_id().x]; barrier(); let mut s = 32u32; while s > 0u32 { if l < s { t[l] += t[l + s]; } barrier(); s = s >> 1u32; } if l == 0u32 { y[workgroup_id().x] = t[0u32]; } }",
     "fn hist(x: &[u32], h: &mut [u32]) { let i = global_id().x; if i < x.len() { let old = atomic_add(h, x[i] % h.len(), 1u32); } }",
     "fn mm(n: u32, a: &[f32], b: &[f32], c: &mut [f32]) { const T: u32 = 16; let ta = shared::<f32, 256>(); let r = global_id().y; let col = global_id().x; let mut acc = 0.0; for k in (0u32..n).step_by(T) { ta[local_id().y * T + local_id().x] = a[r * n + k + local_id().x]; barrier(); for j in 0u32..T { acc = fma(ta[local_id().y * T + j], b[(k + j) * n + col], acc); } barrier(); } c[r * n + col] = if acc > 0.0 { acc } else { -acc }; }",
-    "fn ctl(k: i32, f: bool, y: &mut [i32]) { let mut v = k; loop { if v > 100 { break; } v = v * 2 + (k as u32 >> 1u32) as i32; } let w = if f { let q = v % 7; q } else { -v }; for j in -3..k { if j == 0 { continue; } y[j as u32] = w; } return; }",
+"fn fir(x: &[f32], y: &mut [f32]) { let i = global_id().x; let mut w = [0.0f32; 8]; for k in 0..8u32 { w[k] = x[i + k]; } let mut acc = 0.0; for k in 0..w.len() { acc += w[k] * 0.5; } let t = [1u32, 2, 3]; let v = { let q = acc * 2.0; q + 1.0 }; let n = loop { if acc > 1.0 { break t[i % 3]; } break 0u32; }; y[i] = v + n as f32; }",
+    "fn ph(x: &[u32], h: &mut [u32]) { let c = shared::<u32, 64>(); atomic_add(c, x[global_id().x] % 64u32, 1u32); barrier(); let v = atomic_load(c, local_id().x); atomic_add(h, local_id().x, v); }",
+        "fn ctl(k: i32, f: bool, y: &mut [i32]) { let mut v = k; loop { if v > 100 { break; } v = v * 2 + (k as u32 >> 1u32) as i32; } let w = if f { let q = v % 7; q } else { -v }; for j in -3..k { if j == 0 { continue; } y[j as u32] = w; } return; }",
     "fn train(cx: &mut Step, #[state] w: &mut Buffer<f32>, x: &Input<f32>, lr: f32, #[key] relu: bool) -> Result<Output<f32>> { let mut y = cx.output::<f32>(x.len())?; sq::launch(cx, x.len(), x, w, &mut y)?; sgd::launch(cx, w.len(), lr, &y, w)?; Ok(y) }",
     "fn two(cx: &Step, #[state] m: &Buffer<u32>, a: &Input<u32>) -> Result<(Output<u32>, Output<f32>)> { let p = cx.output::<u32>(4)?; let q = cx.output::<f32>(4)?; Ok((p, q)) }",
 ];
@@ -1158,6 +1473,9 @@ struct Report {
     executions: u64,
     accepted: u64,
     checked_wgsl: u64,
+    /// CUDA C sources (both variants) NVRTC compiled, and its calls.
+    checked_cuda: u64,
+    nvrtc_calls: u64,
     failures: Vec<String>,
     /// WGSL rejected for a known emitter problem (see `KNOWN_EMITTER_ISSUES`).
     known: Vec<String>,
@@ -1193,9 +1511,13 @@ fn fuzz(
         executions: 0,
         accepted: 0,
         checked_wgsl: 0,
+        checked_cuda: 0,
+        nvrtc_calls: 0,
         failures: Vec::new(),
         known: Vec::new(),
     };
+    let mut cuda = CudaBatch::new();
+    cuda.enabled &= wgsl;
     let strict = strict();
     // At least a few hundred cases even with a zero budget, so the test always tests.
     while match deadline {
@@ -1212,11 +1534,13 @@ fn fuzz(
                 if wgsl {
                     r.checked_wgsl += 1;
                     QUIET.with(|q| q.set(true));
-                    let checked =
-                        panic::catch_unwind(AssertUnwindSafe(|| check_wgsl(&args, &item)));
+                    let checked = panic::catch_unwind(AssertUnwindSafe(|| {
+                        check_targets(&args, &item, &mut cuda)
+                    }));
                     QUIET.with(|q| q.set(false));
-                    checked
-                        .unwrap_or_else(|_| Some("panic while emitting or validating WGSL".into()))
+                    checked.unwrap_or_else(|_| {
+                        Some("panic while emitting or checking a target".into())
+                    })
                 } else {
                     None
                 }
@@ -1238,15 +1562,27 @@ fn fuzz(
             }
         }
     }
+    cuda.flush();
+    r.checked_cuda = cuda.compiled;
+    r.nvrtc_calls = cuda.calls;
+    for f in cuda.failures {
+        r.failures.push(if r.failures.len() < 5 {
+            f
+        } else {
+            String::new()
+        });
+    }
     r
 }
 
 fn finish(what: &str, r: Report) {
     println!(
-        "fuzz {what}: {} executions, {} accepted, {} WGSL validated, {} failures, {} known WGSL emitter issues",
+        "fuzz {what}: {} executions, {} accepted, {} through the three emitters (WGSL of both variants validated, host Rust parsed), {} CUDA C sources compiled in {} NVRTC calls, {} failures, {} known WGSL emitter issues",
         r.executions,
         r.accepted,
         r.checked_wgsl,
+        r.checked_cuda,
+        r.nvrtc_calls,
         r.failures.len(),
         r.known.len()
     );

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::backend::{Backend, BackendKind};
 use crate::buffer::{Buffer, RawBuffer, RawView};
+use crate::checked::DeviceOptions;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::kernel::{ErasedScalar, Grid, KernelArg, KernelDef, Launch, ParamType};
@@ -174,15 +175,16 @@ impl Device {
     pub fn wgpu() -> Result<Device> {
         static WGPU: OnceLock<Result<Device>> = OnceLock::new();
         shared(&WGPU, || {
-            Ok(Box::new(crate::backend::wgpu::WgpuBackend::open(true)?))
+            Ok(Box::new(crate::backend::wgpu::WgpuBackend::open(
+                DeviceOptions::from_env()?.checked,
+                true,
+            )?))
         })
     }
 
     /// A fresh wgpu device of its own (its own queue), e.g. one per thread.
     pub fn wgpu_new() -> Result<Device> {
-        Ok(Device::from_backend(Box::new(
-            crate::backend::wgpu::WgpuBackend::open(true)?,
-        )))
+        Device::open_new_with(BackendKind::Wgpu, DeviceOptions::from_env()?)
     }
 
     #[doc(hidden)]
@@ -191,7 +193,7 @@ impl Device {
     #[cfg(feature = "testing")]
     pub fn __wgpu_without_shader_f16() -> Result<Device> {
         Ok(Device::from_backend(Box::new(
-            crate::backend::wgpu::WgpuBackend::open(false)?,
+            crate::backend::wgpu::WgpuBackend::open(false, false)?,
         )))
     }
 
@@ -201,7 +203,10 @@ impl Device {
         {
             static CUDA: OnceLock<Result<Device>> = OnceLock::new();
             shared(&CUDA, || {
-                Ok(Box::new(crate::backend::cuda::CudaBackend::open(0)?))
+                Ok(Box::new(crate::backend::cuda::CudaBackend::open(
+                    0,
+                    DeviceOptions::from_env()?.checked,
+                )?))
             })
         }
         #[cfg(not(feature = "cuda"))]
@@ -217,7 +222,10 @@ impl Device {
         #[cfg(feature = "cuda")]
         {
             Ok(Device::from_backend(Box::new(
-                crate::backend::cuda::CudaBackend::open(ordinal)?,
+                crate::backend::cuda::CudaBackend::open(
+                    ordinal,
+                    DeviceOptions::from_env()?.checked,
+                )?,
             )))
         }
         #[cfg(not(feature = "cuda"))]
@@ -240,17 +248,28 @@ impl Device {
     /// Opens a new, unshared device of `kind` (its own queue or stream, its own memory
     /// accounting), e.g. one per thread or per test.
     pub fn open_new(kind: BackendKind) -> Result<Device> {
+        Device::open_new_with(kind, DeviceOptions::from_env()?)
+    }
+
+    /// Opens a new, unshared device of `kind` with `options` (whatever the environment says),
+    /// e.g. a checked device beside an unchecked one.
+    pub fn open_new_with(kind: BackendKind, options: DeviceOptions) -> Result<Device> {
         match kind {
             BackendKind::Host => Ok(Device::from_backend(Box::new(
                 crate::backend::host::HostBackend,
             ))),
-            BackendKind::Wgpu => Device::wgpu_new(),
+            BackendKind::Wgpu => Ok(Device::from_backend(Box::new(
+                crate::backend::wgpu::WgpuBackend::open(options.checked, true)?,
+            ))),
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => Ok(Device::from_backend(Box::new(
-                crate::backend::cuda::CudaBackend::open(0)?,
+                crate::backend::cuda::CudaBackend::open(0, options.checked)?,
             ))),
             #[cfg(not(feature = "cuda"))]
-            BackendKind::Cuda => Device::cuda(),
+            BackendKind::Cuda => {
+                let _ = options;
+                Device::cuda()
+            }
         }
     }
 
@@ -288,6 +307,14 @@ impl Device {
             }
         }
         Ok(Device::host())
+    }
+
+    /// Whether every slice and workgroup-array index of this device's kernels is checked:
+    /// always on the host backend; on GPU backends in checked mode (`GRAPHED_CHECKED=1`,
+    /// [`DeviceOptions::checked`]), where an out-of-range access is reported as
+    /// [`Error::Fault`] at the next [`Device::synchronize`] or readback.
+    pub fn checked(&self) -> bool {
+        self.kind() == BackendKind::Host || self.inner.backend.checked()
     }
 
     /// The backend kind.
@@ -341,6 +368,8 @@ impl Device {
 
     /// Waits for all work queued on this device. A fault that made the device unusable (a
     /// CUDA kernel's illegal address, say) is reported here, the first time and every time.
+    /// In checked mode, a kernel's out-of-range access since the last report is
+    /// [`Error::Fault`] here (and at readbacks), once.
     pub fn synchronize(&self) -> Result<()> {
         self.inner.backend.drain()?;
         self.inner.backend.health()

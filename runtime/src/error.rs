@@ -5,7 +5,8 @@ use std::fmt;
 /// Result with the runtime's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A fault raised by a kernel on the host backend (the GPU targets do not check bounds).
+/// A fault raised by a kernel on the host backend, or on a GPU backend in checked mode
+/// ([`crate::DeviceOptions::checked`]; reported at the next synchronisation there).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelFault {
     /// The kernel's name.
@@ -77,7 +78,8 @@ pub enum Error {
         /// Why, and what to install.
         reason: String,
     },
-    /// A bad value of `GRAPHED_BACKEND`, `GRAPHED_REQUIRE` or `GRAPHED_WGPU_CHECKS`.
+    /// A bad value of `GRAPHED_BACKEND`, `GRAPHED_REQUIRE`, `GRAPHED_WGPU_CHECKS` or
+    /// `GRAPHED_CHECKED`.
     #[error("environment variable {var}={value:?} is not understood: {hint}")]
     BadEnv {
         /// The variable.
@@ -97,7 +99,7 @@ pub enum Error {
         /// The compiler's log.
         log: String,
     },
-    /// A kernel faulted on the host backend.
+    /// A kernel faulted on the host backend, or on a GPU backend in checked mode.
     #[error(transparent)]
     Fault(#[from] KernelFault),
     /// A launch was malformed (argument count, types, grid, aliasing).

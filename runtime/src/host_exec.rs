@@ -263,6 +263,71 @@ impl<T: Element> HostShared<T> {
     }
 }
 
+impl<T: AtomicElem> HostShared<T> {
+    /// An atomic read-modify-write; returns the old value. A workgroup's invocations run on
+    /// one thread, each up to its next barrier, so a plain read-modify-write is atomic here.
+    pub fn atomic(&self, op: AtomicRmw, i: u32, v: T) -> Result<T, KernelFault> {
+        let c = self.cell(i)?;
+        let old = T::from_bits(c.get());
+        c.set(T::rmw(op, old, v).to_bits());
+        Ok(old)
+    }
+
+    /// Strong compare-exchange; returns the old value.
+    pub fn compare_exchange(&self, i: u32, expected: T, v: T) -> Result<T, KernelFault> {
+        let c = self.cell(i)?;
+        let old = T::from_bits(c.get());
+        if old == expected {
+            c.set(v.to_bits());
+        }
+        Ok(old)
+    }
+}
+
+/// The fault of an index past a per-invocation array, as for slices.
+#[cold]
+fn array_fault(index: u32, len: usize, kernel: &'static str, name: &'static str) -> KernelFault {
+    KernelFault {
+        kernel,
+        target: name,
+        kind: FaultKind::OutOfBounds {
+            index,
+            len: len as u32,
+        },
+    }
+}
+
+/// Reads element `i` of per-invocation array `name`, checked like a slice.
+#[inline]
+pub fn array_get<T: Copy, const N: usize>(
+    a: &[T; N],
+    i: u32,
+    kernel: &'static str,
+    name: &'static str,
+) -> Result<T, KernelFault> {
+    a.get(i as usize)
+        .copied()
+        .ok_or_else(|| array_fault(i, N, kernel, name))
+}
+
+/// Writes element `i` of per-invocation array `name`, checked like a slice.
+#[inline]
+pub fn array_set<T, const N: usize>(
+    a: &mut [T; N],
+    i: u32,
+    v: T,
+    kernel: &'static str,
+    name: &'static str,
+) -> Result<(), KernelFault> {
+    match a.get_mut(i as usize) {
+        Some(e) => {
+            *e = v;
+            Ok(())
+        }
+        None => Err(array_fault(i, N, kernel, name)),
+    }
+}
+
 /// One invocation of a kernel that uses `barrier()`.
 pub type Task<'a> = Pin<Box<dyn Future<Output = Result<(), KernelFault>> + 'a>>;
 

@@ -33,6 +33,26 @@ pub struct KernelDef {
     /// terminates by construction (wgpu then compiles it without naga's loop-bounding
     /// counters; see the README's semantics).
     pub loops_terminate: bool,
+    /// The checked variant of the GPU sources, run by devices in checked mode
+    /// (`GRAPHED_CHECKED=1`, [`crate::DeviceOptions::checked`]).
+    pub checked: CheckedForm,
+}
+
+/// A kernel's checked GPU sources: every slice and workgroup-array index is compared with
+/// the length; the first out-of-range access of a device is written to the device's fault
+/// record (the access reads 0 or is dropped), and the runtime reports it as
+/// [`crate::Error::Fault`] at the next synchronisation or readback.
+#[derive(Debug)]
+pub struct CheckedForm {
+    /// WGSL: the fault record is the storage binding after the last slice.
+    pub wgsl: &'static str,
+    /// CUDA C: the fault record is the last pointer argument.
+    pub cuda: &'static str,
+    /// The kernel's id in a fault record (FNV-1a of its unchecked WGSL).
+    pub id: u32,
+    /// What a record's target number names: the parameters in order, then the workgroup
+    /// arrays.
+    pub targets: &'static [&'static str],
 }
 
 impl KernelDef {

@@ -18,6 +18,7 @@ mod backend;
 pub mod blas;
 mod buffer;
 mod builtin;
+mod checked;
 mod device;
 #[cfg(feature = "nccl")]
 pub mod dist;
@@ -37,6 +38,7 @@ pub mod testing;
 
 pub use backend::BackendKind;
 pub use buffer::{Buffer, RawView};
+pub use checked::DeviceOptions;
 pub use device::{Device, Required};
 #[cfg(feature = "nccl")]
 pub use dist::{Communicator, DataParallel, ReduceOp};
@@ -46,8 +48,8 @@ pub use holder::{
     AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, Stats,
 };
 pub use kernel::{
-    ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch, ParamInfo, ParamType,
-    ScalarArg, MAX_WORKGROUPS_PER_DIMENSION,
+    CheckedForm, ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch,
+    ParamInfo, ParamType, ScalarArg, MAX_WORKGROUPS_PER_DIMENSION,
 };
 pub use plan::{BufferRole, Plan, PlanBuffer, PlanOp};
 pub use state::State;

@@ -14,6 +14,16 @@ pub fn available() -> bool {
 /// Compiles a kernel's CUDA C for `arch` (e.g. `"sm_90"` or `"compute_80"`) with
 /// `--fmad=false`, so `a * b + c` is never silently contracted into an FMA.
 pub fn compile(kernel: &KernelDef, arch: &str) -> Result<String> {
+    compile_source(kernel.name, kernel.cuda, arch)
+}
+
+/// Compiles a kernel's checked CUDA C ([`crate::CheckedForm::cuda`]) as [`compile`] does.
+pub fn compile_checked(kernel: &KernelDef, arch: &str) -> Result<String> {
+    compile_source(kernel.name, kernel.checked.cuda, arch)
+}
+
+/// Compiles CUDA C `source` (named `kernel` in errors) as [`compile`] does.
+pub fn compile_source(kernel: &'static str, source: &str, arch: &str) -> Result<String> {
     if !available() {
         return Err(Error::Unavailable {
             backend: "nvrtc",
@@ -24,14 +34,13 @@ pub fn compile(kernel: &KernelDef, arch: &str) -> Result<String> {
         fmad: Some(false),
         arch: None,
         options: vec![format!("--gpu-architecture={arch}")],
-        name: Some(format!("{}.cu", kernel.name)),
+        name: Some(format!("{kernel}.cu")),
         ..Default::default()
     };
-    let ptx =
-        cudarc::nvrtc::compile_ptx_with_opts(kernel.cuda, opts).map_err(|e| Error::Compile {
-            kernel: kernel.name,
-            backend: "nvrtc",
-            log: e.to_string(),
-        })?;
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| Error::Compile {
+        kernel,
+        backend: "nvrtc",
+        log: e.to_string(),
+    })?;
     Ok(ptx.to_src())
 }

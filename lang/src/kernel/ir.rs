@@ -60,6 +60,29 @@ pub struct Shared {
     pub name: String,
     pub elem: Ty,
     pub size: u32,
+    /// Used with atomic builtins: then every access to it is atomic, and it starts zeroed on
+    /// every target (CUDA zeroes it explicitly before the body).
+    pub atomic: bool,
+}
+
+/// A per-invocation array of constant length (`let mut acc = [0.0f32; 16];`).
+#[derive(Clone, Debug)]
+pub struct LocalArray {
+    /// The target name (mangled).
+    pub name: String,
+    /// The name in the source, for the host's fault.
+    pub source: String,
+    pub elem: Ty,
+    pub len: u32,
+}
+
+/// How a per-invocation array is initialised.
+#[derive(Clone, Debug)]
+pub enum ArrayInit {
+    /// `[v; N]`: every element `v` (evaluated once).
+    Splat(Expr),
+    /// `[a, b, c]`.
+    List(Vec<Expr>),
 }
 
 #[derive(Clone, Debug)]
@@ -67,6 +90,8 @@ pub struct Kernel {
     pub name: String,
     pub params: Vec<Param>,
     pub shared: Vec<Shared>,
+    /// Per-invocation arrays, indexed by `Place::Array` and `Stmt::Array`.
+    pub arrays: Vec<LocalArray>,
     pub workgroup: [u32; 3],
     pub body: Vec<Stmt>,
     pub has_barrier: bool,
@@ -79,6 +104,20 @@ pub enum Place {
     Local(String),
     Param(usize, Box<Expr>),
     Shared(usize, Box<Expr>),
+    /// An element of a per-invocation array. An index at or past the length is a fault on
+    /// the host; on GPU targets a read gives zero and a write is dropped (emitted explicitly).
+    /// The checker folds indices known at compile time to literals (and rejects those out of
+    /// range), which the emitters access unguarded.
+    Array(usize, Box<Expr>),
+}
+
+/// The memory an atomic acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicTarget {
+    /// A `&mut [u32]`/`&mut [i32]` parameter.
+    Param(usize),
+    /// A `shared::<u32|i32, N>()` workgroup array.
+    Shared(usize),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -333,11 +372,16 @@ pub enum Stmt {
     Barrier {
         span: Span,
     },
-    /// An atomic read-modify-write on `param[index]`; the old value goes to `result`.
+    /// Declares per-invocation array `array` (an index into `Kernel::arrays`).
+    Array {
+        array: usize,
+        init: ArrayInit,
+    },
+    /// An atomic read-modify-write on `target[index]`; the old value goes to `result`.
     Atomic {
         result: Option<String>,
         op: AtomicOp,
-        param: usize,
+        target: AtomicTarget,
         index: Expr,
         operands: Vec<Expr>,
         ty: Ty,

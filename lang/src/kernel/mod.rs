@@ -80,12 +80,15 @@ pub fn lower(args: TokenStream, func: &syn::ItemFn) -> Result<Kernel, (Errors, V
     for name in &rejected {
         checker.poison(name);
     }
+    checker.atomic_names(atomic);
     let body = checker.block(&func.block, true);
+    let arrays = checker.arrays();
     let (params, shared, has_barrier) = checker.finish();
     let kernel = Kernel {
         name: func.sig.ident.to_string(),
         params,
         shared,
+        arrays,
         workgroup: kargs.workgroup,
         body,
         has_barrier,
@@ -195,6 +198,10 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
     };
     let wgsl = emit::wgsl::emit(k);
     let cuda = emit::cuda::emit(k);
+    let checked_id = emit::bounds::kernel_id(&wgsl);
+    let wgsl_checked = emit::wgsl::emit_checked(k, checked_id);
+    let cuda_checked = emit::cuda::emit_checked(k, checked_id);
+    let targets = emit::bounds::targets(k);
     let host_src = emit::host::emit(k);
     let host: TokenStream = match syn::parse_str(&host_src) {
         Ok(t) => t,
@@ -241,6 +248,10 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
             pub const WGSL: &str = #wgsl;
             /// The CUDA C source this kernel was compiled to.
             pub const CUDA: &str = #cuda;
+            /// The checked variant's WGSL (every index checked; `GRAPHED_CHECKED=1`).
+            pub const WGSL_CHECKED: &str = #wgsl_checked;
+            /// The checked variant's CUDA C (every index checked; `GRAPHED_CHECKED=1`).
+            pub const CUDA_CHECKED: &str = #cuda_checked;
             /// The workgroup shape.
             pub const WORKGROUP: [u32; 3] = [#wx, #wy, #wz];
             /// Everything a backend needs to run this kernel.
@@ -254,6 +265,12 @@ fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
                 arg_words: #arg_words,
                 host,
                 loops_terminate: #loops_terminate,
+                checked: ::graphed::CheckedForm {
+                    wgsl: WGSL_CHECKED,
+                    cuda: CUDA_CHECKED,
+                    id: #checked_id,
+                    targets: &[#(#targets),*],
+                },
             };
             #host
             #[doc = #ldoc]

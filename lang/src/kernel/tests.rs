@@ -142,7 +142,7 @@ fn shared_memory_atomics_and_consts() {
         Stmt::Atomic {
             result: Some(_),
             op: AtomicOp::Add,
-            param: 1,
+            target: AtomicTarget::Param(1),
             ..
         }
     )));
@@ -537,11 +537,11 @@ fn wgsl_barriers(item: TokenStream) -> String {
 fn barriers_order_storage_only_where_a_written_slice_is_accessed_on_both_sides() {
     // A tiled loop sharing only workgroup memory; the written slice only after the loop.
     let tiled = wgsl_barriers(quote! {
-        pub fn tiled(a: &[f32], c: &mut [f32]) {
+        pub fn tiled(n: u32, a: &[f32], c: &mut [f32]) {
             let t = shared::<f32, 64>();
             let i = local_id().x;
             let mut acc = 0.0;
-            for k in 0..4u32 {
+            for k in 0..n {
                 t[i] = a[k * 64 + i];
                 barrier();
                 acc += t[63 - i];
@@ -564,7 +564,19 @@ fn barriers_order_storage_only_where_a_written_slice_is_accessed_on_both_sides()
     assert_eq!(neighbour, "S");
     // In a loop, the write after the barrier precedes the barrier of the next iteration.
     let looped = wgsl_barriers(quote! {
-        pub fn looped(c: &mut [f32]) {
+        pub fn looped(n: u32, c: &mut [f32]) {
+            let i = global_id().x;
+            for k in 0..n {
+                barrier();
+                c[i] = c[i ^ 1u32] + 1.0;
+            }
+        }
+    });
+    assert_eq!(looped, "S");
+    // Unrolled (a constant range), the same loop is straight-line code: the first barrier
+    // has no write before it.
+    let unrolled = wgsl_barriers(quote! {
+        pub fn unrolled(c: &mut [f32]) {
             let i = global_id().x;
             for k in 0..4u32 {
                 barrier();
@@ -572,7 +584,7 @@ fn barriers_order_storage_only_where_a_written_slice_is_accessed_on_both_sides()
             }
         }
     });
-    assert_eq!(looped, "S");
+    assert_eq!(unrolled, "WSSS");
     // Read-only slices on both sides need no storage ordering.
     let read_only = wgsl_barriers(quote! {
         pub fn read_only(a: &[f32], c: &mut [f32]) {

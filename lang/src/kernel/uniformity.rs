@@ -27,6 +27,9 @@ pub fn check(kernel: &Kernel, errors: &mut Vec<syn::Error>) {
     let mut found = Vec::new();
     a.report = Some(&mut found);
     a.block(&kernel.body, None);
+    // The copies of an unrolled loop's body share their barriers' spans: one error each.
+    let mut seen = HashSet::new();
+    found.retain(|e| seen.insert((e.to_string(), format!("{:?}", e.span()))));
     errors.extend(found);
 }
 
@@ -106,6 +109,8 @@ impl Analysis<'_, '_> {
                 result: Some(name), ..
             } => self.taint(name),
             Stmt::Atomic { .. } => {}
+            // Reads of arrays are never taken as uniform (like every `Load`).
+            Stmt::Array { .. } => {}
             Stmt::If { cond, then, els } => {
                 let inner = under(nu, !self.uniform(cond));
                 let a = self.block(then, inner);

@@ -18,6 +18,7 @@ use super::cublas::{Cublas, WORKSPACE_BYTES};
 use super::{Backend, BackendKind, Memory, Recording};
 use crate::blas::{beta_bits, GemmShape};
 use crate::buffer::RawView;
+use crate::checked::{Kernels, RECORD_WORDS};
 use crate::error::{Error, Result};
 use crate::kernel::KernelDef;
 use crate::plan::{Op, Plan};
@@ -216,6 +217,9 @@ pub(crate) struct CudaBackend {
     ring: Mutex<Option<Ring>>,
     /// cuBLAS, set up on first use (never inside a capture).
     blas: Mutex<BlasState>,
+    /// Checked mode: the fault record (the last argument of every launch, captured into
+    /// graphs with it) and the kernels compiled with it.
+    checked: Option<(CudaMem, Kernels)>,
 }
 
 enum BlasState {
@@ -225,7 +229,8 @@ enum BlasState {
 }
 
 impl CudaBackend {
-    pub(crate) fn open(ordinal: usize) -> Result<CudaBackend> {
+    /// Opens GPU `ordinal`; `checked`: checked mode (see [`crate::checked`]).
+    pub(crate) fn open(ordinal: usize, checked: bool) -> Result<CudaBackend> {
         // SAFETY: only probes whether libcuda can be opened; cudarc panics on a missing library.
         if !unsafe { sys::is_culib_present() } {
             return Err(Error::Unavailable {
@@ -262,7 +267,7 @@ impl CudaBackend {
                 reason: "NVRTC (libnvrtc) was not found; install the CUDA toolkit's NVRTC".into(),
             });
         }
-        Ok(CudaBackend {
+        let mut b = CudaBackend {
             ctx,
             #[cfg(feature = "nccl")]
             ordinal,
@@ -273,7 +278,13 @@ impl CudaBackend {
             lock: Arc::new(Mutex::new(Health)),
             ring: Mutex::new(None),
             blas: Mutex::new(BlasState::NotLoaded),
-        })
+            checked: None,
+        };
+        if checked {
+            // Zeroed on the stream before any launch can use it.
+            b.checked = Some((b.raw_alloc(RECORD_WORDS)?, Kernels::default()));
+        }
+        Ok(b)
     }
 
     fn enter(&self) -> Result<Entered<'_>> {
@@ -334,7 +345,13 @@ impl CudaBackend {
                 limit: STATIC_SHARED_BYTES.into(),
             });
         }
-        let ptx = crate::nvrtc::compile(kernel, &self.arch)?;
+        let ptx = match &self.checked {
+            Some((_, kernels)) => {
+                kernels.note(kernel);
+                crate::nvrtc::compile_checked(kernel, &self.arch)?
+            }
+            None => crate::nvrtc::compile(kernel, &self.arch)?,
+        };
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
@@ -382,16 +399,20 @@ impl CudaBackend {
         if grid.contains(&0) {
             return Ok(());
         }
-        let mut ptrs: Vec<sys::CUdeviceptr> = Vec::with_capacity(bindings.len() + 1);
+        let mut ptrs: Vec<sys::CUdeviceptr> = Vec::with_capacity(bindings.len() + 2);
         ptrs.push(args_ptr);
         ptrs.extend(bindings.iter().map(ptr));
+        if let Some((record, _)) = &self.checked {
+            ptrs.push(record.ptr);
+        }
         let mut params: Vec<*mut c_void> = ptrs
             .iter_mut()
             .map(|p| p as *mut sys::CUdeviceptr as *mut c_void)
             .collect();
         let wg = kernel.workgroup;
         // SAFETY: `params` points at one device pointer per kernel parameter (argument block
-        // first, then each slice), matching the signature the CUDA emitter generated.
+        // first, then each slice, then in checked mode the fault record), matching the
+        // signature the CUDA emitter generated for the source `function` compiled.
         unsafe {
             result::launch_kernel(
                 f,
@@ -611,6 +632,27 @@ impl CudaBackend {
         // SAFETY: the stream is valid for the backend's lifetime.
         unsafe { result::stream::synchronize(self.stream.0) }.map_err(|e| health.note(e))
     }
+
+    /// In checked mode, reads the fault record (after the work queued so far; the caller
+    /// holds the lock) and, when it holds a fault, clears it and returns the fault.
+    fn take_fault(&self, health: &mut Health) -> Result<()> {
+        let Some((record, kernels)) = &self.checked else {
+            return Ok(());
+        };
+        let mut words = [0u32; RECORD_WORDS];
+        // SAFETY: the record has RECORD_WORDS words; the stream is synchronised before
+        // `words` is read.
+        unsafe { result::memcpy_dtoh_async(&mut words, record.ptr, self.stream.0) }.map_err(err)?;
+        self.sync(health)?;
+        let fault = kernels.check(&words);
+        if fault.is_err() {
+            // SAFETY: the record is RECORD_WORDS words; ordered before any later launch.
+            unsafe { sys::cuMemsetD32Async(record.ptr, 0, RECORD_WORDS, self.stream.0) }
+                .result()
+                .map_err(err)?;
+        }
+        fault
+    }
 }
 
 impl Drop for CudaBackend {
@@ -676,6 +718,9 @@ impl Backend for CudaBackend {
             .map_err(err)?;
         }
         self.sync(&mut g)?;
+        // The same wait covers the record: a fault of the work before this readback is
+        // reported instead of its (possibly wrong) values, once.
+        self.take_fault(&mut g)?;
         Ok(out)
     }
     fn copy(&self, src: &RawView, dst: &RawView) -> Result<()> {
@@ -921,7 +966,14 @@ impl Backend for CudaBackend {
             .map(|(free, total)| (free as u64, total as u64))
     }
     fn health(&self) -> Result<()> {
-        self.lock.lock().unwrap_or_else(|p| p.into_inner()).check()
+        if self.checked.is_none() {
+            return self.lock.lock().unwrap_or_else(|p| p.into_inner()).check();
+        }
+        let mut g = self.enter()?;
+        self.take_fault(&mut g)
+    }
+    fn checked(&self) -> bool {
+        self.checked.is_some()
     }
     fn drain(&self) -> Result<()> {
         let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());

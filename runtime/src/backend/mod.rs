@@ -102,9 +102,15 @@ pub(crate) trait Backend: Send + Sync {
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>>;
     /// Waits for all work this backend queued.
     fn drain(&self) -> Result<()>;
-    /// Whether the device can still run work (an error names the fault that ended it).
+    /// Whether the device can still run work (an error names the fault that ended it); in
+    /// checked mode also a kernel's out-of-range access since the last check (reported once).
+    /// Called after a drain.
     fn health(&self) -> Result<()> {
         Ok(())
+    }
+    /// Whether kernels run their checked sources (checked mode, [`crate::checked`]).
+    fn checked(&self) -> bool {
+        false
     }
     /// Test hook (`testing` feature): makes the device report one validation error (wgpu only).
     #[cfg(feature = "testing")]

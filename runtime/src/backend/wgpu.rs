@@ -8,6 +8,7 @@ use wgpu::util::DeviceExt;
 
 use super::{Backend, BackendKind, Memory, Recording};
 use crate::buffer::RawView;
+use crate::checked::{Kernels, RECORD_WORDS};
 use crate::error::{Error, Result};
 use crate::kernel::{KernelDef, ParamType};
 use crate::plan::{Op, Plan};
@@ -95,6 +96,15 @@ pub(crate) struct WgpuBackend {
     shader_f16: bool,
     /// Errors the device reported outside an error scope.
     error: Arc<Mutex<DeviceErrors>>,
+    /// Checked mode: the fault record and the kernels that may write it.
+    checked: Option<Checked>,
+}
+
+/// A checked device's fault record (bound after the last slice of every launch) and the
+/// kernels compiled with it.
+struct Checked {
+    record: wgpu::Buffer,
+    kernels: Kernels,
 }
 
 /// What the device reported outside error scopes: a validation error is returned once, by
@@ -201,9 +211,10 @@ fn check_features(kernel: &'static KernelDef, shader_f16: bool, adapter: &str) -
 }
 
 impl WgpuBackend {
-    /// Opens the best adapter, asking for `SHADER_F16` where it has it (unless `want_f16` is
-    /// false: a device without it, for tests of the refusal).
-    pub(crate) fn open(want_f16: bool) -> Result<WgpuBackend> {
+    /// Opens the best adapter; `checked`: checked mode (see [`crate::checked`]). It asks for
+    /// `SHADER_F16` where the adapter has it (unless `want_f16` is false: a device without
+    /// it, for tests of the refusal).
+    pub(crate) fn open(checked: bool, want_f16: bool) -> Result<WgpuBackend> {
         let checks = ShaderChecks::from_env()?;
         let instance =
             compute_instance(wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY));
@@ -248,6 +259,17 @@ impl WgpuBackend {
             s.lost
                 .get_or_insert_with(|| format!("device lost ({reason:?}): {msg}"));
         });
+        let checked = checked.then(|| Checked {
+            record: device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("graphed fault record"),
+                size: RECORD_WORDS as u64 * 4,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            kernels: Kernels::default(),
+        });
         Ok(WgpuBackend {
             device,
             queue,
@@ -257,6 +279,7 @@ impl WgpuBackend {
             checks,
             shader_f16,
             error,
+            checked,
         })
     }
 
@@ -318,16 +341,25 @@ impl WgpuBackend {
             });
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let source = match &self.checked {
+            Some(c) => {
+                c.kernels.note(kernel);
+                kernel.checked.wgsl
+            }
+            None => kernel.wgsl,
+        };
         let desc = wgpu::ShaderModuleDescriptor {
             label: Some(kernel.name),
-            source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
         };
         let c = self.checks;
         let module = if c.bounds && c.loops && c.division {
             self.device.create_shader_module(desc)
         } else {
             let checks = wgpu::ShaderRuntimeChecks {
-                bounds_checks: c.bounds,
+                // A checked read of an empty view at its buffer's end loads one element
+                // past it (and discards it): naga's clamping keeps that load in bounds.
+                bounds_checks: c.bounds || self.checked.is_some(),
                 force_loop_bounding: c.loops || !kernel.loops_terminate,
                 int_div_checks: c.division,
                 ..wgpu::ShaderRuntimeChecks::checked()
@@ -357,6 +389,9 @@ impl WgpuBackend {
                 let _ = write; // every slice is read_write storage (see the WGSL emitter)
                 entries.push(storage(false, entries.len() as u32));
             }
+        }
+        if self.checked.is_some() {
+            entries.push(storage(false, entries.len() as u32));
         }
         let layout = self
             .device
@@ -396,6 +431,77 @@ impl WgpuBackend {
         Ok(p)
     }
 
+    /// Copies `src` (buffer, byte offset, bytes) and then `record` into one staging buffer,
+    /// waits, and returns the words (those of `src` first).
+    fn read_back(
+        &self,
+        src: Option<(&wgpu::Buffer, u64, u64)>,
+        record: Option<&wgpu::Buffer>,
+    ) -> Result<Vec<u32>> {
+        let bytes = src.map_or(0, |s| s.2);
+        let size = bytes + record.map_or(0, |_| RECORD_WORDS as u64 * 4);
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("graphed readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        if let Some((buf, off, bytes)) = src {
+            enc.copy_buffer_to_buffer(buf, off, &staging, 0, bytes);
+        }
+        if let Some(r) = record {
+            enc.copy_buffer_to_buffer(r, 0, &staging, bytes, RECORD_WORDS as u64 * 4);
+        }
+        self.queue.submit([enc.finish()]);
+        let done = Arc::new((Mutex::new(None), std::sync::Condvar::new()));
+        let flag = done.clone();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            *flag.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            flag.1.notify_all();
+        });
+        // Another thread's poll may be the one that delivers our callback: wait for the
+        // callback itself, polling until it has run, not merely for the queue to drain.
+        let result = loop {
+            self.device
+                .poll(wgpu::PollType::Wait {
+                    submission_index: None,
+                    timeout: None,
+                })
+                .map_err(device_err)?;
+            let slot = done.0.lock().unwrap_or_else(|p| p.into_inner());
+            let (mut slot, _) = done
+                .1
+                .wait_timeout_while(slot, std::time::Duration::from_millis(5), |s| s.is_none())
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = slot.take() {
+                break r;
+            }
+            self.check()?;
+        };
+        self.check()?;
+        if let Err(e) = result {
+            return Err(device_err(format!("readback failed: {e}")));
+        }
+        let out = {
+            let mapped = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| device_err(format!("readback failed: {e}")))?;
+            bytemuck::cast_slice::<u8, u32>(&mapped).to_vec()
+        };
+        staging.unmap();
+        Ok(out)
+    }
+
+    /// Clears the fault record (queued before any later work).
+    fn clear_record(&self) {
+        if let Some(c) = &self.checked {
+            self.queue
+                .write_buffer(&c.record, 0, bytemuck::cast_slice(&[0u32; RECORD_WORDS]));
+        }
+    }
+
     fn check_grid(&self, kernel: &'static KernelDef, grid: [u32; 3]) -> Result<()> {
         let max = self.limits.max_compute_workgroups_per_dimension;
         if grid.iter().any(|&g| g > max) {
@@ -427,6 +533,12 @@ impl WgpuBackend {
             entries.push(wgpu::BindGroupEntry {
                 binding: i as u32 + 1,
                 resource: buffer(v).as_entire_binding(),
+            });
+        }
+        if let Some(c) = &self.checked {
+            entries.push(wgpu::BindGroupEntry {
+                binding: bindings.len() as u32 + 1,
+                resource: c.record.as_entire_binding(),
             });
         }
         self.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -501,56 +613,24 @@ impl Backend for WgpuBackend {
         self.check()
     }
     fn read(&self, view: &RawView) -> Result<Vec<u32>> {
-        if view.len == 0 {
+        if view.len == 0 && self.checked.is_none() {
             return Ok(Vec::new());
         }
         let bytes = view.len as u64 * 4;
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("graphed readback"),
-            size: bytes,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut enc = self.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buffer(view), view.offset as u64 * 4, &staging, 0, bytes);
-        self.queue.submit([enc.finish()]);
-        let done = Arc::new((Mutex::new(None), std::sync::Condvar::new()));
-        let flag = done.clone();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            *flag.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-            flag.1.notify_all();
-        });
-        // Another thread's poll may be the one that delivers our callback: wait for the
-        // callback itself, polling until it has run, not merely for the queue to drain.
-        let result = loop {
-            self.device
-                .poll(wgpu::PollType::Wait {
-                    submission_index: None,
-                    timeout: None,
-                })
-                .map_err(device_err)?;
-            let slot = done.0.lock().unwrap_or_else(|p| p.into_inner());
-            let (mut slot, _) = done
-                .1
-                .wait_timeout_while(slot, std::time::Duration::from_millis(5), |s| s.is_none())
-                .unwrap_or_else(|p| p.into_inner());
-            if let Some(r) = slot.take() {
-                break r;
+        let record = self.checked.as_ref().map(|c| &c.record);
+        let mut out = self.read_back(
+            (view.len > 0).then(|| (buffer(view), view.offset as u64 * 4, bytes)),
+            record,
+        )?;
+        if let Some(c) = &self.checked {
+            // The same wait covers the record: a fault of the work before this readback is
+            // reported instead of its (possibly wrong) values, once.
+            let rec = out.split_off(view.len);
+            if let Err(e) = c.kernels.check(&rec) {
+                self.clear_record();
+                return Err(e);
             }
-            self.check()?;
-        };
-        self.check()?;
-        if let Err(e) = result {
-            return Err(device_err(format!("readback failed: {e}")));
         }
-        let out = {
-            let mapped = staging
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| device_err(format!("readback failed: {e}")))?;
-            bytemuck::cast_slice::<u8, u32>(&mapped).to_vec()
-        };
-        staging.unmap();
         Ok(out)
     }
     fn copy(&self, src: &RawView, dst: &RawView) -> Result<()> {
@@ -564,6 +644,20 @@ impl Backend for WgpuBackend {
     }
     fn prepare(&self, kernel: &'static KernelDef) -> Result<()> {
         self.pipeline(kernel).map(|_| ())
+    }
+    fn health(&self) -> Result<()> {
+        let Some(c) = &self.checked else {
+            return Ok(());
+        };
+        let rec = self.read_back(None, Some(&c.record))?;
+        let checked = c.kernels.check(&rec);
+        if checked.is_err() {
+            self.clear_record();
+        }
+        checked
+    }
+    fn checked(&self) -> bool {
+        self.checked.is_some()
     }
     fn launch(
         &self,

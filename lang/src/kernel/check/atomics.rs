@@ -1,4 +1,5 @@
-//! Atomic read-modify-write calls on `&mut [T]` parameters.
+//! Atomic read-modify-write calls on `&mut [T]` parameters and `shared::<u32|i32, N>()`
+//! workgroup arrays.
 
 use super::*;
 
@@ -45,22 +46,44 @@ impl Checker<'_> {
         if self.is_poisoned(buf) {
             return Err(());
         }
-        let pidx = match buf {
-            syn::Expr::Path(p) => p
-                .path
-                .get_ident()
-                .and_then(|id| self.param_index(&id.to_string())),
+        let usage = "the first argument of an atomic is a `&mut [u32]` or `&mut [i32]` parameter of the kernel, or a `shared::<u32, N>()` / `shared::<i32, N>()` workgroup array";
+        let name_of = match buf {
+            syn::Expr::Path(p) => p.path.get_ident().map(|id| id.to_string()),
             _ => None,
         };
-        let Some(pidx) = pidx else {
-            self.error(buf, "the first argument of an atomic is a `&mut [u32]` or `&mut [i32]` parameter of the kernel");
-            return Err(());
-        };
-        let ParamKind::Slice { elem, .. } = self.params[pidx].kind else {
-            self.error(buf, "the first argument of an atomic is a `&mut [u32]` or `&mut [i32]` parameter of the kernel");
-            return Err(());
+        let shared = name_of
+            .as_ref()
+            .filter(|n| self.lookup(n).is_none())
+            .and_then(|n| self.shared_names.get(n).copied());
+        let (target, elem) = if let Some(s) = shared {
+            let elem = self.shared[s].elem;
+            if !elem.is_int() {
+                self.error(
+                    buf,
+                    format!(
+                        "atomics act on `u32` or `i32`; this workgroup array holds `{}`",
+                        elem.rust()
+                    ),
+                );
+                return Err(());
+            }
+            (AtomicTarget::Shared(s), elem)
+        } else {
+            let pidx = name_of.and_then(|n| self.param_index(&n));
+            let Some(pidx) = pidx else {
+                self.error(buf, usage);
+                return Err(());
+            };
+            let ParamKind::Slice { elem, .. } = self.params[pidx].kind else {
+                self.error(buf, usage);
+                return Err(());
+            };
+            (AtomicTarget::Param(pidx), elem)
         };
         let index = self.index_expr(&call.args[1])?;
+        if let AtomicTarget::Shared(s) = target {
+            self.shared_index_in_bounds(s, &index, &call.args[1])?;
+        }
         let mut operands = Vec::new();
         for a in call.args.iter().skip(2) {
             let v = self.expr(a, Some(elem))?;
@@ -74,12 +97,40 @@ impl Checker<'_> {
             Stmt::Atomic {
                 result: None,
                 op,
-                param: pidx,
+                target,
                 index,
                 operands,
                 ty: elem,
             },
             elem,
         ))
+    }
+}
+
+impl Checker<'_> {
+    /// Rejects a plain access to a workgroup array used atomically (its every access is
+    /// atomic, as for slices: WGSL types it `array<atomic<T>, N>`).
+    pub(super) fn shared_atomic_plain(
+        &mut self,
+        s: usize,
+        ix: &syn::ExprIndex,
+        write: bool,
+    ) -> Res<()> {
+        if !self.shared[s].atomic {
+            return Ok(());
+        }
+        let n = crate::tokens::shown(&ix.expr);
+        let instead = if write {
+            format!("atomic_store({n}, i, v);")
+        } else {
+            format!("let v = atomic_load({n}, i);")
+        };
+        self.error(
+            ix,
+            format!(
+                "`{n}` is used with atomics, so every access to it is atomic: write `{instead}`"
+            ),
+        );
+        Err(())
     }
 }

@@ -172,6 +172,12 @@ impl Checker<'_> {
                 self.error(m, "`len()` takes no arguments");
                 return Err(());
             }
+            if let Some(a) = self.array_of(&m.receiver) {
+                return Ok(Expr {
+                    kind: ExprKind::LitU32(self.arrays[a].len),
+                    ty: Ty::U32,
+                });
+            }
             if let syn::Expr::Path(p) = &*m.receiver {
                 if let Some(pi) = p
                     .path
@@ -200,7 +206,7 @@ impl Checker<'_> {
             }
             self.error(
                 &m.receiver,
-                "`len()` applies to a slice parameter or workgroup array",
+                "`len()` applies to a slice parameter, a workgroup array or a per-invocation array",
             );
             return Err(());
         }

@@ -77,9 +77,15 @@ impl Checker<'_> {
         for s in &block.stmts[..block.stmts.len() - 1] {
             self.stmt(s, false, &mut sink);
         }
-        let ty = self.expr(tail, expect).map(|e| e.ty);
+        let bytes = self.array_bytes;
+        let ty = self.value_type(tail, expect);
         self.scopes.pop();
-        self.errors.truncate(saved);
+        self.array_bytes = bytes;
+        // Without a type from the context, a tail whose type cannot be found keeps its errors:
+        // the block is not lowered again.
+        if ty.is_ok() || expect.is_some() {
+            self.errors.truncate(saved);
+        }
         ty.or_else(|_| expect.ok_or(()))
     }
 
@@ -115,31 +121,15 @@ impl Checker<'_> {
             self.stmt(s, false, &mut out);
         }
         if let Some(syn::Stmt::Expr(tail, None)) = block.stmts.last() {
-            if let syn::Expr::If(inner) = tail {
-                if !if_is_pure(inner) {
-                    self.if_assign(inner, place, ty, &mut out);
-                    self.scopes.pop();
-                    return out;
-                }
-            }
-            if let Ok(v) = self.expr(tail, Some(ty)) {
-                if v.ty != ty {
-                    self.error(tail, mismatch(ty, v.ty));
-                } else {
-                    out.push(Stmt::Assign {
-                        place: place.clone(),
-                        op: None,
-                        value: v,
-                        ty,
-                    });
-                }
-            }
+            self.value_into(tail, place, ty, &mut out);
         }
         self.scopes.pop();
         out
     }
 
-    pub(super) fn for_loop(&mut self, f: &syn::ExprForLoop) -> Res<Stmt> {
+    /// A `for` loop: unrolled into copies of its body when its range is known at compile time
+    /// (see `unroll`), else one `Stmt::For`.
+    pub(super) fn for_loop(&mut self, f: &syn::ExprForLoop) -> Res<Vec<Stmt>> {
         if let Some(l) = &f.label {
             self.error(l, LABEL_MSG);
         }
@@ -226,6 +216,9 @@ impl Checker<'_> {
             }
             None => None,
         };
+        if let Some(values) = self.unroll_values(&start, &end, step.as_ref(), &f.body) {
+            return Ok(self.unrolled(&name, ty, &values, &f.body));
+        }
         let mangled = self.mangle(&name);
         self.scopes.push(HashMap::new());
         self.declare(&name, mangled.clone(), ty, false);
@@ -233,7 +226,7 @@ impl Checker<'_> {
         let body = self.block(&f.body, false);
         self.loop_depth -= 1;
         self.scopes.pop();
-        Ok(Stmt::For {
+        Ok(vec![Stmt::For {
             var: mangled,
             source: name.trim_start_matches("r#").to_string(),
             ty,
@@ -241,7 +234,7 @@ impl Checker<'_> {
             end,
             step,
             body,
-        })
+        }])
     }
 }
 

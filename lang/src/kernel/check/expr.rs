@@ -56,8 +56,12 @@ impl Checker<'_> {
                         Place::Param(p, Box::new(index))
                     }
                     Target::Shared(s) => {
+                        self.shared_atomic_plain(s, ix, false)?;
                         self.shared_index_in_bounds(s, &index, &ix.index)?;
                         Place::Shared(s, Box::new(index))
+                    }
+                    Target::Array(a) => {
+                        Place::Array(a, Box::new(self.array_index(a, index, &ix.index)?))
                     }
                 };
                 Ok(Expr {
@@ -138,10 +142,14 @@ impl Checker<'_> {
             syn::Expr::Block(b) if b.block.stmts.len() == 1 => match &b.block.stmts[0] {
                 syn::Stmt::Expr(inner, None) => self.expr(inner, expect),
                 _ => {
-                    self.error(e, "a block used as a value must be a single expression");
+                    self.error(e, "a block with statements is a value only as the whole value of a `let` or an assignment: `let v = { ...; x };`");
                     Err(())
                 }
             },
+            syn::Expr::Block(_) => {
+                self.error(e, "a block with statements is a value only as the whole value of a `let` or an assignment: `let v = { ...; x };`");
+                Err(())
+            }
             syn::Expr::Closure(_) => {
                 self.error(
                     e,
@@ -172,7 +180,7 @@ impl Checker<'_> {
                 Err(())
             }
             syn::Expr::Array(_) | syn::Expr::Repeat(_) => {
-                self.error(e, "local arrays are not supported in kernels; use separate locals, or workgroup memory shared by the workgroup: `let tile = shared::<f32, 256>();`");
+                self.error(e, "an array value only initialises a `let`: `let mut acc = [0.0f32; 16];` (arrays are not passed, returned or assigned as a whole)");
                 Err(())
             }
             syn::Expr::Macro(m) => {
@@ -222,8 +230,15 @@ impl Checker<'_> {
                 self.error(e, "an assignment is a statement, not a value");
                 Err(())
             }
-            syn::Expr::Loop(_) | syn::Expr::While(_) | syn::Expr::ForLoop(_) => {
-                self.error(e, "loops are statements and have no value in kernels");
+            syn::Expr::Loop(_) => {
+                self.error(e, "a `loop` is a value only as the whole value of a `let` or an assignment: `let v = loop { ... break x; };`");
+                Err(())
+            }
+            syn::Expr::While(_) | syn::Expr::ForLoop(_) => {
+                self.error(
+                    e,
+                    "`while` and `for` loops have no value; use `loop { ... break x; }` for one",
+                );
                 Err(())
             }
             _ => {
@@ -342,6 +357,10 @@ impl Checker<'_> {
         let name = id.to_string();
         if let Some(l) = self.lookup(&name) {
             if l.poisoned {
+                return Err(());
+            }
+            if l.array.is_some() {
+                self.error(p, format!("`{name}` is an array; use it as `{name}[i]` or `{name}.len()` (arrays are not copied or passed as a whole: copy elements in a `for` loop)"));
                 return Err(());
             }
             return Ok(Expr {

@@ -3,6 +3,7 @@
 //! Every error is recorded (spanned) and lowering goes on, so all of a kernel's mistakes are
 //! reported together; an expression that failed yields `Err(())` and is not reported twice.
 
+mod arrays;
 mod atomics;
 mod builtins;
 mod consts;
@@ -11,6 +12,8 @@ mod expr;
 mod place;
 mod shared;
 mod stmt;
+mod unroll;
+mod value;
 
 use std::collections::HashMap;
 
@@ -26,6 +29,7 @@ use control::if_is_pure;
 use expr::{compound_op, is_untyped_lit, mismatch};
 use place::Target;
 use stmt::macro_message;
+use value::is_stmt_value;
 
 type Res<T> = Result<T, ()>;
 
@@ -40,6 +44,8 @@ struct Local {
     /// Declared by code that was already reported (a rejected parameter, a failed `let`):
     /// its uses fail silently instead of adding "unknown variable" errors.
     poisoned: bool,
+    /// A per-invocation array (an index into `Checker::arrays`); `ty` is its element type.
+    array: Option<usize>,
 }
 
 pub struct Checker<'a> {
@@ -55,6 +61,18 @@ pub struct Checker<'a> {
     has_barrier: bool,
     /// Values known at compile time (immutable locals, the workgroup shape).
     known: Known,
+    /// Per-invocation arrays declared so far.
+    arrays: Vec<LocalArray>,
+    /// Bytes of per-invocation arrays, each declaration in the source counted once.
+    array_bytes: u64,
+    /// Names passed as the first argument of an atomic builtin (workgroup arrays among them
+    /// are declared atomic).
+    atomic_names: Vec<String>,
+    /// Copies of the body being lowered, through enclosing unrolled loops.
+    unroll_factor: u32,
+    /// Enclosing `loop`s used as values: (loop depth inside it, where `break v` writes, the
+    /// value's type once known).
+    value_loops: Vec<value::ValueLoop>,
 }
 
 fn err(errors: &mut Errors, node: impl quote::ToTokens, msg: impl std::fmt::Display) {
@@ -83,7 +101,23 @@ impl<'a> Checker<'a> {
                 locals: HashMap::new(),
                 workgroup,
             },
+            arrays: Vec::new(),
+            array_bytes: 0,
+            atomic_names: Vec::new(),
+            unroll_factor: 1,
+            value_loops: Vec::new(),
         }
+    }
+
+    /// Declares which names are used as the first argument of an atomic builtin (so a
+    /// workgroup array of that name is atomic from its declaration on).
+    pub fn atomic_names(&mut self, names: Vec<String>) {
+        self.atomic_names = names;
+    }
+
+    /// The per-invocation arrays of the kernel (after lowering its body).
+    pub fn arrays(&self) -> Vec<LocalArray> {
+        self.arrays.clone()
     }
 
     pub fn finish(self) -> (Vec<Param>, Vec<Shared>, bool) {
@@ -100,6 +134,7 @@ impl<'a> Checker<'a> {
                     ty: Ty::F32,
                     mutable: true,
                     poisoned: true,
+                    array: None,
                 },
             );
         }

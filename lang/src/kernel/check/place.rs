@@ -34,6 +34,10 @@ impl Checker<'_> {
                     if l.poisoned {
                         return Err(());
                     }
+                    if l.array.is_some() {
+                        self.error(e, format!("cannot assign to the array `{name}` as a whole; assign its elements: `{name}[i] = ...;`"));
+                        return Err(());
+                    }
                     if !l.mutable {
                         self.error(e, format!("cannot assign to `{name}`: it is not `mut` (declare it with `let mut`)"));
                         return Err(());
@@ -75,8 +79,18 @@ impl Checker<'_> {
                         Ok((Place::Param(p, Box::new(index)), ty))
                     }
                     Target::Shared(s) => {
+                        self.shared_atomic_plain(s, ix, true)?;
                         self.shared_index_in_bounds(s, &index, &ix.index)?;
                         Ok((Place::Shared(s, Box::new(index)), ty))
+                    }
+                    Target::Array(a) => {
+                        if !writable {
+                            let n = crate::tokens::shown(&ix.expr);
+                            self.error(&ix.expr, format!("cannot write to `{n}`: it is not `mut` (declare it with `let mut {n} = [...];`)"));
+                            return Err(());
+                        }
+                        let index = self.array_index(a, index, &ix.index)?;
+                        Ok((Place::Array(a, Box::new(index)), ty))
                     }
                 }
             }
@@ -99,6 +113,17 @@ impl Checker<'_> {
         if self.is_poisoned(base) {
             return Err(());
         }
+        if let Some(a) = self.array_of(base) {
+            let mutable = match base {
+                syn::Expr::Path(p) => p
+                    .path
+                    .get_ident()
+                    .and_then(|id| self.lookup(&id.to_string()))
+                    .is_some_and(|l| l.mutable),
+                _ => false,
+            };
+            return Ok((Target::Array(a), self.arrays[a].elem, mutable));
+        }
         if let syn::Expr::Path(p) = base {
             if let Some(id) = p.path.get_ident() {
                 let name = id.to_string();
@@ -114,9 +139,14 @@ impl Checker<'_> {
                 }
             }
         }
+        if matches!(base, syn::Expr::Array(_) | syn::Expr::Repeat(_)) {
+            // Reported there: "an array value only initialises a `let`".
+            let _ = self.expr(base, None);
+            return Err(());
+        }
         self.error(
             base,
-            "only slice parameters and workgroup arrays can be indexed",
+            "only slice parameters, workgroup arrays and per-invocation arrays can be indexed",
         );
         Err(())
     }
@@ -125,4 +155,5 @@ impl Checker<'_> {
 pub(super) enum Target {
     Param(usize),
     Shared(usize),
+    Array(usize),
 }

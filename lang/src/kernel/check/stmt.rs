@@ -107,11 +107,13 @@ impl Checker<'_> {
                 if let Some(scope) = self.scopes.last_mut() {
                     scope.remove(&name);
                 }
+                let atomic = self.atomic_names.contains(&name);
                 self.shared_names.insert(name, self.shared.len());
                 self.shared.push(Shared {
                     name: mangled,
                     elem,
                     size,
+                    atomic,
                 });
                 return;
             }
@@ -136,6 +138,9 @@ impl Checker<'_> {
                 }
                 return;
             }
+        }
+        if self.array_local(local, &name, mutable, ty_ann, out) {
+            return;
         }
         let ann = match ty_ann {
             Some(t) => match scalar_type(t) {
@@ -179,24 +184,11 @@ impl Checker<'_> {
             self.declare(&name, mangled, ty, true);
             return;
         };
-        // `let x = if c { ... } else { ... };` with statements in the branches.
-        if let syn::Expr::If(ei) = &*init.expr {
-            if !if_is_pure(ei) {
-                let Ok(ty) = self.if_type(ei, ann) else {
-                    self.poison(&name);
-                    return;
-                };
-                let mangled = self.mangle(&name);
-                out.push(Stmt::Let {
-                    name: mangled.clone(),
-                    ty,
-                    mutable: true,
-                    init: None,
-                });
-                self.if_assign(ei, &Place::Local(mangled.clone()), ty, out);
-                self.declare(&name, mangled, ty, mutable);
-                return;
-            }
+        // `let x = if c { ...; a } else { ...; b };`, `let x = { ...; a };`,
+        // `let x = loop { ... break a; };`: statements that compute the value.
+        if is_stmt_value(&init.expr) {
+            self.value_let(&init.expr, &name, mutable, ann, out);
+            return;
         }
         let Ok(value) = self.expr(&init.expr, ann) else {
             // Declare anyway so later uses do not report "unknown variable".
@@ -245,6 +237,7 @@ impl Checker<'_> {
                     ty,
                     mutable,
                     poisoned: false,
+                    array: None,
                 },
             );
         }
@@ -253,17 +246,15 @@ impl Checker<'_> {
     pub(super) fn expr_stmt(&mut self, e: &syn::Expr, out: &mut Vec<Stmt>) {
         match e {
             syn::Expr::Assign(a) => {
-                if let syn::Expr::If(ei) = &*a.right {
-                    if !if_is_pure(ei) {
-                        let Ok((place, ty)) = self.place(&a.left) else {
-                            return;
-                        };
-                        let Ok(_) = self.if_type(ei, Some(ty)) else {
-                            return;
-                        };
-                        self.if_assign(ei, &place, ty, out);
+                if is_stmt_value(&a.right) {
+                    let Ok((place, ty)) = self.place(&a.left) else {
                         return;
-                    }
+                    };
+                    let Ok(_) = self.value_type(&a.right, Some(ty)) else {
+                        return;
+                    };
+                    self.value_into(&a.right, &place, ty, out);
+                    return;
                 }
                 if let Some(stmt) = self.try_atomic(&a.right, None) {
                     if stmt.is_ok() {
@@ -321,7 +312,7 @@ impl Checker<'_> {
             }
             syn::Expr::ForLoop(f) => {
                 if let Ok(s) = self.for_loop(f) {
-                    out.push(s);
+                    out.extend(s);
                 }
             }
             syn::Expr::While(w) => {
@@ -353,10 +344,12 @@ impl Checker<'_> {
             syn::Expr::Break(b) => {
                 if b.label.is_some() {
                     self.error(b, "labelled `break` is not supported in kernels; set a `bool` flag, `break` the inner loop, and test the flag in the outer one");
-                } else if b.expr.is_some() {
-                    self.error(b, "`break` with a value is not supported in kernels; assign the value to a `let mut` local, then `break;`");
+                } else if let Some(v) = &b.expr {
+                    self.break_value(b, v, out);
                 } else if self.loop_depth == 0 {
                     self.error(b, "`break` outside of a loop");
+                } else if self.in_value_loop() {
+                    self.break_without_value(b);
                 } else {
                     out.push(Stmt::Break);
                 }

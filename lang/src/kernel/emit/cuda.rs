@@ -9,7 +9,7 @@ use std::fmt::Write;
 use crate::kernel::ir::*;
 
 /// Helpers shared by every kernel (each translation unit holds one kernel).
-const PRELUDE: &str = r#"typedef unsigned int gd_u32;
+pub const PRELUDE: &str = r#"typedef unsigned int gd_u32;
 static __device__ __forceinline__ int gd_add_i32(int a, int b) { return (int)((gd_u32)a + (gd_u32)b); }
 static __device__ __forceinline__ int gd_sub_i32(int a, int b) { return (int)((gd_u32)a - (gd_u32)b); }
 static __device__ __forceinline__ int gd_mul_i32(int a, int b) { return (int)((gd_u32)a * (gd_u32)b); }
@@ -29,22 +29,53 @@ static __device__ __forceinline__ gd_u32 gd_min_u32(gd_u32 a, gd_u32 b) { return
 static __device__ __forceinline__ gd_u32 gd_max_u32(gd_u32 a, gd_u32 b) { return a > b ? a : b; }
 "#;
 
+/// What the checked variant adds after [`PRELUDE`] (see [`super::bounds`]): `gd_oob` writes
+/// the fault record once; `gd_ld` reads in range and gives 0 out of range.
+pub const CHECKED_PRELUDE: &str = r#"static __device__ __noinline__ void gd_oob(gd_u32* f, gd_u32 kernel, gd_u32 target, gd_u32 i, gd_u32 len) {
+    if (atomicCAS(&f[0], 0u, 1u) == 0u) { f[1] = kernel; f[2] = target; f[3] = i; f[4] = len; __threadfence(); }
+}
+template <typename T> static __device__ __forceinline__ T gd_ld(const T* p, gd_u32 off, gd_u32 len, gd_u32 i, gd_u32* f, gd_u32 kernel, gd_u32 target) {
+    if (i < len) { return p[off + i]; }
+    gd_oob(f, kernel, target, i, len);
+    return (T)0;
+}
+"#;
+
 /// The kernel as CUDA C source for NVRTC (`extern "C" __global__`).
 pub fn emit(k: &Kernel) -> String {
+    emit_with(k, None)
+}
+
+/// The checked variant (see [`super::bounds`]): every index is checked, and the first
+/// out-of-range access is written to the fault record, a last pointer argument `gd_fault`,
+/// with kernel id `id`.
+pub fn emit_checked(k: &Kernel, id: u32) -> String {
+    emit_with(k, Some(id))
+}
+
+fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     let mut c = Cuda {
         k,
         out: String::new(),
         indent: 1,
+        checked,
+        tmp: 0,
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
     head.push_str(PRELUDE);
+    if checked.is_some() {
+        head.push_str(CHECKED_PRELUDE);
+    }
     let mut params = vec!["const gd_u32* __restrict__ gd_args".to_string()];
     for p in &k.params {
         if let ParamKind::Slice { elem, mutable, .. } = p.kind {
             let cst = if mutable { "" } else { "const " };
             params.push(format!("{cst}{}* __restrict__ {}_p", ty(elem), p.name));
         }
+    }
+    if checked.is_some() {
+        params.push("gd_u32* __restrict__ gd_fault".to_string());
     }
     let threads: u32 = k.workgroup.iter().product();
     writeln!(
@@ -83,6 +114,23 @@ pub fn emit(k: &Kernel) -> String {
     }
     head.push_str("    const uint3 gd_lid = threadIdx;\n    const uint3 gd_wid = blockIdx;\n    const uint3 gd_nwg = gridDim;\n");
     head.push_str("    const uint3 gd_gid = make_uint3(blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y, blockIdx.z * blockDim.z + threadIdx.z);\n");
+    // Workgroup memory used atomically starts zeroed, as on the host and WGSL (CUDA leaves
+    // `__shared__` undefined): every thread clears its share before the body, and a barrier
+    // that the whole block reaches (nothing has returned yet) orders it before any atomic.
+    let atomic: Vec<&Shared> = k.shared.iter().filter(|s| s.atomic).collect();
+    if !atomic.is_empty() {
+        let [x, y, _] = k.workgroup;
+        head.push_str(&format!(
+            "    const gd_u32 gd_flat = threadIdx.x + {x}u * (threadIdx.y + {y}u * threadIdx.z);\n"
+        ));
+        for s in atomic {
+            head.push_str(&format!(
+                "    for (gd_u32 gd_z = gd_flat; gd_z < {}u; gd_z += {threads}u) {{ {}[gd_z] = 0; }}\n",
+                s.size, s.name
+            ));
+        }
+        head.push_str("    __syncthreads();\n");
+    }
     c.out = head;
     c.block(&k.body);
     c.out.push_str("}\n");
@@ -100,6 +148,17 @@ pub fn ty(t: Ty) -> &'static str {
     }
 }
 
+fn is_literal(e: &Expr) -> bool {
+    matches!(
+        e.kind,
+        ExprKind::LitF32(_) | ExprKind::LitI32(_) | ExprKind::LitU32(_) | ExprKind::LitBool(_)
+    )
+}
+
+fn is_zero(e: &Expr) -> bool {
+    super::wgsl::is_zero(e)
+}
+
 fn zero(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "0.0f",
@@ -114,6 +173,9 @@ struct Cuda<'k> {
     k: &'k Kernel,
     out: String,
     indent: usize,
+    /// The kernel id of the checked variant; `None` for the unchecked one.
+    checked: Option<u32>,
+    tmp: usize,
 }
 
 impl Cuda<'_> {
@@ -147,6 +209,9 @@ impl Cuda<'_> {
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
+            // Only in-bounds indices reach here (literals checked by the checker, run-time
+            // indices guarded by the read in `expr` and by `Stmt::Assign`).
+            Place::Array(a, ix) => format!("{}[{}]", self.k.arrays[*a].name, self.expr(ix)),
         }
     }
 
@@ -170,14 +235,49 @@ impl Cuda<'_> {
                 op,
                 value,
                 ty: t,
+            } if self.checked.is_some() && !matches!(place, Place::Local(_)) => {
+                self.checked_write(place, *op, value, *t)
+            }
+            Stmt::Assign {
+                place,
+                op,
+                value,
+                ty: t,
             } => {
                 let p = self.place(place);
                 let v = self.expr(value);
-                match op {
-                    None => self.line(&format!("{p} = {v};")),
-                    Some(op) => {
-                        let rhs = binary(*op, *t, &p, &v);
-                        self.line(&format!("{p} = {rhs};"));
+                let assign = match op {
+                    None => format!("{p} = {v};"),
+                    Some(op) => format!("{p} = {};", binary(*op, *t, &p, &v)),
+                };
+                match place {
+                    // A run-time index at or past a per-invocation array's length writes
+                    // nothing.
+                    Place::Array(a, ix) if !is_literal(ix) => self.line(&format!(
+                        "if ({} < {}u) {{ {assign} }}",
+                        self.expr(ix),
+                        self.k.arrays[*a].len
+                    )),
+                    _ => self.line(&assign),
+                }
+            }
+            Stmt::Array { array, init } => {
+                let arr = &self.k.arrays[*array];
+                let (name, n, t) = (arr.name.clone(), arr.len, ty(arr.elem));
+                match init {
+                    ArrayInit::Splat(v) if is_zero(v) => {
+                        self.line(&format!("{t} {name}[{n}] = {{}};"))
+                    }
+                    ArrayInit::Splat(v) => {
+                        let v = self.expr(v);
+                        self.line(&format!("{t} {name}[{n}];"));
+                        self.line(&format!("{{ const {t} gd_v = {v};"));
+                        self.line("#pragma unroll");
+                        self.line(&format!("for (gd_u32 gd_k = 0u; gd_k < {n}u; ++gd_k) {{ {name}[gd_k] = gd_v; }} }}"));
+                    }
+                    ArrayInit::List(vs) => {
+                        let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
+                        self.line(&format!("{t} {name}[{n}] = {{{}}};", elems.join(", ")));
                     }
                 }
             }
@@ -257,37 +357,133 @@ impl Cuda<'_> {
             Stmt::Atomic {
                 result,
                 op,
-                param,
+                target,
                 index,
                 operands,
                 ty: t,
             } => {
-                let n = &self.k.params[*param].name;
-                let ptr = format!("&{n}_p[{n}_off + {}]", self.expr(index));
+                let (arr, off, len, target) = self.atomic_target(target);
+                let ix = self.expr(index);
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
-                let zero = zero(*t);
-                let call = match op {
-                    AtomicOp::Add => format!("atomicAdd({ptr}, {})", ops[0]),
-                    AtomicOp::Sub => format!("atomicSub({ptr}, {})", ops[0]),
-                    AtomicOp::Max => format!("atomicMax({ptr}, {})", ops[0]),
-                    AtomicOp::Min => format!("atomicMin({ptr}, {})", ops[0]),
-                    AtomicOp::And => format!("atomicAnd({ptr}, {})", ops[0]),
-                    AtomicOp::Or => format!("atomicOr({ptr}, {})", ops[0]),
-                    AtomicOp::Xor => format!("atomicXor({ptr}, {})", ops[0]),
-                    AtomicOp::Exchange | AtomicOp::Store => {
-                        format!("atomicExch({ptr}, {})", ops[0])
+                let Some(id) = self.checked else {
+                    let ptr = format!("&{arr}[{off} + {ix}]");
+                    let call = atomic(*op, *t, &ptr, &ops);
+                    match result {
+                        Some(r) => self.line(&format!("{r} = {call};")),
+                        None => self.line(&format!("{call};")),
                     }
-                    AtomicOp::Load => format!("atomicAdd({ptr}, {zero})"),
-                    AtomicOp::CompareExchange => {
-                        format!("atomicCAS({ptr}, {}, {})", ops[0], ops[1])
-                    }
+                    return;
                 };
-                match result {
-                    Some(r) => self.line(&format!("{r} = {call};")),
-                    None => self.line(&format!("{call};")),
+                // Checked: index and operands evaluated once, in the host's order; out of
+                // range the atomic is dropped and its result is 0.
+                self.tmp += 1;
+                let i = format!("gd_i{}", self.tmp);
+                let mut line = format!("{{ const gd_u32 {i} = {ix};");
+                let mut temps = Vec::new();
+                for (k, (o, e)) in ops.iter().zip(operands).enumerate() {
+                    let v = format!("gd_a{}_{k}", self.tmp);
+                    write!(line, " const {} {v} = {o};", ty(e.ty)).unwrap();
+                    temps.push(v);
                 }
+                let call = atomic(*op, *t, &format!("&{arr}[{off} + {i}]"), &temps);
+                let (ok, bad) = match result {
+                    Some(r) => (format!("{r} = {call};"), format!(" {r} = {};", zero(*t))),
+                    None => (format!("{call};"), String::new()),
+                };
+                write!(
+                    line,
+                    " if ({i} < {len}) {{ {ok} }} else {{ gd_oob(gd_fault, {id}u, {target}u, {i}, {len});{bad} }} }}"
+                )
+                .unwrap();
+                self.line(&line);
             }
         }
+    }
+
+    /// The storage or workgroup array of a checked access, the offset to add, the length and
+    /// the target number ([`super::bounds::targets`]).
+    fn checked_target(&self, p: &Place) -> (String, String, String, usize) {
+        match p {
+            Place::Param(i, _) => {
+                let n = &self.k.params[*i].name;
+                (format!("{n}_p"), format!("{n}_off"), format!("{n}_len"), *i)
+            }
+            Place::Shared(s, _) => {
+                let sh = &self.k.shared[*s];
+                (
+                    sh.name.clone(),
+                    "0u".into(),
+                    format!("{}u", sh.size),
+                    super::bounds::shared_target(self.k, *s),
+                )
+            }
+            Place::Array(a, _) => {
+                let arr = &self.k.arrays[*a];
+                (
+                    arr.name.clone(),
+                    "0u".into(),
+                    format!("{}u", arr.len),
+                    super::bounds::array_target(self.k, *a),
+                )
+            }
+            Place::Local(_) => unreachable!("locals are not indexed"),
+        }
+    }
+
+    /// What an atomic's target is in a checked access: array, offset, length, target number.
+    fn atomic_target(&self, t: &AtomicTarget) -> (String, String, String, usize) {
+        match *t {
+            AtomicTarget::Param(i) => {
+                let n = &self.k.params[i].name;
+                (format!("{n}_p"), format!("{n}_off"), format!("{n}_len"), i)
+            }
+            AtomicTarget::Shared(s) => {
+                let sh = &self.k.shared[s];
+                (
+                    sh.name.clone(),
+                    "0u".into(),
+                    format!("{}u", sh.size),
+                    super::bounds::shared_target(self.k, s),
+                )
+            }
+        }
+    }
+
+    /// The index check of a read (the hook every indexable target goes through): in range
+    /// the element, out of range 0 and the fault recorded. C's `?:`, `&&` and `||` evaluate
+    /// only the operand taken, so a read in a branch not taken never faults.
+    fn checked_read(&self, p: &Place, id: u32) -> String {
+        let (Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) = p else {
+            unreachable!("locals are not indexed")
+        };
+        let (arr, off, len, target) = self.checked_target(p);
+        format!(
+            "gd_ld({arr}, {off}, {len}, {}, gd_fault, {id}u, {target}u)",
+            self.expr(ix)
+        )
+    }
+
+    /// The index check of a write: index and value evaluated once, in the host's order; out
+    /// of range the write is dropped and the fault recorded.
+    fn checked_write(&mut self, place: &Place, op: Option<BinOp>, value: &Expr, t: Ty) {
+        let (Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) = place else {
+            unreachable!("locals are not indexed")
+        };
+        let id = self.checked.expect("checked variant");
+        let (arr, off, len, target) = self.checked_target(place);
+        self.tmp += 1;
+        let (i, v) = (format!("gd_i{}", self.tmp), format!("gd_v{}", self.tmp));
+        let ix = self.expr(ix);
+        let val = self.expr(value);
+        let p = format!("{arr}[{off} + {i}]");
+        let rhs = match op {
+            None => v.clone(),
+            Some(op) => binary(op, t, &p, &v),
+        };
+        self.line(&format!(
+            "{{ const gd_u32 {i} = {ix}; const {} {v} = {val}; if ({i} < {len}) {{ {p} = {rhs}; }} else {{ gd_oob(gd_fault, {id}u, {target}u, {i}, {len}); }} }}",
+            ty(value.ty)
+        ));
     }
 
     fn expr(&self, e: &Expr) -> String {
@@ -318,7 +514,23 @@ impl Cuda<'_> {
             ExprKind::Local(n) => n.clone(),
             ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
             ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
-            ExprKind::Load(p) => self.place(p),
+            ExprKind::Load(p) => match (self.checked, p) {
+                (Some(id), Place::Param(..) | Place::Shared(..)) => self.checked_read(p, id),
+                (Some(id), Place::Array(_, ix)) if !is_literal(ix) => self.checked_read(p, id),
+                // A run-time index at or past a per-invocation array's length reads zero.
+                (None, Place::Array(a, ix)) if !is_literal(ix) => {
+                    let arr = &self.k.arrays[*a];
+                    format!(
+                        "({} < {}u ? {}[{}] : {})",
+                        self.expr(ix),
+                        arr.len,
+                        arr.name,
+                        self.expr(ix),
+                        zero(arr.elem)
+                    )
+                }
+                _ => self.place(p),
+            },
             ExprKind::Id(b) => {
                 let [x, y, z] = self.k.workgroup;
                 match b {
@@ -388,6 +600,23 @@ impl Cuda<'_> {
                 format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b))
             }
         }
+    }
+}
+
+/// An atomic on `ptr` with operands `ops` (already emitted); its value is the old element.
+fn atomic(op: AtomicOp, t: Ty, ptr: &str, ops: &[String]) -> String {
+    let zero = zero(t);
+    match op {
+        AtomicOp::Add => format!("atomicAdd({ptr}, {})", ops[0]),
+        AtomicOp::Sub => format!("atomicSub({ptr}, {})", ops[0]),
+        AtomicOp::Max => format!("atomicMax({ptr}, {})", ops[0]),
+        AtomicOp::Min => format!("atomicMin({ptr}, {})", ops[0]),
+        AtomicOp::And => format!("atomicAnd({ptr}, {})", ops[0]),
+        AtomicOp::Or => format!("atomicOr({ptr}, {})", ops[0]),
+        AtomicOp::Xor => format!("atomicXor({ptr}, {})", ops[0]),
+        AtomicOp::Exchange | AtomicOp::Store => format!("atomicExch({ptr}, {})", ops[0]),
+        AtomicOp::Load => format!("atomicAdd({ptr}, {zero})"),
+        AtomicOp::CompareExchange => format!("atomicCAS({ptr}, {}, {})", ops[0], ops[1]),
     }
 }
 

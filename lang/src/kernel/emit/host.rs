@@ -50,12 +50,14 @@ pub fn emit(k: &Kernel) -> String {
     );
     s.push_str("let gd_wid = gd::UVec3 { x: gd_wx, y: gd_wy, z: gd_wz };\n");
     for sh in &k.shared {
+        // A fault names the array as the source does (`s`, not the emitted `s_1`).
         writeln!(
             s,
-            "let {0}_own = gd::HostShared::<{1}>::new({2}, {name:?}, {0:?});\nlet {0} = &{0}_own;",
+            "let {0}_own = gd::HostShared::<{1}>::new({2}, {name:?}, {3:?});\nlet {0} = &{0}_own;",
             sh.name,
             sh.elem.rust(),
-            sh.size
+            sh.size,
+            super::bounds::source_name(&sh.name)
         )
         .unwrap();
     }
@@ -140,6 +142,23 @@ impl Host<'_> {
                             self.line(&format!("{n} = {rhs};"));
                         }
                     },
+                    Place::Array(a, ix) => {
+                        let arr = &self.k.arrays[*a];
+                        let (kernel, source) = (&self.k.name, &arr.source);
+                        let name = arr.name.clone();
+                        let ix = self.expr(ix);
+                        let rhs = match op {
+                            None => "gd_v".to_string(),
+                            Some(op) => binary(
+                                *op,
+                                *ty,
+                                &format!("gd::array_get(&{name}, gd_i, {kernel:?}, {source:?})?"),
+                                "gd_v",
+                            ),
+                        };
+                        // Index and value first, so no borrow of the array overlaps the write.
+                        self.line(&format!("{{ let gd_i: u32 = {ix}; let gd_v = {v}; let gd_n = {rhs}; gd::array_set(&mut {name}, gd_i, gd_n, {kernel:?}, {source:?})?; }}"));
+                    }
                     Place::Param(..) | Place::Shared(..) => {
                         let (target, ix) = self.target(place);
                         match op {
@@ -213,6 +232,18 @@ impl Host<'_> {
                 self.block(body);
                 self.line("} }");
             }
+            Stmt::Array { array, init } => {
+                let arr = &self.k.arrays[*array];
+                let (name, n, t) = (arr.name.clone(), arr.len, arr.elem.rust());
+                let v = match init {
+                    ArrayInit::Splat(v) => format!("[{}; {n}]", self.expr(v)),
+                    ArrayInit::List(vs) => {
+                        let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
+                        format!("[{}]", elems.join(", "))
+                    }
+                };
+                self.line(&format!("let mut {name}: [{t}; {n}] = {v};"));
+            }
             Stmt::While { cond, body } => {
                 let c = self.expr(cond);
                 self.line(&format!("while {c} {{"));
@@ -231,28 +262,31 @@ impl Host<'_> {
             Stmt::Atomic {
                 result,
                 op,
-                param,
+                target,
                 index,
                 operands,
                 ..
             } => {
-                let n = &self.k.params[*param].name;
+                let n = match target {
+                    AtomicTarget::Param(p) => format!("{}_p", self.k.params[*p].name),
+                    AtomicTarget::Shared(s) => self.k.shared[*s].name.clone(),
+                };
                 let ix = self.expr(index);
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
                 let call = match op {
-                    AtomicOp::Add => format!("{n}_p.atomic(gd::AtomicRmw::Add, {ix}, {})?", ops[0]),
-                    AtomicOp::Sub => format!("{n}_p.atomic(gd::AtomicRmw::Sub, {ix}, {})?", ops[0]),
-                    AtomicOp::Max => format!("{n}_p.atomic(gd::AtomicRmw::Max, {ix}, {})?", ops[0]),
-                    AtomicOp::Min => format!("{n}_p.atomic(gd::AtomicRmw::Min, {ix}, {})?", ops[0]),
-                    AtomicOp::And => format!("{n}_p.atomic(gd::AtomicRmw::And, {ix}, {})?", ops[0]),
-                    AtomicOp::Or => format!("{n}_p.atomic(gd::AtomicRmw::Or, {ix}, {})?", ops[0]),
-                    AtomicOp::Xor => format!("{n}_p.atomic(gd::AtomicRmw::Xor, {ix}, {})?", ops[0]),
+                    AtomicOp::Add => format!("{n}.atomic(gd::AtomicRmw::Add, {ix}, {})?", ops[0]),
+                    AtomicOp::Sub => format!("{n}.atomic(gd::AtomicRmw::Sub, {ix}, {})?", ops[0]),
+                    AtomicOp::Max => format!("{n}.atomic(gd::AtomicRmw::Max, {ix}, {})?", ops[0]),
+                    AtomicOp::Min => format!("{n}.atomic(gd::AtomicRmw::Min, {ix}, {})?", ops[0]),
+                    AtomicOp::And => format!("{n}.atomic(gd::AtomicRmw::And, {ix}, {})?", ops[0]),
+                    AtomicOp::Or => format!("{n}.atomic(gd::AtomicRmw::Or, {ix}, {})?", ops[0]),
+                    AtomicOp::Xor => format!("{n}.atomic(gd::AtomicRmw::Xor, {ix}, {})?", ops[0]),
                     AtomicOp::Exchange | AtomicOp::Store => {
-                        format!("{n}_p.atomic(gd::AtomicRmw::Exchange, {ix}, {})?", ops[0])
+                        format!("{n}.atomic(gd::AtomicRmw::Exchange, {ix}, {})?", ops[0])
                     }
-                    AtomicOp::Load => format!("{n}_p.get({ix})?"),
+                    AtomicOp::Load => format!("{n}.get({ix})?"),
                     AtomicOp::CompareExchange => {
-                        format!("{n}_p.compare_exchange({ix}, {}, {})?", ops[0], ops[1])
+                        format!("{n}.compare_exchange({ix}, {}, {})?", ops[0], ops[1])
                     }
                 };
                 match result {
@@ -267,7 +301,7 @@ impl Host<'_> {
         match p {
             Place::Param(i, ix) => (format!("{}_p", self.k.params[*i].name), self.expr(ix)),
             Place::Shared(i, ix) => (self.k.shared[*i].name.clone(), self.expr(ix)),
-            Place::Local(_) => unreachable!(),
+            Place::Local(_) | Place::Array(..) => unreachable!(),
         }
     }
 
@@ -280,6 +314,20 @@ impl Host<'_> {
             ExprKind::Local(n) => n.clone(),
             ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
             ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
+            ExprKind::Load(Place::Array(a, ix)) => {
+                let arr = &self.k.arrays[*a];
+                match ix.kind {
+                    // In bounds: the checker rejects literals past the end.
+                    ExprKind::LitU32(i) => format!("{}[{i}usize]", arr.name),
+                    _ => format!(
+                        "gd::array_get(&{}, {}, {:?}, {:?})?",
+                        arr.name,
+                        self.expr(ix),
+                        self.k.name,
+                        arr.source
+                    ),
+                }
+            }
             ExprKind::Load(p) => {
                 let (t, ix) = self.target(p);
                 format!("{t}.get({ix})?")

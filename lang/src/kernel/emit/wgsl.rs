@@ -5,13 +5,24 @@
 //! their offset, so views at any element offset need no binding alignment.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+use super::bounds;
 use crate::kernel::ir::*;
 
 /// The kernel as a WGSL compute shader (one entry point, `main`).
 pub fn emit(k: &Kernel) -> String {
+    emit_with(k, None)
+}
+
+/// The checked variant (see [`bounds`]): every index is checked, the first out-of-range
+/// access is written to the fault record, bound after the slices, with kernel id `id`.
+pub fn emit_checked(k: &Kernel, id: u32) -> String {
+    emit_with(k, Some(id))
+}
+
+fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     let mut w = Wgsl {
         k,
         out: String::new(),
@@ -21,6 +32,9 @@ pub fn emit(k: &Kernel) -> String {
         opaque: Cell::new(false),
         storage_barriers: storage_barriers(k),
         barriers: 0,
+        checked,
+        guards: RefCell::new(Vec::new()),
+        loads: RefCell::new(BTreeMap::new()),
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
@@ -54,13 +68,28 @@ pub fn emit(k: &Kernel) -> String {
             .unwrap();
         }
     }
-    for s in &k.shared {
+    if checked.is_some() {
+        let binding = k.params.iter().map(|p| p.binding + 1).max().unwrap_or(1);
         writeln!(
             head,
-            "var<workgroup> {}: array<{}, {}>;",
-            s.name,
-            ty(s.elem),
-            s.size
+            "@group(0) @binding({binding}) var<storage, read_write> gd_fault: array<atomic<u32>, {}>;",
+            bounds::RECORD_WORDS
+        )
+        .unwrap();
+        // The invocation's first fault, kept privately and written to the record once, at
+        // its end: no atomic or loop in the hot path (see `fault_source`).
+        head.push_str("var<private> gd_fs: u32;\nvar<private> gd_ft: u32;\nvar<private> gd_fi: u32;\nvar<private> gd_fn: u32;\n");
+    }
+    for s in &k.shared {
+        let elem = if s.atomic {
+            format!("atomic<{}>", ty(s.elem))
+        } else {
+            ty(s.elem).to_string()
+        };
+        writeln!(
+            head,
+            "var<workgroup> {}: array<{elem}, {}>;",
+            s.name, s.size
         )
         .unwrap();
     }
@@ -97,12 +126,36 @@ pub fn emit(k: &Kernel) -> String {
     }
     w.out = head;
     w.block(&k.body);
+    if checked.is_some() {
+        w.out.push_str("    gd_flush();\n");
+    }
     w.out.push_str("}\n");
     for h in w.helpers.borrow().iter() {
         w.out.push('\n');
         w.out.push_str(helper_source(h));
     }
+    if let Some(id) = checked {
+        for h in w.loads.borrow().values() {
+            w.out.push('\n');
+            w.out.push_str(h);
+        }
+        w.out.push('\n');
+        w.out.push_str(&fault_source(id));
+    }
     w.out
+}
+
+/// The fault helpers of the checked variant. `gd_note(target, index, len, bad)` keeps the
+/// invocation's first fault in private variables, without a branch: a conditional call of an
+/// atomic loop at every access made lavapipe's matrix product 3× slower (its SIMD lanes mask
+/// the call), selects cost next to nothing. `gd_flush()`, at the end of `main` and before
+/// each `return`, writes a kept fault to the record unless an earlier invocation did
+/// (`gd_oob`: a strong compare-exchange from WGSL's weak one, retried while it fails
+/// spuriously).
+fn fault_source(id: u32) -> String {
+    "fn gd_note(gd_t: u32, gd_i: u32, gd_n: u32, gd_bad: bool) {\n    let gd_first = gd_bad && gd_fs == 0u;\n    gd_fs = select(gd_fs, 1u, gd_first);\n    gd_ft = select(gd_ft, gd_t, gd_first);\n    gd_fi = select(gd_fi, gd_i, gd_first);\n    gd_fn = select(gd_fn, gd_n, gd_first);\n}\n\nfn gd_flush() {\n    if (gd_fs != 0u) {\n        gd_oob(gd_ft, gd_fi, gd_fn);\n    }\n}\n\n".to_string() + &format!(
+        "fn gd_oob(gd_t: u32, gd_i: u32, gd_n: u32) {{\n    loop {{\n        let gd_r = atomicCompareExchangeWeak(&gd_fault[0], 0u, 1u);\n        if (gd_r.exchanged) {{\n            atomicStore(&gd_fault[1], {id}u);\n            atomicStore(&gd_fault[2], gd_t);\n            atomicStore(&gd_fault[3], gd_i);\n            atomicStore(&gd_fault[4], gd_n);\n            break;\n        }}\n        if (gd_r.old_value != 0u) {{\n            break;\n        }}\n    }}\n}}\n"
+    )
 }
 
 /// Integer division and remainder as helper functions. naga rejects `x / 0` and `x % 0` when
@@ -167,7 +220,7 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     self.param(*i);
                     self.expr(ix);
                 }
-                Place::Shared(_, ix) => self.expr(ix),
+                Place::Shared(_, ix) | Place::Array(_, ix) => self.expr(ix),
             }
         }
         fn expr(&mut self, e: &Expr) {
@@ -226,13 +279,19 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     Stmt::While { cond, body } => self.looped(&[cond], body),
                     Stmt::Loop { body } => self.looped(&[], body),
                     Stmt::Barrier { .. } => self.barriers.push((self.pos, self.open.clone())),
+                    Stmt::Array { init, .. } => match init {
+                        ArrayInit::Splat(v) => self.expr(v),
+                        ArrayInit::List(vs) => vs.iter().for_each(|v| self.expr(v)),
+                    },
                     Stmt::Atomic {
-                        param,
+                        target,
                         index,
                         operands,
                         ..
                     } => {
-                        self.param(*param);
+                        if let AtomicTarget::Param(p) = target {
+                            self.param(*p);
+                        }
                         self.expr(index);
                         operands.iter().for_each(|e| self.expr(e));
                     }
@@ -274,7 +333,33 @@ fn is_const(e: &Expr) -> bool {
         ExprKind::Binary(_, a, b) => is_const(a) && is_const(b),
         ExprKind::Math(_, args) => args.iter().all(is_const),
         ExprKind::Cond(c, a, b) => is_const(c) && is_const(a) && is_const(b),
+        // The workgroup shape is a constant vector to naga too (found by the fuzzer:
+        // `i32::MAX << workgroup_size().z` overflowed at shader creation).
+        ExprKind::Id(IdBuiltin::WorkgroupSize) => true,
+        ExprKind::Field(b, _) => is_const(b),
         _ => false,
+    }
+}
+
+/// Whether `e` is the zero of its type (`0.0` positive, `0`, `false`).
+pub(crate) fn is_zero(e: &Expr) -> bool {
+    match e.kind {
+        ExprKind::LitF32(v) => v.to_bits() == 0,
+        ExprKind::LitI32(v) => v == 0,
+        ExprKind::LitU32(v) => v == 0,
+        ExprKind::LitBool(v) => !v,
+        _ => false,
+    }
+}
+
+/// The zero of a scalar type, as WGSL writes it.
+fn zero(t: Ty) -> &'static str {
+    match t {
+        Ty::F32 => "0.0f",
+        Ty::I32 => "0i",
+        Ty::U32 => "0u",
+        Ty::Bool => "false",
+        Ty::UVec3 => "vec3<u32>()",
     }
 }
 
@@ -312,6 +397,13 @@ struct Wgsl<'k> {
     storage_barriers: Vec<bool>,
     /// Barriers emitted so far.
     barriers: usize,
+    /// The kernel id of the checked variant ([`bounds`]); `None` for the unchecked one.
+    checked: Option<u32>,
+    /// Conditions under which the expression being emitted is evaluated for its value: WGSL's
+    /// `select` evaluates both arms, so a checked read in the arm not taken must not fault.
+    guards: RefCell<Vec<String>>,
+    /// Checked read helpers by name (one per slice or workgroup array read).
+    loads: RefCell<BTreeMap<String, String>>,
 }
 
 impl Wgsl<'_> {
@@ -345,7 +437,26 @@ impl Wgsl<'_> {
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
+            // Only in-bounds indices reach here (literals checked by the checker, run-time
+            // indices guarded by `array_read` and `Stmt::Assign`).
+            Place::Array(a, ix) => format!("{}[{}]", self.k.arrays[*a].name, self.expr(ix)),
         }
+    }
+
+    /// A read of a per-invocation array: a run-time index at or past the length reads zero.
+    fn array_read(&self, a: usize, ix: &Expr) -> String {
+        let arr = &self.k.arrays[a];
+        if is_literal(ix) {
+            return format!("{}[{}]", arr.name, self.expr(ix));
+        }
+        let i = self.expr(ix);
+        let n = arr.len;
+        format!(
+            "select({}, {}[min({i}, {}u)], {i} < {n}u)",
+            zero(arr.elem),
+            arr.name,
+            n - 1
+        )
     }
 
     fn stmt(&mut self, s: &Stmt) {
@@ -369,8 +480,29 @@ impl Wgsl<'_> {
                 op,
                 value,
                 ty: t,
+            } if self.checked.is_some() && !matches!(place, Place::Local(_)) => {
+                self.checked_write(place, *op, value, *t)
+            }
+            Stmt::Assign {
+                place,
+                op,
+                value,
+                ty: t,
             } => {
                 let p = self.place(place);
+                // A run-time index at or past a per-invocation array's length writes nothing.
+                let guard = match place {
+                    Place::Array(a, ix) if !is_literal(ix) => Some(format!(
+                        "if ({} < {}u) {{",
+                        self.expr(ix),
+                        self.k.arrays[*a].len
+                    )),
+                    _ => None,
+                };
+                if let Some(g) = &guard {
+                    self.line(g);
+                    self.indent += 1;
+                }
                 match op {
                     None => {
                         let v = self.expr(value);
@@ -381,6 +513,42 @@ impl Wgsl<'_> {
                     Some(op) => {
                         let rhs = self.binary(*op, *t, &p, value);
                         self.line(&format!("{p} = {rhs};"));
+                    }
+                }
+                if guard.is_some() {
+                    self.indent -= 1;
+                    self.line("}");
+                }
+            }
+            Stmt::Array { array, init } => {
+                let arr = &self.k.arrays[*array];
+                let (name, n, t) = (arr.name.clone(), arr.len, ty(arr.elem));
+                match init {
+                    // Function-scope variables start zeroed.
+                    ArrayInit::Splat(v) if is_zero(v) => {
+                        self.line(&format!("var {name}: array<{t}, {n}>;"))
+                    }
+                    // Evaluated once; a constructor up to 64 elements (no loop for a driver to
+                    // count against its iteration limits), a loop beyond.
+                    ArrayInit::Splat(v) => {
+                        let v = self.expr(v);
+                        self.line(&format!("let {name}_v: {t} = {v};"));
+                        if n <= 64 {
+                            let elems = vec![format!("{name}_v"); n as usize].join(", ");
+                            self.line(&format!(
+                                "var {name}: array<{t}, {n}> = array<{t}, {n}>({elems});"
+                            ));
+                        } else {
+                            self.line(&format!("var {name}: array<{t}, {n}>;"));
+                            self.line(&format!("for (var {name}_k: u32 = 0u; {name}_k < {n}u; {name}_k = {name}_k + 1u) {{ {name}[{name}_k] = {name}_v; }}"));
+                        }
+                    }
+                    ArrayInit::List(vs) => {
+                        let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
+                        self.line(&format!(
+                            "var {name}: array<{t}, {n}> = array<{t}, {n}>({});",
+                            elems.join(", ")
+                        ));
                     }
                 }
             }
@@ -462,7 +630,12 @@ impl Wgsl<'_> {
             Stmt::Loop { body } => self.nested("loop", body),
             Stmt::Break => self.line("break;"),
             Stmt::Continue => self.line("continue;"),
-            Stmt::Return => self.line("return;"),
+            Stmt::Return => {
+                if self.checked.is_some() {
+                    self.line("gd_flush();");
+                }
+                self.line("return;")
+            }
             Stmt::Barrier { .. } => {
                 let storage = self.storage_barriers[self.barriers];
                 self.barriers += 1;
@@ -474,55 +647,267 @@ impl Wgsl<'_> {
             Stmt::Atomic {
                 result,
                 op,
-                param,
+                target,
                 index,
                 operands,
-                ..
+                ty: t,
             } => {
-                let n = &self.k.params[*param].name;
-                let ptr = format!("&{n}_p[{n}_off + {}]", self.expr(index));
+                let (arr, off, len, target) = self.atomic_target(target);
+                let ix = self.expr(index);
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
-                let call = match op {
-                    AtomicOp::Add => format!("atomicAdd({ptr}, {})", ops[0]),
-                    AtomicOp::Sub => format!("atomicSub({ptr}, {})", ops[0]),
-                    AtomicOp::Max => format!("atomicMax({ptr}, {})", ops[0]),
-                    AtomicOp::Min => format!("atomicMin({ptr}, {})", ops[0]),
-                    AtomicOp::And => format!("atomicAnd({ptr}, {})", ops[0]),
-                    AtomicOp::Or => format!("atomicOr({ptr}, {})", ops[0]),
-                    AtomicOp::Xor => format!("atomicXor({ptr}, {})", ops[0]),
-                    AtomicOp::Exchange => format!("atomicExchange({ptr}, {})", ops[0]),
-                    AtomicOp::Load => format!("atomicLoad({ptr})"),
-                    AtomicOp::Store => {
-                        self.line(&format!("atomicStore({ptr}, {});", ops[0]));
-                        return;
-                    }
-                    AtomicOp::CompareExchange => {
-                        // WGSL only has the weak form; retry spurious failures so the
-                        // result is the strong compare-exchange of CUDA and the host.
-                        self.tmp += 1;
-                        let r = format!("gd_cas{}", self.tmp);
-                        self.line("loop {");
-                        self.line(&format!(
-                            "    let {r} = atomicCompareExchangeWeak({ptr}, {}, {});",
-                            ops[0], ops[1]
-                        ));
-                        self.line(&format!(
-                            "    if ({r}.exchanged || {r}.old_value != {}) {{",
-                            ops[0]
-                        ));
-                        if let Some(res) = result {
-                            self.line(&format!("        {res} = {r}.old_value;"));
-                        }
-                        self.line("        break;\n        }\n    }");
-                        return;
-                    }
-                };
-                match result {
-                    Some(r) => self.line(&format!("{r} = {call};")),
-                    None => self.line(&format!("{call};")),
+                if self.checked.is_none() {
+                    let ptr = format!("&{arr}[{off}{ix}]");
+                    self.atomic(result.as_deref(), *op, &ptr, &ops);
+                    return;
                 }
+                // Checked: the index and operands are evaluated once, in the host's order,
+                // then an out-of-range atomic is dropped and its result is 0.
+                self.tmp += 1;
+                let i = format!("gd_i{}", self.tmp);
+                self.line("{");
+                self.indent += 1;
+                self.line(&format!("let {i}: u32 = {ix};"));
+                let mut temps = Vec::new();
+                for (k, (o, e)) in ops.iter().zip(operands).enumerate() {
+                    let v = format!("gd_a{}_{k}", self.tmp);
+                    self.line(&format!("let {v}: {} = {o};", ty(e.ty)));
+                    temps.push(v);
+                }
+                self.line(&format!("if ({i} < {len}) {{"));
+                self.indent += 1;
+                let ptr = format!("&{arr}[{off}{i}]");
+                self.atomic(result.as_deref(), *op, &ptr, &temps);
+                self.indent -= 1;
+                self.line("} else {");
+                self.indent += 1;
+                self.line(&format!("gd_note({target}u, {i}, {len}, true);"));
+                if let Some(r) = result {
+                    self.line(&format!("{r} = {};", zero(*t)));
+                }
+                self.indent -= 1;
+                self.line("}");
+                self.indent -= 1;
+                self.line("}");
             }
         }
+    }
+
+    /// One atomic on `ptr` with operands `ops` (already emitted), its old value into `result`.
+    fn atomic(&mut self, result: Option<&str>, op: AtomicOp, ptr: &str, ops: &[String]) {
+        let call = match op {
+            AtomicOp::Add => format!("atomicAdd({ptr}, {})", ops[0]),
+            AtomicOp::Sub => format!("atomicSub({ptr}, {})", ops[0]),
+            AtomicOp::Max => format!("atomicMax({ptr}, {})", ops[0]),
+            AtomicOp::Min => format!("atomicMin({ptr}, {})", ops[0]),
+            AtomicOp::And => format!("atomicAnd({ptr}, {})", ops[0]),
+            AtomicOp::Or => format!("atomicOr({ptr}, {})", ops[0]),
+            AtomicOp::Xor => format!("atomicXor({ptr}, {})", ops[0]),
+            AtomicOp::Exchange => format!("atomicExchange({ptr}, {})", ops[0]),
+            AtomicOp::Load => format!("atomicLoad({ptr})"),
+            AtomicOp::Store => {
+                self.line(&format!("atomicStore({ptr}, {});", ops[0]));
+                return;
+            }
+            AtomicOp::CompareExchange => {
+                // WGSL only has the weak form; retry spurious failures so the
+                // result is the strong compare-exchange of CUDA and the host.
+                self.tmp += 1;
+                let r = format!("gd_cas{}", self.tmp);
+                self.line("loop {");
+                self.line(&format!(
+                    "    let {r} = atomicCompareExchangeWeak({ptr}, {}, {});",
+                    ops[0], ops[1]
+                ));
+                self.line(&format!(
+                    "    if ({r}.exchanged || {r}.old_value != {}) {{",
+                    ops[0]
+                ));
+                if let Some(res) = result {
+                    self.line(&format!("        {res} = {r}.old_value;"));
+                }
+                self.line("        break;\n        }\n    }");
+                return;
+            }
+        };
+        match result {
+            Some(r) => self.line(&format!("{r} = {call};")),
+            None => self.line(&format!("{call};")),
+        }
+    }
+
+    /// The storage or workgroup array of a checked access, the offset to add and the length.
+    fn checked_target(&self, p: &Place) -> (String, String, String, usize) {
+        match p {
+            Place::Param(i, _) => {
+                let n = &self.k.params[*i].name;
+                (
+                    format!("{n}_p"),
+                    format!("{n}_off + "),
+                    format!("{n}_len"),
+                    *i,
+                )
+            }
+            Place::Shared(s, _) => {
+                let sh = &self.k.shared[*s];
+                (
+                    sh.name.clone(),
+                    String::new(),
+                    format!("{}u", sh.size),
+                    bounds::shared_target(self.k, *s),
+                )
+            }
+            Place::Array(a, _) => {
+                let arr = &self.k.arrays[*a];
+                (
+                    arr.name.clone(),
+                    String::new(),
+                    format!("{}u", arr.len),
+                    bounds::array_target(self.k, *a),
+                )
+            }
+            Place::Local(_) => unreachable!("locals are not indexed"),
+        }
+    }
+
+    /// An atomic's memory as a checked access sees it: array, offset prefix, length, target.
+    fn atomic_target(&self, t: &AtomicTarget) -> (String, String, String, usize) {
+        match *t {
+            AtomicTarget::Param(i) => {
+                let n = &self.k.params[i].name;
+                (
+                    format!("{n}_p"),
+                    format!("{n}_off + "),
+                    format!("{n}_len"),
+                    i,
+                )
+            }
+            AtomicTarget::Shared(s) => {
+                let sh = &self.k.shared[s];
+                (
+                    sh.name.clone(),
+                    String::new(),
+                    format!("{}u", sh.size),
+                    bounds::shared_target(self.k, s),
+                )
+            }
+        }
+    }
+
+    /// The index check of a read (the hook every indexable target goes through): a call of a
+    /// helper that reads in range, and out of range records the fault (unless the read sits
+    /// in the arm of a `select` that is not taken) and gives 0.
+    fn checked_read(&self, p: &Place) -> String {
+        let (Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) = p else {
+            unreachable!("locals are not indexed")
+        };
+        let (arr, off, len, target) = self.checked_target(p);
+        let ix = self.expr(ix);
+        let live = {
+            let g = self.guards.borrow();
+            if g.is_empty() {
+                "true".to_string()
+            } else {
+                g.join(" && ")
+            }
+        };
+        let name = format!("gd_ld_{arr}");
+        let elem = match p {
+            Place::Param(i, _) => match self.k.params[*i].kind {
+                ParamKind::Slice { elem, .. } => elem,
+                ParamKind::Scalar(t) => t,
+            },
+            Place::Shared(s, _) => self.k.shared[*s].elem,
+            Place::Array(a, _) => self.k.arrays[*a].elem,
+            Place::Local(_) => unreachable!(),
+        };
+        let t = ty(elem);
+        let z = zero(elem);
+        match p {
+            Place::Param(..) => {
+                let n = &arr[..arr.len() - 2];
+                self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
+                    "fn {name}(gd_off: u32, gd_n: u32, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < gd_n;\n    gd_note({target}u, gd_i, gd_n, !gd_ok && gd_live);\n    return select({z}, {arr}[gd_off + select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
+                ));
+                format!("{name}({n}_off, {n}_len, {ix}, {live})")
+            }
+            // A per-invocation array is a function variable of `main`: passed by pointer.
+            Place::Array(a, _) => {
+                let n = self.k.arrays[*a].len;
+                self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
+                    "fn {name}(gd_a: ptr<function, array<{t}, {n}>>, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}u, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, (*gd_a)[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
+                ));
+                format!("{name}(&{arr}, {ix}, {live})")
+            }
+            _ => {
+                let _ = off;
+                self.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
+                    "fn {name}(gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}u, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, {arr}[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
+                ));
+                format!("{name}({ix}, {live})")
+            }
+        }
+    }
+
+    /// The index check of a write (`x[i] = v`, `x[i] op= v`): index and value evaluated once,
+    /// in the host's order; out of range the write is dropped and the fault recorded.
+    fn checked_write(&mut self, place: &Place, op: Option<BinOp>, value: &Expr, t: Ty) {
+        let (Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) = place else {
+            unreachable!("locals are not indexed")
+        };
+        let (arr, off, len, target) = self.checked_target(place);
+        self.tmp += 1;
+        let i = format!("gd_i{}", self.tmp);
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!("let {i}: u32 = {};", self.expr(ix)));
+        // A value with no loads (a constant) stays inline, so `/ 2` keeps its unguarded form.
+        let value = if is_const(value) {
+            value.clone()
+        } else {
+            let v = format!("gd_v{}", self.tmp);
+            self.line(&format!(
+                "let {v}: {} = {};",
+                ty(value.ty),
+                self.expr(value)
+            ));
+            Expr {
+                kind: ExprKind::Local(v),
+                ty: value.ty,
+            }
+        };
+        let p = format!("{arr}[{off}{i}]");
+        let rhs = match op {
+            None => self.expr(&value),
+            Some(op) => self.binary(op, t, &p, &value),
+        };
+        self.line(&format!("if ({i} < {len}) {{"));
+        self.line(&format!("    {p} = {rhs};"));
+        self.line("} else {");
+        self.line(&format!("    gd_note({target}u, {i}, {len}, true);"));
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
+    }
+
+    /// `if c { a } else { b }` as WGSL's `select`, which evaluates both arms: in the checked
+    /// variant each arm's reads fault only where the arm is taken.
+    fn select(&self, c: &Expr, a: &Expr, b: &Expr) -> String {
+        let cs = self.expr(c);
+        let guarded = self.checked.is_some();
+        if guarded {
+            self.guards.borrow_mut().push(format!("({cs})"));
+        }
+        let a_s = self.expr(a);
+        if guarded {
+            let mut g = self.guards.borrow_mut();
+            g.pop();
+            g.push(format!("!({cs})"));
+        }
+        let b_s = self.expr(b);
+        if guarded {
+            self.guards.borrow_mut().pop();
+        }
+        format!("select({b_s}, {a_s}, {cs})")
     }
 
     /// `a op b` where `a` (already emitted) has type `t`, with the kernel language's meaning.
@@ -592,7 +977,12 @@ impl Wgsl<'_> {
             ExprKind::Local(n) => n.clone(),
             ExprKind::Scalar(i) => format!("{}_p", self.k.params[*i].name),
             ExprKind::Len(i) => format!("{}_len", self.k.params[*i].name),
-            ExprKind::Load(p) => self.place(p),
+            ExprKind::Load(p) => match (self.checked, p) {
+                (Some(_), Place::Param(..) | Place::Shared(..)) => self.checked_read(p),
+                (Some(_), Place::Array(_, ix)) if !is_literal(ix) => self.checked_read(p),
+                (None, Place::Array(a, ix)) => self.array_read(*a, ix),
+                _ => self.place(p),
+            },
             ExprKind::Id(b) => {
                 let [x, y, z] = self.k.workgroup;
                 match b {
@@ -600,6 +990,9 @@ impl Wgsl<'_> {
                     IdBuiltin::LocalId => "gd_lid".into(),
                     IdBuiltin::WorkgroupId => "gd_wid".into(),
                     IdBuiltin::NumWorkgroups => "gd_nwg".into(),
+                    IdBuiltin::WorkgroupSize if self.opaque.get() => format!(
+                        "vec3<u32>(bitcast<u32>({x}u), bitcast<u32>({y}u), bitcast<u32>({z}u))"
+                    ),
                     IdBuiltin::WorkgroupSize => format!("vec3<u32>({x}u, {y}u, {z}u)"),
                     IdBuiltin::GlobalSize => format!("(gd_nwg * vec3<u32>({x}u, {y}u, {z}u))"),
                 }
@@ -624,6 +1017,9 @@ impl Wgsl<'_> {
                 }
                 _ => format!("{}({})", ty(*to), self.expr(a)),
             },
+            ExprKind::Math(MathFn::Select, args) if self.checked.is_some() => {
+                self.select(&args[0], &args[1], &args[2])
+            }
             ExprKind::Math(f, args) => {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
                 let name = match f {
@@ -649,12 +1045,7 @@ impl Wgsl<'_> {
                 };
                 format!("{name}({})", a.join(", "))
             }
-            ExprKind::Cond(c, a, b) => format!(
-                "select({}, {}, {})",
-                self.expr(b),
-                self.expr(a),
-                self.expr(c)
-            ),
+            ExprKind::Cond(c, a, b) => self.select(c, a, b),
         }
     }
 }

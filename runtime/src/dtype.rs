@@ -13,7 +13,7 @@ pub enum DType {
     U32,
     /// Boolean (scalar arguments only; stored as a `u32` 0/1).
     Bool,
-    /// IEEE 754 binary16 ([`half::f16`]): two to a 32-bit word in buffers.
+    /// IEEE 754 binary16 ([`half::f16`](struct@half::f16)): two to a 32-bit word in buffers.
     F16,
     /// bfloat16 ([`half::bf16`], the upper half of an `f32`): two to a 32-bit word in buffers.
     BF16,
@@ -57,7 +57,7 @@ pub trait Scalar: Copy + Send + Sync + std::fmt::Debug + PartialEq + 'static {
     fn from_bits(bits: u32) -> Self;
 }
 
-/// A buffer element type (`f32`, `i32`, `u32`, [`f16`], [`bf16`]).
+/// A buffer element type (`f32`, `i32`, `u32`, [`f16`](struct@f16), [`bf16`]).
 pub trait Element: Scalar + bytemuck::Pod {}
 
 macro_rules! scalar {
@@ -130,7 +130,7 @@ mod tests {
         // The memory layout of `[f16]` on the host is the same packing.
         let h = [f16::from_f32(1.0), f16::from_f32(-2.0), f16::from_f32(0.5)];
         let host: Vec<u16> = bytemuck::cast_slice(&h).to_vec();
-        let mine = pack(DType::F16, &h.map(|v| v.to_bits()));
+        let mine = pack(DType::F16, &h.map(|v| u32::from(v.to_bits())));
         assert_eq!(
             bytemuck::cast_slice::<u32, u16>(&mine)[..3],
             host[..],

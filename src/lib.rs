@@ -22,7 +22,7 @@ pub struct ReadmeDoctests;
 pub mod prelude {
     pub use graphed_macros::{device, graphed, kernel, State};
     pub use graphed_runtime::{
-        Buffer, Config, Device, Error, Fallback, Grid, Input, Launch, Out, Output, Result, Scalar,
-        State, Stats, Step,
+        bf16, f16, Buffer, Config, Device, Error, Fallback, Grid, Input, Launch, Out, Output,
+        Result, Scalar, State, Stats, Step,
     };
 }

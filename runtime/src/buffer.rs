@@ -20,10 +20,23 @@ pub(crate) fn word_bytes(words: usize) -> Option<u64> {
         .filter(|&b| b <= isize::MAX as u64)
 }
 
+/// The 32-bit words a buffer of `len` elements of `dtype` takes: 16-bit elements two to a
+/// word, an odd count rounded up to a whole word.
+pub(crate) fn words_for(dtype: DType, len: usize) -> usize {
+    if dtype.is_half() {
+        len.div_ceil(2)
+    } else {
+        len
+    }
+}
+
 /// One device allocation. Freed when the last handle (buffer, view, recording) drops.
 pub struct RawBuffer {
     pub(crate) id: u64,
     pub(crate) words: usize,
+    /// Bytes of the elements asked for (less than `words * 4` by the padding half of an odd
+    /// count of 16-bit elements, which no element uses).
+    pub(crate) data_bytes: u64,
     pub(crate) mem: Memory,
     pub(crate) device: Device,
     /// The holder (id, step name) whose static slot this is, if it is one: usable only
@@ -35,6 +48,7 @@ impl RawBuffer {
     pub(crate) fn new(
         device: Device,
         words: usize,
+        data_bytes: u64,
         mem: Memory,
         slot: Option<(u64, &'static str)>,
     ) -> Self {
@@ -49,12 +63,13 @@ impl RawBuffer {
         RawBuffer {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             words,
+            data_bytes,
             mem,
             device,
             slot,
         }
     }
-    /// Size in bytes.
+    /// Size in bytes (whole 32-bit words).
     pub fn bytes(&self) -> u64 {
         word_bytes(self.words).unwrap_or(u64::MAX)
     }
@@ -105,6 +120,51 @@ impl RawView {
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// The first 32-bit word of the allocation the view touches, and how many it touches.
+    pub(crate) fn word_span(&self) -> (usize, usize) {
+        if !self.dtype.is_half() {
+            return (self.offset, self.len);
+        }
+        let first = self.offset / 2;
+        (first, (self.offset + self.len).div_ceil(2) - first)
+    }
+
+    /// A `u32` view of the words this view touches (halves of neighbours included).
+    pub(crate) fn covering_words(&self) -> RawView {
+        let (offset, len) = self.word_span();
+        RawView {
+            buf: self.buf.clone(),
+            offset,
+            len,
+            dtype: if self.dtype.is_half() {
+                DType::U32
+            } else {
+                self.dtype
+            },
+        }
+    }
+
+    /// The view as whole 32-bit words (itself, for a 32-bit type), or `None` where a 16-bit
+    /// view starts or ends inside a word whose other half belongs to another element: the
+    /// backends transfer and copy whole words only.
+    pub(crate) fn as_words(&self) -> Option<RawView> {
+        if !self.dtype.is_half() {
+            return Some(self.clone());
+        }
+        let end = self.offset + self.len;
+        let tail_free = end % 2 == 0 || end as u64 * 2 == self.buf.data_bytes;
+        (self.offset % 2 == 0 && tail_free).then(|| self.covering_words())
+    }
+
+    /// Offset of the view's first element inside its first word, in elements (0 or 1).
+    pub(crate) fn first_in_word(&self) -> usize {
+        if self.dtype.is_half() {
+            self.offset % 2
+        } else {
+            0
+        }
+    }
+
     pub(crate) fn overlaps(&self, other: &RawView) -> bool {
         self.buf.id == other.buf.id
             && self.offset < other.offset + other.len
@@ -213,8 +273,8 @@ impl<T: Element> Buffer<T> {
 
     /// Copies the contents to the host (waits for pending work on the device).
     pub fn to_host(&self) -> Result<Vec<T>> {
-        let words = self.device().read_words(&self.view)?;
-        Ok(words.into_iter().map(T::from_bits).collect())
+        let bits = self.device().read_elements(&self.view)?;
+        Ok(bits.into_iter().map(T::from_bits).collect())
     }
 
     /// Overwrites the contents with `data` (same length).
@@ -226,17 +286,22 @@ impl<T: Element> Buffer<T> {
                 self.len()
             )));
         }
-        self.device()
-            .write_words(&self.view, bytemuck::cast_slice(data))
+        if T::DTYPE.is_half() {
+            let bits: Vec<u32> = data.iter().map(|v| v.to_bits()).collect();
+            self.device().write_elements(&self.view, &bits)
+        } else {
+            self.device()
+                .write_elements(&self.view, bytemuck::cast_slice(data))
+        }
     }
 
     /// Sets every element to `value`.
     pub fn fill(&self, value: T) -> Result<()> {
-        self.device().fill_words(&self.view, value.to_bits())
+        self.device().fill_elements(&self.view, value.to_bits())
     }
 
     /// Copies `src` into this buffer (same length, same device).
     pub fn copy_from(&self, src: &Buffer<T>) -> Result<()> {
-        self.device().copy_words(&src.view, &self.view)
+        self.device().copy_elements(&src.view, &self.view)
     }
 }

@@ -177,6 +177,7 @@ impl Device {
         shared(&WGPU, || {
             Ok(Box::new(crate::backend::wgpu::WgpuBackend::open(
                 DeviceOptions::from_env()?.checked,
+                true,
             )?))
         })
     }
@@ -184,6 +185,16 @@ impl Device {
     /// A fresh wgpu device of its own (its own queue), e.g. one per thread.
     pub fn wgpu_new() -> Result<Device> {
         Device::open_new_with(BackendKind::Wgpu, DeviceOptions::from_env()?)
+    }
+
+    #[doc(hidden)]
+    /// Test hook (`testing` feature): a fresh wgpu device created without `shader-f16`, as on
+    /// an adapter that lacks it.
+    #[cfg(feature = "testing")]
+    pub fn __wgpu_without_shader_f16() -> Result<Device> {
+        Ok(Device::from_backend(Box::new(
+            crate::backend::wgpu::WgpuBackend::open(false, false)?,
+        )))
     }
 
     /// The CUDA backend on GPU 0 (needs `--features cuda` and an NVIDIA driver).
@@ -248,7 +259,7 @@ impl Device {
                 crate::backend::host::HostBackend,
             ))),
             BackendKind::Wgpu => Ok(Device::from_backend(Box::new(
-                crate::backend::wgpu::WgpuBackend::open(options.checked)?,
+                crate::backend::wgpu::WgpuBackend::open(options.checked, true)?,
             ))),
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => Ok(Device::from_backend(Box::new(
@@ -316,6 +327,18 @@ impl Device {
         self.inner.backend.adapter()
     }
 
+    /// Whether kernels that compute with `dtype` run on this device. Buffers of every type
+    /// work everywhere (upload, download, fill, copy); what differs is arithmetic: `f16`
+    /// kernels need WGSL's `shader-f16` on wgpu (asked for whenever the adapter has it), and
+    /// `bf16` kernels run on the CUDA and host backends only (WGSL has no `bf16`).
+    pub fn supports_kernels_of(&self, dtype: DType) -> bool {
+        match dtype {
+            DType::F16 => self.inner.backend.shader_f16(),
+            DType::BF16 => self.kind() != BackendKind::Wgpu,
+            DType::F32 | DType::I32 | DType::U32 | DType::Bool => true,
+        }
+    }
+
     /// Identity of this device handle's device.
     pub fn id(&self) -> u64 {
         self.inner.id
@@ -375,28 +398,32 @@ impl Device {
         }
     }
 
-    pub(crate) fn alloc_raw(&self, words: usize) -> Result<Arc<RawBuffer>> {
-        self.alloc_owned(words, None)
+    pub(crate) fn alloc_raw(&self, dtype: DType, len: usize) -> Result<Arc<RawBuffer>> {
+        self.alloc_owned(dtype, len, None)
     }
 
-    /// An allocation that is a static slot of holder `owner` (id, step name).
+    /// An allocation of `len` elements of `dtype` that is a static slot of holder `owner`
+    /// (id, step name).
     pub(crate) fn alloc_slot(
         &self,
-        words: usize,
+        dtype: DType,
+        len: usize,
         owner: (u64, &'static str),
     ) -> Result<Arc<RawBuffer>> {
-        self.alloc_owned(words, Some(owner))
+        self.alloc_owned(dtype, len, Some(owner))
     }
 
     fn alloc_owned(
         &self,
-        words: usize,
+        dtype: DType,
+        len: usize,
         slot: Option<(u64, &'static str)>,
     ) -> Result<Arc<RawBuffer>> {
+        let words = crate::buffer::words_for(dtype, len);
         if crate::buffer::word_bytes(words).is_none() {
             return Err(Error::Limit {
                 backend: self.kind().name(),
-                what: format!("bytes of a buffer of {words} 4-byte elements"),
+                what: format!("bytes of a buffer of {len} {}-byte elements", dtype.size()),
                 asked: words as u128 * 4,
                 limit: isize::MAX as u128,
             });
@@ -408,15 +435,23 @@ impl Device {
             });
         }
         let mem = self.inner.backend.alloc(words)?;
-        Ok(Arc::new(RawBuffer::new(self.clone(), words, mem, slot)))
+        let data_bytes = len as u64 * dtype.size() as u64;
+        Ok(Arc::new(RawBuffer::new(
+            self.clone(),
+            words,
+            data_bytes,
+            mem,
+            slot,
+        )))
     }
 
-    /// A zeroed buffer of `len` elements.
+    /// A zeroed buffer of `len` elements (16-bit elements two to a 32-bit word: an odd count
+    /// allocates a whole last word).
     pub fn alloc<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
         if thread_records() {
             return Err(Error::AllocationInRecording);
         }
-        Ok(Buffer::from_raw(self.alloc_raw(len)?, 0, len))
+        Ok(Buffer::from_raw(self.alloc_raw(T::DTYPE, len)?, 0, len))
     }
 
     /// A buffer holding `data`.
@@ -426,12 +461,13 @@ impl Device {
         Ok(b)
     }
 
-    pub(crate) fn read_words(&self, view: &RawView) -> Result<Vec<u32>> {
+    /// The element bits of `view` (one element's in each `u32`).
+    pub(crate) fn read_elements(&self, view: &RawView) -> Result<Vec<u32>> {
         if thread_records() {
             return Err(Error::ReadbackInRecording("Buffer::to_host"));
         }
         check_slot(view, "to_host")?;
-        self.inner.backend.read(view)
+        crate::packed::read(self.backend(), view)
     }
 
     /// Reads a step's output (an [`crate::Out`]): a slot, read through the borrow its call
@@ -440,28 +476,25 @@ impl Device {
         if thread_records() {
             return Err(Error::ReadbackInRecording("Out::to_host"));
         }
-        self.inner.backend.read(view)
+        crate::packed::read(self.backend(), view)
     }
 
-    pub(crate) fn write_words(&self, view: &RawView, data: &[u32]) -> Result<()> {
+    /// Writes element bits (one element's in each `u32`) into `view`.
+    pub(crate) fn write_elements(&self, view: &RawView, bits: &[u32]) -> Result<()> {
         if thread_records() {
             return Err(Error::ReadbackInRecording(
                 "Buffer::write (a host transfer)",
             ));
         }
         check_slot(view, "write")?;
-        self.inner.backend.write(view, data)
+        crate::packed::write(self, view, bits)
     }
 
-    pub(crate) fn fill_words(&self, view: &RawView, bits: u32) -> Result<()> {
-        self.launch(
-            &crate::builtin::fill_u32::DEF,
-            Grid::threads(view.len),
-            &fill_args(view, bits),
-        )
+    pub(crate) fn fill_elements(&self, view: &RawView, bits: u32) -> Result<()> {
+        crate::packed::fill(view, bits, &mut |k, g, a| self.launch(k, g, a))
     }
 
-    pub(crate) fn copy_words(&self, src: &RawView, dst: &RawView) -> Result<()> {
+    pub(crate) fn copy_elements(&self, src: &RawView, dst: &RawView) -> Result<()> {
         check_slot(src, "copy")?;
         self.copy_from_output(src, dst)
     }
@@ -478,7 +511,12 @@ impl Device {
                 "copy of buffers that live on another device".into(),
             ));
         }
-        self.inner.backend.copy(src, dst)
+        crate::packed::copy(
+            src,
+            dst,
+            &mut |s, d| self.inner.backend.copy(s, d),
+            &mut |k, g, a| crate::packed::launch_on(self, k, g, a),
+        )
     }
 
     pub(crate) fn backend(&self) -> &dyn Backend {

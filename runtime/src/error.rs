@@ -220,6 +220,21 @@ pub enum Error {
         /// The limit.
         limit: u128,
     },
+    /// A kernel needs something the device does not have: WGSL's `f16` on an adapter without
+    /// `shader-f16`.
+    #[error("kernel `{kernel}` needs {feature}, which the {backend} adapter {adapter} does not have; {instead}")]
+    Unsupported {
+        /// The kernel.
+        kernel: &'static str,
+        /// The backend.
+        backend: &'static str,
+        /// The adapter, as [`crate::Device::adapter`] names it.
+        adapter: String,
+        /// What the kernel needs, e.g. "`f16` arithmetic (WGSL's `shader-f16` feature)".
+        feature: &'static str,
+        /// What to do instead.
+        instead: &'static str,
+    },
 }
 
 #[cfg(test)]

@@ -133,8 +133,9 @@ pub struct Stats {
 
 /// An input argument of a call.
 pub enum InputArg<'a> {
-    /// Host data, uploaded into the static slot.
-    Host(DType, &'a [u32]),
+    /// Host data (its bytes, as the host lays out a slice of the type), uploaded into the
+    /// static slot.
+    Host(DType, &'a [u8]),
     /// A device buffer, copied into the static slot.
     Device(RawView),
 }
@@ -142,7 +143,7 @@ pub enum InputArg<'a> {
 impl InputArg<'_> {
     fn shape(&self) -> (DType, usize) {
         match self {
-            InputArg::Host(d, w) => (*d, w.len()),
+            InputArg::Host(d, b) => (*d, b.len() / d.size()),
             InputArg::Device(v) => (v.dtype, v.len),
         }
     }
@@ -517,7 +518,8 @@ impl Graphed {
                 } else {
                     None
                 };
-                let copies = upload_inputs(&self.device, &rec.inputs, &args.inputs)?;
+                let words = upload_inputs(&self.device, &rec.inputs, &args.inputs)?;
+                let copies: Vec<(&RawView, &RawView)> = words.iter().map(|(s, d)| (s, d)).collect();
                 rec.scratch.clear();
                 for &(launch, word, slot) in &rec.scalar_uses {
                     rec.scratch.push((launch, word, args.scalars[slot].bits()));
@@ -528,9 +530,10 @@ impl Graphed {
                 self.stats.replays += 1;
                 if crate::faults::take_replay_drift() {
                     if let Some(out) = rec.outputs.iter().find(|o| o.len > 0) {
-                        let mut w = self.device.backend().read(out)?;
+                        let out = out.covering_words();
+                        let mut w = self.device.backend().read(&out)?;
                         w[0] ^= 1;
-                        self.device.backend().write(out, &w)?;
+                        self.device.backend().write(&out, &w)?;
                     }
                 }
                 if let Some(before) = before {
@@ -561,7 +564,7 @@ impl Graphed {
         let replay_outs = read_all(&self.device, &rec.outputs)?;
         let replay_states = read_all(&self.device, &args.states)?;
         for (v, words) in args.states.iter().zip(&before) {
-            self.device.backend().write(v, words)?;
+            crate::packed::write(&self.device, v, words)?;
         }
         self.run_body(args, body)?;
         let eager_outs = read_all(&self.device, &self.eager_outputs)?;
@@ -644,15 +647,16 @@ impl Graphed {
         for input in &args.inputs {
             inputs.push(match input {
                 InputArg::Device(v) => v.clone(),
-                InputArg::Host(d, words) => {
-                    let raw = self.device.alloc_slot(words.len(), owner)?;
+                InputArg::Host(d, bytes) => {
+                    let len = bytes.len() / d.size();
+                    let raw = self.device.alloc_slot(*d, len, owner)?;
                     let v = RawView {
                         buf: raw,
                         offset: 0,
-                        len: words.len(),
+                        len,
                         dtype: *d,
                     };
-                    self.device.backend().write(&v, words)?;
+                    crate::packed::write(&self.device, &v, &host_bits(*d, bytes))?;
                     v
                 }
             });
@@ -679,7 +683,7 @@ impl Graphed {
         let owner = (self.id, self.name);
         for input in &args.inputs {
             let (dtype, len) = input.shape();
-            let raw: Arc<RawBuffer> = self.device.alloc_slot(len, owner)?;
+            let raw: Arc<RawBuffer> = self.device.alloc_slot(dtype, len, owner)?;
             inputs.push(RawView {
                 buf: raw,
                 offset: 0,
@@ -909,23 +913,55 @@ impl Drop for Graphed {
     }
 }
 
-/// Every view's words, read back (waits for the device).
+/// Every view's element bits, read back (waits for the device).
 fn read_all(device: &Device, views: &[RawView]) -> Result<Vec<Vec<u32>>> {
-    views.iter().map(|v| device.backend().read(v)).collect()
+    views
+        .iter()
+        .map(|v| crate::packed::read(device.backend(), v))
+        .collect()
+}
+
+/// The element bits (one element's in each `u32`) of host data of `dtype` given as bytes:
+/// the bytes themselves for a 32-bit type (they come from a `[T]`, so aligned).
+fn host_bits(dtype: DType, bytes: &[u8]) -> std::borrow::Cow<'_, [u32]> {
+    if dtype.is_half() {
+        return bytes
+            .chunks_exact(2)
+            .map(|c| u32::from(u16::from_ne_bytes([c[0], c[1]])))
+            .collect();
+    }
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(words) => std::borrow::Cow::Borrowed(words),
+        Err(_) => bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    }
 }
 
 /// Writes the host inputs into their static slots; returns the device inputs' copies
-/// (source, slot), which the replay makes (wgpu: inside its own command buffer).
-fn upload_inputs<'a>(
+/// (source, slot, as whole words), which the replay makes (wgpu: inside its own command
+/// buffer).
+fn upload_inputs(
     device: &Device,
-    slots: &'a [RawView],
-    inputs: &'a [InputArg<'_>],
-) -> Result<Vec<(&'a RawView, &'a RawView)>> {
+    slots: &[RawView],
+    inputs: &[InputArg<'_>],
+) -> Result<Vec<(RawView, RawView)>> {
     let mut copies = Vec::new();
     for (slot, input) in slots.iter().zip(inputs) {
         match input {
-            InputArg::Host(_, words) => device.backend().write(slot, words)?,
-            InputArg::Device(v) => copies.push((v, slot)),
+            InputArg::Host(d, bytes) => crate::packed::write(device, slot, &host_bits(*d, bytes))?,
+            InputArg::Device(v) => match (v.as_words(), slot.as_words()) {
+                (Some(s), Some(d)) if s.len == d.len => copies.push((s, d)),
+                // A 16-bit view off a word boundary: merged by a kernel now, queued before
+                // the replay (which copies whole words only).
+                _ => crate::packed::copy(
+                    v,
+                    slot,
+                    &mut |s, d| device.backend().copy(s, d),
+                    &mut |k, g, a| crate::packed::launch_on(device, k, g, a),
+                )?,
+            },
         }
     }
     Ok(copies)

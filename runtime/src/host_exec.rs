@@ -40,10 +40,12 @@ impl From<[u32; 3]> for UVec3 {
     }
 }
 
-/// A view of a bound slice; every access is checked against the view's length.
+/// A view of a bound slice; every access is checked against the view's length. A 16-bit
+/// type's elements are halves of the words (`first`: the half the view starts at).
 pub struct HostSlice<'a, T> {
     cells: &'a [Cell<u32>],
     len: u32,
+    first: u32,
     kernel: &'static str,
     name: &'static str,
     _t: std::marker::PhantomData<T>,
@@ -116,7 +118,12 @@ impl<'a, T: Element> HostSlice<'a, T> {
         let off = l.args[word] as usize;
         let len = l.args[word + 1];
         let buf = l.bufs[binding];
-        let cells = buf.get(off..off + len as usize).ok_or(KernelFault {
+        let (words, first) = if T::DTYPE.is_half() {
+            (off / 2..(off + len as usize).div_ceil(2), (off % 2) as u32)
+        } else {
+            (off..off + len as usize, 0)
+        };
+        let cells = buf.get(words).ok_or(KernelFault {
             kernel,
             target: name,
             kind: FaultKind::BadView,
@@ -124,6 +131,7 @@ impl<'a, T: Element> HostSlice<'a, T> {
         Ok(HostSlice {
             cells,
             len,
+            first,
             kernel,
             name,
             _t: std::marker::PhantomData,
@@ -135,6 +143,7 @@ impl<'a, T: Element> HostSlice<'a, T> {
         HostSlice {
             cells,
             len: cells.len() as u32,
+            first: 0,
             kernel,
             name,
             _t: std::marker::PhantomData,
@@ -162,15 +171,41 @@ impl<'a, T: Element> HostSlice<'a, T> {
         })
     }
 
+    /// The cell holding element `i` and the shift of its bits there (16-bit types: 0 or 16).
+    #[inline]
+    fn half(&self, i: u32) -> Result<(&'a Cell<u32>, u32), KernelFault> {
+        if i >= self.len {
+            return Err(KernelFault {
+                kernel: self.kernel,
+                target: self.name,
+                kind: FaultKind::OutOfBounds {
+                    index: i,
+                    len: self.len,
+                },
+            });
+        }
+        let e = self.first + i;
+        Ok((self.cell(e / 2)?, 16 * (e % 2)))
+    }
+
     /// Reads element `i`.
     #[inline]
     pub fn get(&self, i: u32) -> Result<T, KernelFault> {
+        if T::DTYPE.is_half() {
+            let (c, at) = self.half(i)?;
+            return Ok(T::from_bits((c.get() >> at) & 0xffff));
+        }
         Ok(T::from_bits(self.cell(i)?.get()))
     }
 
-    /// Writes element `i`.
+    /// Writes element `i` (a 16-bit type's half of its word; the other half is kept).
     #[inline]
     pub fn set(&self, i: u32, v: T) -> Result<(), KernelFault> {
+        if T::DTYPE.is_half() {
+            let (c, at) = self.half(i)?;
+            c.set((c.get() & !(0xffff << at)) | ((v.to_bits() & 0xffff) << at));
+            return Ok(());
+        }
         self.cell(i)?.set(v.to_bits());
         Ok(())
     }

@@ -56,6 +56,17 @@ pub struct CheckedForm {
 }
 
 impl KernelDef {
+    /// Whether the kernel's WGSL computes with `f16`: it then starts with `enable f16;`,
+    /// which WGSL requires for any use of the type, and runs only on an adapter with
+    /// `shader-f16`.
+    pub fn needs_shader_f16(&self) -> bool {
+        self.wgsl
+            .lines()
+            .map(str::trim)
+            .take_while(|l| l.is_empty() || l.starts_with("enable") || l.starts_with("//"))
+            .any(|l| l.starts_with("enable") && l.contains("f16"))
+    }
+
     /// Number of slice parameters (bindings after the argument block).
     pub fn slices(&self) -> usize {
         self.params

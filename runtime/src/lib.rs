@@ -29,6 +29,7 @@ mod holder;
 mod host_exec;
 mod kernel;
 pub mod nvrtc;
+mod packed;
 mod plan;
 mod state;
 mod step;
@@ -41,7 +42,7 @@ pub use checked::DeviceOptions;
 pub use device::{Device, Required};
 #[cfg(feature = "nccl")]
 pub use dist::{Communicator, DataParallel, ReduceOp};
-pub use dtype::{DType, Element, Scalar as ScalarValue};
+pub use dtype::{bf16, f16, DType, Element, Scalar as ScalarValue};
 pub use error::{Error, FaultKind, KernelFault, Result};
 pub use holder::{
     AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, Stats,

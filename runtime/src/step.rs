@@ -8,7 +8,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::buffer::{Buffer, RawView};
-use crate::device::{bind, check_copy, fill_args, Device};
+use crate::device::{bind, check_copy, Device};
 use crate::dtype::{Element, Scalar as ScalarValue};
 use crate::error::{Error, Result};
 use crate::kernel::{ErasedScalar, Grid, KernelArg, KernelDef, Launch, ScalarArg};
@@ -238,7 +238,7 @@ impl Step {
     }
 
     fn alloc<T: Element>(&self, len: usize, role: BufferRole) -> Result<Buffer<T>> {
-        let raw = self.device.alloc_slot(len, self.owner)?;
+        let raw = self.device.alloc_slot(T::DTYPE, len, self.owner)?;
         let b = Buffer::from_raw(raw, 0, len);
         self.register(&b.raw_view(), role, None);
         Ok(b)
@@ -264,16 +264,20 @@ impl Step {
         if let Err(why) = self.check_not_input(&d) {
             return Err(Error::Shape(format!("copy into {why}")));
         }
-        match &self.rec {
-            None => self.device.backend().copy(&s, &d),
+        let mut direct = |s: &RawView, d: &RawView| match &self.rec {
+            None => self.device.backend().copy(s, d),
             Some(rec) => {
                 let mut rec = rec.borrow_mut();
-                Self::touch(&mut rec, &s, false);
-                Self::touch(&mut rec, &d, true);
-                rec.plan.ops.push(Op::Copy { src: s, dst: d });
+                Self::touch(&mut rec, s, false);
+                Self::touch(&mut rec, d, true);
+                rec.plan.ops.push(Op::Copy {
+                    src: s.clone(),
+                    dst: d.clone(),
+                });
                 Ok(())
             }
-        }
+        };
+        crate::packed::copy(&s, &d, &mut direct, &mut |k, g, a| self.launch(k, g, a))
     }
 
     /// An output holding a copy of `src` as it is at this point of the step (e.g. a
@@ -291,12 +295,9 @@ impl Step {
 
     /// Sets every element of `dst` to `value` as part of the step.
     pub fn fill<T: Element>(&self, dst: &mut Buffer<T>, value: T) -> Result<()> {
-        let args = fill_args(&dst.raw_view(), value.to_bits());
-        self.launch(
-            &crate::builtin::fill_u32::DEF,
-            Grid::threads(dst.len()),
-            &args,
-        )
+        crate::packed::fill(&dst.raw_view(), value.to_bits(), &mut |k, g, a| {
+            self.launch(k, g, a)
+        })
     }
 
     /// All-reduces `buf` in place across the ranks of `comm` (e.g. gradients between backward

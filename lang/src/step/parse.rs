@@ -32,7 +32,7 @@ pub struct Step {
     pub tuple: bool,
 }
 
-const SCALARS: &[&str] = &["f32", "i32", "u32", "bool"];
+const SCALARS: &[&str] = &["f32", "i32", "u32", "bool", "f16", "bf16"];
 const KEYS: &[&str] = &[
     "bool", "u8", "u16", "u32", "u64", "usize", "i8", "i16", "i32", "i64", "isize",
 ];
@@ -141,7 +141,7 @@ fn param_type_error(ty: &syn::Type) -> String {
         _ if generic_of(ty, "Buffer").is_some() || generic_of(ty, "Input").is_some() => {
             format!("take buffers by reference, not `{shown}` by value")
         }
-        _ if ident_is(ty, &["f64", "f16"]) => {
+        _ if ident_is(ty, &["f64"]) => {
             format!("per-step scalars are 32-bit (they live in device memory): use `f32` instead of `{shown}`")
         }
         _ if ident_is(ty, KEYS) => format!(

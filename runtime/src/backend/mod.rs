@@ -55,9 +55,16 @@ pub(crate) enum Memory {
 pub(crate) trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     fn adapter(&self) -> String;
+    /// Whether kernels that compute with `f16` run here (wgpu: the device has `shader-f16`).
+    fn shader_f16(&self) -> bool {
+        true
+    }
     /// Alignment (in 32-bit words) of each launch's argument block inside a recording's arena.
     fn arg_align_words(&self) -> usize;
     /// A zeroed allocation of `words` 32-bit words.
+    ///
+    /// `write`, `read` and `copy` take views of whole 32-bit words (a 32-bit type's, or a
+    /// `u32` view of the words 16-bit elements occupy: `crate::packed` makes them).
     fn alloc(&self, words: usize) -> Result<Memory>;
     fn write(&self, view: &RawView, data: &[u32]) -> Result<()>;
     /// Waits for pending work, then reads.

@@ -91,6 +91,9 @@ pub(crate) struct WgpuBackend {
     pipelines: Mutex<HashMap<usize, Arc<Pipeline>>>,
     /// Which of wgpu's shader run-time checks kernels keep (`GRAPHED_WGPU_CHECKS`).
     checks: ShaderChecks,
+    /// The device was created with `SHADER_F16` (asked for whenever the adapter has it):
+    /// kernels computing with `f16` compile.
+    shader_f16: bool,
     /// Errors the device reported outside an error scope.
     error: Arc<Mutex<DeviceErrors>>,
     /// Checked mode: the fault record and the kernels that may write it.
@@ -192,9 +195,26 @@ fn buffer(view: &RawView) -> &wgpu::Buffer {
     }
 }
 
+/// Refuses a kernel that computes with `f16` on a device without `shader-f16`, naming the
+/// adapter and what to do instead.
+fn check_features(kernel: &'static KernelDef, shader_f16: bool, adapter: &str) -> Result<()> {
+    if kernel.needs_shader_f16() && !shader_f16 {
+        return Err(Error::Unsupported {
+            kernel: kernel.name,
+            backend: NAME,
+            adapter: adapter.to_string(),
+            feature: "`f16` arithmetic (WGSL's `shader-f16` feature)",
+            instead: "run it on the CUDA or host backend, or keep f16 in buffers and compute in f32 (`x as f32`, then `as f16` to store) in a kernel without f16 arithmetic",
+        });
+    }
+    Ok(())
+}
+
 impl WgpuBackend {
-    /// Opens the best adapter; `checked`: checked mode (see [`crate::checked`]).
-    pub(crate) fn open(checked: bool) -> Result<WgpuBackend> {
+    /// Opens the best adapter; `checked`: checked mode (see [`crate::checked`]). It asks for
+    /// `SHADER_F16` where the adapter has it (unless `want_f16` is false: a device without
+    /// it, for tests of the refusal).
+    pub(crate) fn open(checked: bool, want_f16: bool) -> Result<WgpuBackend> {
         let checks = ShaderChecks::from_env()?;
         let instance =
             compute_instance(wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY));
@@ -212,9 +232,14 @@ impl WgpuBackend {
         })?;
         let info = adapter.get_info();
         let limits = adapter.limits();
+        let shader_f16 = want_f16 && adapter.features().contains(wgpu::Features::SHADER_F16);
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("graphed"),
-            required_features: wgpu::Features::empty(),
+            required_features: if shader_f16 {
+                wgpu::Features::SHADER_F16
+            } else {
+                wgpu::Features::empty()
+            },
             required_limits: limits.clone(),
             ..Default::default()
         }))
@@ -252,6 +277,7 @@ impl WgpuBackend {
             limits,
             pipelines: Mutex::new(HashMap::new()),
             checks,
+            shader_f16,
             error,
             checked,
         })
@@ -283,6 +309,7 @@ impl WgpuBackend {
         {
             return Ok(p.clone());
         }
+        check_features(kernel, self.shader_f16, &self.adapter())?;
         let wg = kernel.workgroup;
         let l = &self.limits;
         if wg[0] > l.max_compute_workgroup_size_x
@@ -531,6 +558,9 @@ impl Backend for WgpuBackend {
             "{} ({:?}, {})",
             self.info.name, self.info.backend, self.info.driver
         )
+    }
+    fn shader_f16(&self) -> bool {
+        self.shader_f16
     }
     fn arg_align_words(&self) -> usize {
         (self.limits.min_storage_buffer_offset_alignment as usize / 4).max(1)

@@ -427,10 +427,16 @@ impl AllReduce {
                 comm.device().kind()
             )));
         }
-        if matches!(view.dtype, crate::dtype::DType::Bool) {
-            return Err(Error::Shape(
-                "an all-reduce needs a buffer of f32, i32 or u32".into(),
-            ));
+        if matches!(
+            view.dtype,
+            crate::dtype::DType::Bool | crate::dtype::DType::F16 | crate::dtype::DType::BF16
+        ) {
+            // 16-bit types: not yet (NCCL would sum them rounded to 16 bits at every hop);
+            // all-reduce an f32 copy.
+            return Err(Error::Shape(format!(
+                "an all-reduce needs a buffer of f32, i32 or u32, not {}; all-reduce an f32 copy of 16-bit values",
+                view.dtype.name()
+            )));
         }
         Ok(AllReduce {
             comm: comm.clone(),

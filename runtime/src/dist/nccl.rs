@@ -181,7 +181,7 @@ fn data_type(d: DType) -> Result<sys::ncclDataType_t> {
         DType::F32 => Ok(sys::ncclDataType_t::ncclFloat32),
         DType::I32 => Ok(sys::ncclDataType_t::ncclInt32),
         DType::U32 => Ok(sys::ncclDataType_t::ncclUint32),
-        DType::Bool => Err(Error::Shape(
+        DType::Bool | DType::F16 | DType::BF16 => Err(Error::Shape(
             "an all-reduce needs a buffer of f32, i32 or u32".into(),
         )),
     }

@@ -27,8 +27,10 @@ mod faults;
 mod holder;
 mod host_exec;
 mod kernel;
+mod liveness;
 pub mod nvrtc;
 mod plan;
+mod rebind;
 mod state;
 mod step;
 #[cfg(feature = "testing")]
@@ -42,7 +44,7 @@ pub use dist::{Communicator, DataParallel, ReduceOp};
 pub use dtype::{DType, Element, Scalar as ScalarValue};
 pub use error::{Error, FaultKind, KernelFault, Result};
 pub use holder::{
-    AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, Stats,
+    AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, StateKey, Stats,
 };
 pub use kernel::{
     ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch, ParamInfo, ParamType,

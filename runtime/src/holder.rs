@@ -73,6 +73,16 @@ pub struct Config {
     /// differing buffer and index, and that key runs eagerly from then on. The step is applied
     /// once: the state is put back before the eager run, whose results are kept.
     pub sentinel_every: u32,
+    /// Liveness packing: a recording's workspaces and outputs share one arena where their
+    /// live ranges (in op order) are disjoint. Default true; false keeps one allocation per
+    /// buffer (to compare, as the bench does).
+    pub pack_workspaces: bool,
+    /// Device inputs are bound by address (default true); false copies them into the
+    /// recording's input slots before each replay.
+    pub bind_device_inputs: bool,
+    /// State of another allocation with the same shape updates the recording (default true);
+    /// false records it again in place (counted as a recording).
+    pub update_states: bool,
 }
 
 impl Default for Config {
@@ -85,6 +95,9 @@ impl Default for Config {
             max_unrecorded_keys: 64,
             fallback: Fallback::Warn,
             sentinel_every: 0,
+            pack_workspaces: true,
+            bind_device_inputs: true,
+            update_states: true,
         }
     }
 }
@@ -690,12 +703,18 @@ impl Graphed {
             .map(|(i, v)| (ni + i, v.clone()))
             .collect();
         if !states.is_empty() {
-            if !rec.sites.states_rebindable || !rec.repoint(&states, &mut retired)? {
+            if !self.config.update_states
+                || !rec.sites.states_rebindable
+                || !rec.repoint(&states, &mut retired)?
+            {
                 return Ok(false);
             }
             self.stats.updates += 1;
         }
         for (port, input) in args.inputs.iter().enumerate() {
+            if !self.config.bind_device_inputs {
+                rec.copied[port] = true;
+            }
             if rec.copied[port] {
                 continue;
             }
@@ -892,7 +911,11 @@ impl Graphed {
             .into_recorder()
             .expect("a recording step has a recorder");
         let mut outputs = outputs;
-        crate::liveness::pack(&self.device, owner, &mut rec.plan, &mut outputs)?;
+        if self.config.pack_workspaces {
+            crate::liveness::pack(&self.device, owner, &mut rec.plan, &mut outputs)?;
+        } else {
+            rec.plan.inspect = Some(rec.plan.ops());
+        }
         let record_time = t0.elapsed();
         let t1 = Instant::now();
         let lowered = match self.device.backend().lower(&rec.plan) {

@@ -247,8 +247,9 @@ pub type Body<'b> = dyn FnMut(&mut Step, &[RawView]) -> Result<Vec<RawView>> + '
 struct Recorded {
     plan: Plan,
     recording: Box<dyn Recording>,
-    /// The input slots (host data is written there).
-    inputs: Vec<RawView>,
+    /// The input slots (host data is written there); none for an input recorded over the
+    /// caller's device buffer until host data comes.
+    inputs: Vec<Option<RawView>>,
     /// What each port (input, then state) is bound to now.
     bound: Vec<RawView>,
     sites: crate::rebind::Sites,
@@ -307,6 +308,14 @@ impl Recorded {
         }
         Ok(true)
     }
+}
+
+/// What binding a call's state and inputs to a recording came to.
+enum Bind {
+    Bound,
+    /// The recording cannot be re-pointed so: record the key again, with input slots for
+    /// device inputs where `slots` (their readers cannot be re-pointed).
+    Record { slots: bool },
 }
 
 /// Old bindings kept before a drain releases them.
@@ -593,7 +602,7 @@ impl Graphed {
                 let state = if self.config.warmup > 0 {
                     State::Warming(0)
                 } else {
-                    self.record(&key, &args, body)?
+                    self.record(&key, &args, body, false)?
                 };
                 if !matches!(state, State::Recorded(_)) {
                     self.forget_unrecorded(self.config.max_unrecorded_keys.max(1) - 1);
@@ -614,7 +623,7 @@ impl Graphed {
                 return self.run_eager(&args, body);
             }
             let key = self.entries[idx].key.clone();
-            let state = self.record(&key, &args, body)?;
+            let state = self.record(&key, &args, body, false)?;
             // Recording may have evicted other entries to make room: find this one again.
             idx = self
                 .entries
@@ -626,13 +635,13 @@ impl Graphed {
         if !matches!(self.entries[idx].state, State::Recorded(_)) {
             return self.run_eager(&args, body);
         }
-        if !self.bind(idx, &args)? {
-            // State of another allocation this recording cannot be re-pointed to: record
-            // this key again (after the old recording's queued replays are done).
+        if let Bind::Record { slots } = self.bind(idx, &args)? {
+            // State or an input this recording cannot be re-pointed to: record this key
+            // again (after the old recording's queued replays are done).
             self.drain()?;
             let key = self.entries[idx].key.clone();
             self.entries[idx].state = State::Eager;
-            let state = self.record(&key, &args, body)?;
+            let state = self.record(&key, &args, body, slots)?;
             idx = self
                 .entries
                 .iter()
@@ -642,7 +651,7 @@ impl Graphed {
             if !matches!(self.entries[idx].state, State::Recorded(_)) {
                 return self.run_eager(&args, body);
             }
-            if !self.bind(idx, &args)? {
+            if let Bind::Record { .. } = self.bind(idx, &args)? {
                 return Err(Error::Lower {
                     backend: self.device.kind().name(),
                     reason: "a fresh recording refused its own state bindings".into(),
@@ -689,7 +698,7 @@ impl Graphed {
     /// Binds the recording of entry `idx` to this call's state and device inputs: state of
     /// another allocation updates it (false: it cannot be, record anew), a device input is
     /// bound by address (or copied where this recording cannot re-point it).
-    fn bind(&mut self, idx: usize, args: &CallArgs<'_>) -> Result<bool> {
+    fn bind(&mut self, idx: usize, args: &CallArgs<'_>) -> Result<Bind> {
         let State::Recorded(rec) = &mut self.entries[idx].state else {
             unreachable!("bound only when recorded")
         };
@@ -707,7 +716,7 @@ impl Graphed {
                 || !rec.sites.states_rebindable
                 || !rec.repoint(&states, &mut retired)?
             {
-                return Ok(false);
+                return Ok(Bind::Record { slots: false });
             }
             self.stats.updates += 1;
         }
@@ -719,23 +728,45 @@ impl Graphed {
                 continue;
             }
             let want = match input {
-                InputArg::Device(v) => v,
-                InputArg::Host(..) => &rec.inputs[port],
+                InputArg::Device(v) => v.clone(),
+                InputArg::Host(d, words) => match &rec.inputs[port] {
+                    Some(slot) => slot.clone(),
+                    None => {
+                        // Host data for an input recorded over a device buffer: its slot now.
+                        let slot = RawView {
+                            buf: self.device.alloc_slot(words.len(), (self.id, self.name))?,
+                            offset: 0,
+                            len: words.len(),
+                            dtype: *d,
+                        };
+                        rec.plan.input_slot_bytes += slot.buf.bytes();
+                        rec.bytes = rec.plan.static_bytes();
+                        rec.inputs[port] = Some(slot.clone());
+                        slot
+                    }
+                },
             };
-            if same_binding(want, &rec.bound[port]) {
+            if same_binding(&want, &rec.bound[port]) {
                 continue;
             }
-            if rec.repoint(&[(port, want.clone())], &mut retired)? {
+            if rec.repoint(&[(port, want)], &mut retired)? {
                 self.stats.rebinds += 1;
-            } else {
+            } else if rec.inputs[port]
+                .as_ref()
+                .is_some_and(|slot| same_binding(slot, &rec.bound[port]))
+            {
                 rec.copied[port] = true;
+            } else {
+                // Bound to a caller's buffer it cannot leave: record with a slot to copy into.
+                self.retired.append(&mut retired);
+                return Ok(Bind::Record { slots: true });
             }
         }
         self.retired.append(&mut retired);
         if self.retired.len() > RETIRED_MAX {
             self.drain()?;
         }
-        Ok(true)
+        Ok(Bind::Bound)
     }
 
     /// The drift sentinel's check of the replay just made for entry `idx` (see
@@ -866,19 +897,38 @@ impl Graphed {
         key: &CaptureKey,
         args: &CallArgs<'_>,
         body: &mut Body<'_>,
+        slots: bool,
     ) -> Result<State> {
         let t0 = Instant::now();
         let mut inputs = Vec::with_capacity(args.inputs.len());
+        let mut input_slots = Vec::with_capacity(args.inputs.len());
         let owner = (self.id, self.name);
-        for input in &args.inputs {
+        let slots = slots || !self.config.bind_device_inputs;
+        for (i, input) in args.inputs.iter().enumerate() {
+            // A device input is recorded over the caller's buffer (no slot, nothing copied)
+            // unless another input or a state shares its allocation: then the plan could not
+            // tell their uses apart when one is re-pointed.
+            if let InputArg::Device(v) = input {
+                let shared = args.states.iter().any(|s| s.buf.id == v.buf.id)
+                    || args.inputs.iter().enumerate().any(|(j, u)| {
+                        j != i && matches!(u, InputArg::Device(u) if u.buf.id == v.buf.id)
+                    });
+                if !slots && !shared {
+                    inputs.push(v.clone());
+                    input_slots.push(None);
+                    continue;
+                }
+            }
             let (dtype, len) = input.shape();
             let raw: Arc<RawBuffer> = self.device.alloc_slot(len, owner)?;
-            inputs.push(RawView {
+            let slot = RawView {
                 buf: raw,
                 offset: 0,
                 len,
                 dtype,
-            });
+            };
+            inputs.push(slot.clone());
+            input_slots.push(Some(slot));
         }
         let mut step = Step::record(&self.device, owner, args.scalars.clone());
         step.set_inputs(&inputs, args.input_names);
@@ -911,6 +961,7 @@ impl Graphed {
             .into_recorder()
             .expect("a recording step has a recorder");
         let mut outputs = outputs;
+        rec.plan.input_slot_bytes = input_slots.iter().flatten().map(|s| s.buf.bytes()).sum();
         if self.config.pack_workspaces {
             crate::liveness::pack(&self.device, owner, &mut rec.plan, &mut outputs)?;
         } else {
@@ -954,7 +1005,7 @@ impl Graphed {
             plan: rec.plan,
             recording,
             copied: vec![false; inputs.len()],
-            inputs,
+            inputs: input_slots,
             bound,
             sites,
             outputs,
@@ -1129,12 +1180,15 @@ fn read_all(device: &Device, views: &[RawView]) -> Result<Vec<Vec<u32>>> {
 /// its own command buffer).
 fn upload_inputs<'a>(
     device: &Device,
-    slots: &'a [RawView],
+    slots: &'a [Option<RawView>],
     copied: &[bool],
     inputs: &'a [InputArg<'_>],
 ) -> Result<Vec<(&'a RawView, &'a RawView)>> {
     let mut copies = Vec::new();
     for ((slot, input), &copy) in slots.iter().zip(inputs).zip(copied) {
+        let Some(slot) = slot else {
+            continue; // bound by address (`Graphed::bind` made a slot for host data)
+        };
         match input {
             InputArg::Host(_, words) => device.backend().write(slot, words)?,
             InputArg::Device(v) if copy => copies.push((v, slot)),

@@ -119,6 +119,9 @@ pub struct Plan {
     pub(crate) inspect: Option<Vec<PlanOp>>,
     /// Bytes of the workspace arena liveness packing made (0: none).
     pub(crate) arena_bytes: u64,
+    /// Bytes of the input slots the recording allocated (an input recorded over the caller's
+    /// device buffer has none).
+    pub(crate) input_slot_bytes: u64,
 }
 
 /// One view of an op, with the argument word (launch block, word) holding its offset where
@@ -228,19 +231,18 @@ impl Plan {
         &self.buffers
     }
 
-    /// Bytes of the static buffers the plan owns (inputs, outputs, workspace): the
-    /// workspace arena once, plus every static buffer outside it.
+    /// Bytes of the static buffers the plan owns (input slots, outputs, workspace): the
+    /// workspace arena once, plus every static buffer outside it. A device input bound by
+    /// address is the caller's buffer, not counted.
     pub fn static_bytes(&self) -> u64 {
         self.arena_bytes
+            + self.input_slot_bytes
             + self
                 .buffers
                 .iter()
                 .filter(|b| {
                     b.arena_offset.is_none()
-                        && matches!(
-                            b.role,
-                            BufferRole::Input | BufferRole::Output | BufferRole::Workspace
-                        )
+                        && matches!(b.role, BufferRole::Output | BufferRole::Workspace)
                 })
                 .map(|b| b.bytes)
                 .sum::<u64>()

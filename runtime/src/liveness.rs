@@ -26,14 +26,31 @@ struct Interval {
     words: usize,
 }
 
-/// First-fit placement, largest first: the word offset of each interval and the arena's words.
+/// First-fit placement in a few orders (largest first; earliest first; longest-lived
+/// first), keeping the smallest arena: the word offset of each interval and the arena's words.
 fn place(intervals: &[Interval]) -> (Vec<usize>, usize) {
-    let mut order: Vec<usize> = (0..intervals.len()).collect();
-    order.sort_by_key(|&i| (std::cmp::Reverse(intervals[i].words), intervals[i].first));
+    let orders: [fn(&Interval) -> (usize, usize, usize); 3] = [
+        |i| (usize::MAX - i.words, i.first, 0),
+        |i| (i.first, usize::MAX - i.words, 0),
+        |i| (usize::MAX - (i.last - i.first.min(i.last)), usize::MAX - i.words, i.first),
+    ];
+    orders
+        .iter()
+        .map(|key| {
+            let mut order: Vec<usize> = (0..intervals.len()).collect();
+            order.sort_by_key(|&i| key(&intervals[i]));
+            place_in(intervals, &order)
+        })
+        .min_by_key(|(_, total)| *total)
+        .unwrap_or_default()
+}
+
+/// First-fit placement of `intervals` taken in `order`.
+fn place_in(intervals: &[Interval], order: &[usize]) -> (Vec<usize>, usize) {
     let mut at = vec![0usize; intervals.len()];
     let mut placed: Vec<usize> = Vec::new();
     let mut total = 0;
-    for i in order {
+    for &i in order {
         let me = intervals[i];
         // Blocks of buffers live at the same time, by offset.
         let mut busy: Vec<(usize, usize)> = placed

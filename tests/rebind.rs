@@ -416,3 +416,27 @@ fn a_holder_rebinds_on_another_thread() {
 fn step_call(step: &mut ScaleStep, b: &Buffer<f32>) -> Vec<f32> {
     step.call(b, 1.5).unwrap().to_host().unwrap()
 }
+
+/// Allocates a workspace it never uses beside one it does.
+#[graphed]
+fn unused_workspace_step(cx: &mut Step, x: &Input<f32>) -> Result<Output<f32>> {
+    let _never = cx.workspace::<f32>(1000)?;
+    let mut y = cx.output::<f32>(x.len())?;
+    axpb::launch(cx, x.len(), 2.0, x, &mut y)?;
+    Ok(y)
+}
+
+#[test]
+fn a_workspace_no_op_touches_holds_no_memory() {
+    on_every_backend(|dev| {
+        let dev = &fresh_device(dev);
+        let mut r = rng("unused_workspace");
+        let x = dev.upload(&floats(&mut r, 10, -1.0, 1.0)).unwrap();
+        let mut step = UnusedWorkspaceStep::new(dev).unwrap();
+        let before = dev.allocated_bytes();
+        step.call(&x).unwrap();
+        // The output alone (the input is the caller's buffer, the workspace was freed).
+        assert_eq!(step.stats().static_bytes, 40);
+        assert_eq!(dev.allocated_bytes() - before, 40);
+    });
+}

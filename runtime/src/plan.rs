@@ -233,7 +233,8 @@ impl Plan {
 
     /// Bytes of the static buffers the plan owns (input slots, outputs, workspace): the
     /// workspace arena once, plus every static buffer outside it. A device input bound by
-    /// address is the caller's buffer, not counted.
+    /// address is the caller's buffer, and a workspace no op touches is freed after
+    /// recording: neither is counted.
     pub fn static_bytes(&self) -> u64 {
         self.arena_bytes
             + self.input_slot_bytes
@@ -241,7 +242,10 @@ impl Plan {
                 .buffers
                 .iter()
                 .filter(|b| {
+                    // A workspace no op touches is held by nothing once recorded.
+                    let unused = b.role == BufferRole::Workspace && !b.read && !b.written;
                     b.arena_offset.is_none()
+                        && !unused
                         && matches!(b.role, BufferRole::Output | BufferRole::Workspace)
                 })
                 .map(|b| b.bytes)

@@ -26,10 +26,13 @@ struct Interval {
     words: usize,
 }
 
+/// A sort key over intervals: one order of first-fit placement.
+type OrderKey = fn(&Interval) -> (usize, usize, usize);
+
 /// First-fit placement in a few orders (largest first; earliest first; longest-lived
 /// first), keeping the smallest arena: the word offset of each interval and the arena's words.
 fn place(intervals: &[Interval]) -> (Vec<usize>, usize) {
-    let orders: [fn(&Interval) -> (usize, usize, usize); 3] = [
+    let orders: [OrderKey; 3] = [
         |i| (usize::MAX - i.words, i.first, 0),
         |i| (i.first, usize::MAX - i.words, 0),
         |i| (usize::MAX - (i.last - i.first.min(i.last)), usize::MAX - i.words, i.first),

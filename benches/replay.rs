@@ -13,6 +13,10 @@
 //! Workload `mlp`: the training step of `graphed::train` on the MLP-S and MLP-M shapes of
 //! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them). Workload `sampler`: one timestep of `graphed::sample`
 //! (the `sampler` example's step). Each runs eagerly and replayed on every backend asked for.
+//! Workload `bind`: replay time against a device input's size (1 KiB to 64 MiB), the input
+//! copied into its slot (as before) beside bound by address and re-pointed every call.
+//! Workload `update`: state alternating between two allocations, the recording updated beside
+//! recorded again every call, beside plain replay.
 //!
 //! What each figure includes:
 //! - `us/step`: wall time of many consecutive steps divided by their count, with one device
@@ -55,6 +59,139 @@ fn chain_axpb(cx: &mut Step, #[state] y: &mut Buffer<f32>, a: f32, #[key] n: usi
 }
 
 const ELEMS: usize = 1024;
+
+/// y = x[0..len(y)] + 1: reads 16 elements of an input of any size.
+#[kernel(workgroup = 64)]
+pub fn head(x: &[f32], y: &mut [f32]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = x[i] + 1.0;
+    }
+}
+
+#[graphed]
+fn read_head(cx: &mut Step, x: &Input<f32>) -> Result<Output<f32>> {
+    let mut y = cx.output::<f32>(16)?;
+    head::launch(cx, 16, x, &mut y)?;
+    Ok(y)
+}
+
+/// Bytes the plan's static buffers would take each in an allocation of its own, beside
+/// `Plan::static_bytes` (liveness-packed).
+fn unpacked_bytes(plan: &graphed::Plan) -> u64 {
+    let packed: u64 = plan
+        .buffers()
+        .iter()
+        .filter(|b| b.arena_offset.is_some())
+        .map(|b| b.bytes)
+        .sum();
+    plan.static_bytes() - plan.arena_bytes() + packed
+}
+
+/// Workload `bind`: a step reading 16 elements of a device input of 1 KB to 64 MB. Variants:
+/// `input copied` (into the slot before each replay, as before issue 17), `input bound` (the
+/// same buffer every call: bound by address), `input rebound` (two buffers alternating:
+/// re-pointed every call). N is the input's size in KiB.
+fn bind_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
+    let backend = format!("{}", dev.kind());
+    let sync = || dev.synchronize().unwrap();
+    for kib in [1usize, 8, 64, 512, 4096, 64 * 1024] {
+        let len = kib * 256;
+        let data: Vec<f32> = (0..len).map(|i| (i % 97) as f32).collect();
+        let (a, b) = (dev.upload(&data)?, dev.upload(&data)?);
+        let steps = steps_for(dev.kind(), 10, quick);
+        for variant in ["input copied", "input bound", "input rebound"] {
+            let cfg = graphed::Config {
+                bind_device_inputs: variant != "input copied",
+                ..graphed::Config::default()
+            };
+            let mut step = ReadHead::with_config(dev, cfg)?;
+            step.call(&a)?;
+            let mut flip = false;
+            let (us, lo, hi, cpu) = measure(
+                steps,
+                || {
+                    flip = !flip;
+                    let x = if variant == "input rebound" && flip { &b } else { &a };
+                    step.call(x).unwrap();
+                },
+                sync,
+            );
+            let st = step.stats();
+            rows.push(Row {
+                workload: "bind".into(),
+                backend: backend.clone(),
+                variant: variant.into(),
+                n: kib,
+                us_step: us,
+                spread: (lo, hi),
+                cpu_us: cpu,
+                nodes: st.launches_per_replay,
+                record_ms: None,
+            });
+            if kib == 64 * 1024 {
+                eprintln!(
+                    "bind on {backend}, 64 MiB input, {variant}: {} rebinds; static bytes {}",
+                    st.rebinds, st.static_bytes
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Workload `update`: a chain of N elementwise launches on a state buffer, with the state
+/// alternating between two allocations every call: `state updated` (the recording is
+/// re-pointed) against `state re-recorded` (`Config::update_states = false`: record + lower
+/// every call), beside `replay` (the same allocation every call).
+fn update_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
+    let backend = format!("{}", dev.kind());
+    let sync = || dev.synchronize().unwrap();
+    for &n in &[10usize, 50, 200] {
+        let steps = steps_for(dev.kind(), n, quick).min(if quick { 5 } else { 200 });
+        let mut a = dev.upload(&vec![1.0f32; ELEMS])?;
+        let mut b = dev.upload(&vec![1.0f32; ELEMS])?;
+        for variant in ["replay", "state updated", "state re-recorded"] {
+            let cfg = graphed::Config {
+                update_states: variant != "state re-recorded",
+                ..graphed::Config::default()
+            };
+            let mut step = ChainAxpb::with_config(dev, cfg)?;
+            step.call(&mut a, 0.999, n)?;
+            let mut flip = false;
+            let (us, lo, hi, cpu) = measure(
+                steps,
+                || {
+                    flip = !flip;
+                    let y = if variant != "replay" && flip { &mut b } else { &mut a };
+                    step.call(y, 0.999, n).unwrap();
+                },
+                sync,
+            );
+            let st = step.stats();
+            let rec = match (st.last_record, st.last_lower) {
+                (Some(r), Some(l)) => Some((r + l).as_secs_f64() * 1e3),
+                _ => None,
+            };
+            rows.push(Row {
+                workload: "update".into(),
+                backend: backend.clone(),
+                variant: variant.into(),
+                n,
+                us_step: us,
+                spread: (lo, hi),
+                cpu_us: cpu,
+                nodes: st.launches_per_replay,
+                record_ms: rec,
+            });
+            eprintln!(
+                "update on {backend}, N = {n}, {variant}: {} recordings, {} updates",
+                st.recordings, st.updates
+            );
+        }
+    }
+    Ok(())
+}
 
 struct Row {
     workload: String,
@@ -390,9 +527,10 @@ fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Ro
             sync,
         );
         eprintln!(
-            "{name} on {backend}: {kernels} kernels/step, {:.1} GFLOP/s replayed; static bytes {} vs eager peak {} (model state excluded)",
+            "{name} on {backend}: {kernels} kernels/step, {:.1} GFLOP/s replayed; static bytes {} (liveness-packed; {} unpacked) vs eager peak {} (model state excluded)",
             gflop / (us * 1e-6),
             step.stats().static_bytes,
+            step.holder().last_plan().map_or(0, unpacked_bytes),
             eager_peak
         );
         rows.push(Row {
@@ -530,10 +668,11 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
     let (a, b) = (x.to_host()?, b.to_host()?);
     let same = a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits());
     eprintln!(
-        "sampler on {}: {kernels} kernels/timestep, {} recording(s); static bytes {} vs eager peak {} (network excluded); replayed run bitwise equal to eager: {same}",
+        "sampler on {}: {kernels} kernels/timestep, {} recording(s); static bytes {} (liveness-packed; {} unpacked) vs eager peak {} (network excluded); replayed run bitwise equal to eager: {same}",
         dev.kind(),
         step.stats().recordings,
         step.stats().static_bytes,
+        step.holder().last_plan().map_or(0, unpacked_bytes),
         eager_peak
     );
     Ok(())
@@ -544,7 +683,7 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [sampler] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
+    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [sampler] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -649,6 +788,8 @@ fn main() {
                     }
                 }
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),
+                "bind" => bind_workload(&dev, quick, &mut rows).unwrap(),
+                "update" => update_workload(&dev, quick, &mut rows).unwrap(),
                 other => eprintln!("workload {other} is not implemented yet"),
             }
         }

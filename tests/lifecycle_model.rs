@@ -1,5 +1,6 @@
 //! The lifecycle against a reference model (issue 19): random sequences of calls (new and
-//! cached keys, changed scalars, replaced state allocations), eager runs, eviction,
+//! cached keys, changed scalars, replaced state allocations — an update of the recording,
+//! not a new one, issue 17), eager runs, eviction,
 //! invalidation, clears with an injected drain failure, injected capture failures (CUDA) and
 //! drops drive a holder; after every operation the results, `stats()`, the pinned bytes and
 //! the device's byte count must equal a small model's. A failing sequence is shrunk to a
@@ -51,7 +52,8 @@ enum Op {
         k: u32,
         eager: bool,
     },
-    /// State `s` moves to a new allocation with the same values (a new key).
+    /// State `s` moves to a new allocation with the same values (the same key: the next call
+    /// updates the recording bound to the old one).
     Replace { s: usize },
     /// `evict_where(all)`.
     EvictAll,
@@ -92,9 +94,11 @@ enum Kind {
 }
 
 struct Entry {
-    key: (usize, usize, u32), // (state allocation generation, length, k)
+    key: (usize, usize, u32), // (state index, length, k)
     kind: Kind,
     last_used: u64,
+    /// The state allocation (generation) a recording is bound to.
+    bound: usize,
 }
 
 /// What the holder should be: its entries, counters and bytes.
@@ -106,6 +110,9 @@ struct Model {
     replays: u64,
     eager_calls: u64,
     evictions: u64,
+    updates: u64,
+    /// Old state bindings of updated recordings: held until the holder's next drain.
+    retired: Vec<usize>,
     /// Bytes of recordings and outputs a failed clear parked: kept until the holder's next
     /// successful drain (an eviction, a clear, the drop) releases them.
     parked: u64,
@@ -181,7 +188,8 @@ impl World {
                     *w = *w * a + xi + k as f32;
                 }
                 let want = self.host[s].clone();
-                let key = (self.generation[s], n, k);
+                let key = (s, n, k);
+                let generation = self.generation[s];
                 if eager {
                     m.eager_calls += 1;
                     m.eager_out = 4 * n as u64;
@@ -200,6 +208,7 @@ impl World {
                                 key,
                                 kind,
                                 last_used: clock,
+                                bound: generation,
                             });
                             let i = m.entries.len() - 1;
                             if kind == Kind::Recorded {
@@ -214,12 +223,21 @@ impl World {
                             m.entries[at].kind = Kind::Warming(c + 1);
                         } else {
                             m.entries[at].kind = Kind::Recorded;
+                            m.entries[at].bound = generation;
                             record(m, at, self.dev.kind());
                         }
                     }
                     let at = m.entries.iter().position(|e| e.key == key).unwrap();
                     match m.entries[at].kind {
-                        Kind::Recorded => m.replays += 1,
+                        Kind::Recorded => {
+                            if m.entries[at].bound != generation {
+                                // Another allocation of the same shape: an update.
+                                m.updates += 1;
+                                let old = std::mem::replace(&mut m.entries[at].bound, generation);
+                                m.retired.push(old);
+                            }
+                            m.replays += 1;
+                        }
                         _ => {
                             m.eager_calls += 1;
                             m.eager_out = 4 * n as u64;
@@ -277,10 +295,18 @@ impl World {
                     other => return Err(format!("clear with a failed drain gave {other:?}")),
                 }
                 let len_of = |k: &(usize, usize, u32)| k.1;
+                // Old bindings are parked too, as user buffers (not in `parked_bytes`).
                 m.parked += m.static_bytes(len_of) + m.eager_out;
-                for e in m.entries.iter().filter(|e| e.kind == Kind::Recorded) {
-                    if !m.parked_generations.contains(&e.key.0) {
-                        m.parked_generations.push(e.key.0);
+                let pinned: Vec<usize> = m
+                    .entries
+                    .iter()
+                    .filter(|e| e.kind == Kind::Recorded)
+                    .map(|e| e.bound)
+                    .chain(m.retired.drain(..))
+                    .collect();
+                for g in pinned {
+                    if !m.parked_generations.contains(&g) {
+                        m.parked_generations.push(g);
                     }
                 }
                 m.entries.clear();
@@ -318,6 +344,7 @@ impl World {
             s.evictions,
             s.cached,
             s.static_bytes,
+            s.updates,
         );
         let want = (
             m.recordings,
@@ -326,23 +353,27 @@ impl World {
             m.evictions,
             cached,
             m.static_bytes(len_of),
+            m.updates,
         );
         if got != want {
             return Err(format!(
-                "stats (recordings, replays, eager, evictions, cached, static bytes) {got:?}, model {want:?}"
+                "stats (recordings, replays, eager, evictions, cached, static bytes, updates) {got:?}, model {want:?}"
             ));
         }
         let keys = self.step.holder().keys().len();
         if keys != m.entries.len() {
             return Err(format!("{keys} keys, model {}", m.entries.len()));
         }
-        // Live state allocations: the current two, those a recording pins, those parked.
+        // Live state allocations: the current two, those a recording pins or retired, those
+        // parked.
         let mut live: Vec<(usize, usize)> = (0..2).map(|s| (self.generation[s], LENS[s])).collect();
+        let generation = |g: usize| *self.generations.iter().find(|(h, _)| *h == g).unwrap();
         let pinned = m
             .entries
             .iter()
             .filter(|e| e.kind == Kind::Recorded)
-            .map(|e| (e.key.0, e.key.1))
+            .map(|e| generation(e.bound))
+            .chain(m.retired.iter().map(|&g| generation(g)))
             .chain(
                 self.generations
                     .iter()
@@ -369,10 +400,12 @@ impl World {
     }
 }
 
-/// A drain of the holder succeeded: what failed clears parked is released.
+/// A drain of the holder succeeded: what failed clears parked, and old bindings, are
+/// released.
 fn unpark(m: &mut Model) {
     m.parked = 0;
     m.parked_generations.clear();
+    m.retired.clear();
 }
 
 /// Records entry `i` in the model: evict least recently used recordings to make room, or

@@ -71,14 +71,28 @@ fn keys_scalars_shapes_and_state_identity() {
         let mut w_small = dev.upload(&floats(&mut r, 32 * LAYERS, -1.0, 1.0)).unwrap();
         step.call(&mut w_small, &x2[..], 0.1, 0.0).unwrap();
         assert_eq!(step.stats().recordings, 2);
-        // Another allocation for the state is another key, even with the same contents.
-        let mut w_copy = dev.upload(&w.to_host().unwrap()).unwrap();
-        step.call(&mut w_copy, &x[..], 0.1, 0.0).unwrap();
-        assert_eq!(step.stats().recordings, 3);
-        // The original key is still cached: replay, no recording.
+        // Another allocation of the same shape for the state is the same key: the recording
+        // is updated (re-pointed), not recorded again, and computes what a fresh one does.
+        let w_host = w.to_host().unwrap();
+        let mut w_copy = dev.upload(&w_host).unwrap();
+        let mut w_fresh = dev.upload(&w_host).unwrap();
+        let (y, _) = step.call(&mut w_copy, &x[..], 0.1, 0.0).unwrap();
+        let y = y.to_host().unwrap();
+        let s = step.stats();
+        assert_eq!((s.recordings, s.updates), (2, 1), "{s:?}");
+        let mut fresh = DeepStep::new(dev).unwrap();
+        let (y_fresh, _) = fresh.call(&mut w_fresh, &x[..], 0.1, 0.0).unwrap();
+        assert!(bitwise_eq(&y, &y_fresh.to_host().unwrap()));
+        assert!(bitwise_eq(&w_copy.to_host().unwrap(), &w_fresh.to_host().unwrap()));
+        // The original state, unchanged by that call: another update back.
+        assert_eq!(w.to_host().unwrap(), w_host);
         step.call(&mut w, &x[..], 0.1, 0.0).unwrap();
         let s = step.stats();
-        assert_eq!((s.recordings, s.replays, s.cached), (3, 9, 3), "{s:?}");
+        assert_eq!(
+            (s.recordings, s.replays, s.cached, s.updates),
+            (2, 9, 2, 2),
+            "{s:?}"
+        );
     });
 }
 
@@ -117,20 +131,23 @@ fn eviction_under_a_tight_bound() {
             ..Config::default()
         };
         let mut step = DeepStep::with_config(dev, cfg).unwrap();
-        let mut ws: Vec<Buffer<f32>> = (0..4)
-            .map(|_| dev.upload(&floats(&mut r, 16 * LAYERS, -1.0, 1.0)).unwrap())
+        // Four keys: four lengths (another allocation of one length would be an update).
+        let lens = [16, 20, 24, 28];
+        let mut ws: Vec<Buffer<f32>> = lens
+            .iter()
+            .map(|&n| dev.upload(&floats(&mut r, n * LAYERS, -1.0, 1.0)).unwrap())
             .collect();
-        let x = floats(&mut r, 16, -1.0, 1.0);
-        for w in ws.iter_mut() {
+        let xs: Vec<Vec<f32>> = lens.iter().map(|&n| floats(&mut r, n, -1.0, 1.0)).collect();
+        for (w, x) in ws.iter_mut().zip(&xs) {
             step.call(w, &x[..], 0.1, 0.0).unwrap();
         }
         let s = step.stats();
         assert_eq!((s.recordings, s.evictions, s.cached), (4, 2, 2), "{s:?}");
         // The most recent keys survived: replaying the last one records nothing new.
-        step.call(&mut ws[3], &x[..], 0.1, 0.0).unwrap();
+        step.call(&mut ws[3], &xs[3][..], 0.1, 0.0).unwrap();
         assert_eq!(step.stats().recordings, 4);
         // The evicted first key records again.
-        step.call(&mut ws[0], &x[..], 0.1, 0.0).unwrap();
+        step.call(&mut ws[0], &xs[0][..], 0.1, 0.0).unwrap();
         assert_eq!(step.stats().recordings, 5);
         // A byte bound evicts too.
         let bytes = step.stats().static_bytes;
@@ -139,7 +156,7 @@ fn eviction_under_a_tight_bound() {
             ..Config::default()
         };
         step.holder().set_config(cfg);
-        step.call(&mut ws[1], &x[..], 0.1, 0.0).unwrap();
+        step.call(&mut ws[1], &xs[1][..], 0.1, 0.0).unwrap();
         assert!(step.stats().evictions >= 3);
         assert_eq!(step.stats().cached, 1);
     });

@@ -73,6 +73,16 @@ pub struct Config {
     /// differing buffer and index, and that key runs eagerly from then on. The step is applied
     /// once: the state is put back before the eager run, whose results are kept.
     pub sentinel_every: u32,
+    /// Liveness packing: a recording's workspaces and outputs share one arena where their
+    /// live ranges (in op order) are disjoint. Default true; false keeps one allocation per
+    /// buffer (to compare, as the bench does).
+    pub pack_workspaces: bool,
+    /// Device inputs are bound by address (default true); false copies them into the
+    /// recording's input slots before each replay.
+    pub bind_device_inputs: bool,
+    /// State of another allocation with the same shape updates the recording (default true);
+    /// false records it again in place (counted as a recording).
+    pub update_states: bool,
 }
 
 impl Default for Config {
@@ -85,23 +95,57 @@ impl Default for Config {
             max_unrecorded_keys: 64,
             fallback: Fallback::Warn,
             sentinel_every: 0,
+            pack_workspaces: true,
+            bind_device_inputs: true,
+            update_states: true,
         }
     }
 }
 
-/// What identifies a recording: input shapes and dtypes, state identities (allocation,
-/// offset, length), structural arguments and an optional user key. Backend and device are
-/// fixed per holder.
+/// What identifies a recording: input shapes and dtypes, state shapes (dtype, length, and
+/// which state buffers share an allocation), structural arguments and an optional user key.
+/// Backend and device are fixed per holder. Which allocation a state or a device input is
+/// does not select a recording: another allocation of the same shape re-points the
+/// recording (an update, a rebind) instead of recording a new one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CaptureKey {
     /// (dtype, length) of each input.
     pub inputs: Vec<(DType, usize)>,
-    /// (allocation id, offset, length) of each state buffer.
-    pub states: Vec<(u64, usize, usize)>,
+    /// The shape of each state buffer.
+    pub states: Vec<StateKey>,
     /// Structural (`#[key]`) arguments, as bits.
     pub structural: Vec<u64>,
     /// The user's extra key ([`Graphed::set_extra_key`]).
     pub extra: u64,
+}
+
+/// The shape of one state buffer in a [`CaptureKey`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StateKey {
+    /// Element type.
+    pub dtype: DType,
+    /// Length in elements.
+    pub len: usize,
+    /// The first earlier state buffer of the same allocation, and this one's element offset
+    /// from it: states that share memory are another key than states that do not.
+    pub shares: Option<(usize, i64)>,
+}
+
+/// The [`StateKey`]s of a call's state views.
+fn state_keys(states: &[RawView]) -> impl Iterator<Item = StateKey> + '_ {
+    states.iter().enumerate().map(|(i, v)| StateKey {
+        dtype: v.dtype,
+        len: v.len,
+        shares: states[..i]
+            .iter()
+            .position(|u| u.buf.id == v.buf.id)
+            .map(|j| (j, v.offset as i64 - states[j].offset as i64)),
+    })
+}
+
+/// Whether `v` is bound exactly as `bound` (same allocation and offset).
+fn same_binding(v: &RawView, bound: &RawView) -> bool {
+    v.buf.id == bound.buf.id && v.offset == bound.offset
 }
 
 /// Counters of a holder.
@@ -129,6 +173,12 @@ pub struct Stats {
     pub launches_per_replay: usize,
     /// Replays the drift sentinel compared with an eager run and found equal.
     pub sentinel_checks: u64,
+    /// Recordings updated in place because a state buffer is another allocation of the same
+    /// shape (not counted in `recordings`).
+    pub updates: u64,
+    /// Input bindings re-pointed: a device input bound by address, another buffer than the
+    /// recording's last replay read (or host data after a device buffer, back to its slot).
+    pub rebinds: u64,
 }
 
 /// An input argument of a call.
@@ -136,7 +186,8 @@ pub enum InputArg<'a> {
     /// Host data (its bytes, as the host lays out a slice of the type), uploaded into the
     /// static slot.
     Host(DType, &'a [u8]),
-    /// A device buffer, copied into the static slot.
+    /// A device buffer, bound by address (copied into a static slot only where the recording
+    /// cannot re-point it, or for a 16-bit view that starts or ends inside a word).
     Device(RawView),
 }
 
@@ -198,14 +249,79 @@ pub type Body<'b> = dyn FnMut(&mut Step, &[RawView]) -> Result<Vec<RawView>> + '
 struct Recorded {
     plan: Plan,
     recording: Box<dyn Recording>,
-    inputs: Vec<RawView>,
+    /// The input slots (host data is written there); none for an input recorded over the
+    /// caller's device buffer until host data comes.
+    inputs: Vec<Option<RawView>>,
+    /// What each port (input, then state) is bound to now.
+    bound: Vec<RawView>,
+    sites: crate::rebind::Sites,
     outputs: Vec<RawView>,
     scalar_uses: Vec<(usize, usize, usize)>,
     scratch: Vec<(usize, usize, u32)>,
     bytes: u64,
     /// Replays of this recording.
     replays: u64,
+    /// Inputs whose device buffers are copied into the slot, because this backend could
+    /// not re-point what reads the input (CUDA: a copy or a library call reads it).
+    copied: Vec<bool>,
 }
+
+impl Recorded {
+    /// Re-points `ports` (index, new view) in the plan and the backend recording, all or
+    /// none: false where the sites or the backend refuse (then nothing changed). The old
+    /// bindings go to `retired`: queued replays may still use them.
+    fn repoint(&mut self, ports: &[(usize, RawView)], retired: &mut Vec<RawView>) -> Result<bool> {
+        let (mut ops, mut words) = (Vec::new(), Vec::new());
+        let mut done = Vec::new();
+        let mut ok = true;
+        for (port, want) in ports {
+            if !self
+                .sites
+                .repoint(&mut self.plan, *port, want, &mut ops, &mut words)
+            {
+                ok = false;
+                break;
+            }
+            done.push(*port);
+        }
+        let result = if ok {
+            self.recording.rebind(&self.plan, &ops, &words)
+        } else {
+            Ok(())
+        };
+        if !ok || result.is_err() {
+            let (mut o, mut w) = (Vec::new(), Vec::new());
+            for port in done {
+                let old = self.bound[port].clone();
+                self.sites.repoint(&mut self.plan, port, &old, &mut o, &mut w);
+            }
+            return match result {
+                Ok(()) | Err(Error::Lower { .. }) => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+        let pairs: Vec<(u64, &RawView)> = ports
+            .iter()
+            .map(|(port, want)| (self.bound[*port].buf.id, want))
+            .collect();
+        crate::rebind::rename(&mut self.plan, &pairs);
+        for (port, want) in ports {
+            retired.push(std::mem::replace(&mut self.bound[*port], want.clone()));
+        }
+        Ok(true)
+    }
+}
+
+/// What binding a call's state and inputs to a recording came to.
+enum Bind {
+    Bound,
+    /// The recording cannot be re-pointed so: record the key again, with input slots for
+    /// device inputs where `slots` (their readers cannot be re-pointed).
+    Record { slots: bool },
+}
+
+/// Old bindings kept before a drain releases them.
+const RETIRED_MAX: usize = 32;
 
 enum State {
     Recorded(Box<Recorded>),
@@ -234,10 +350,15 @@ pub struct Graphed {
     eager_outputs: Vec<RawView>,
     warned: HashSet<CaptureKey>,
     fail_next_drain: bool,
+    /// Buffers recordings were bound to before a rebind or update: replays already queued
+    /// may still use them, so they are released by the next drain (one is made when more
+    /// than [`RETIRED_MAX`] wait).
+    retired: Vec<RawView>,
     /// Recordings and outputs of a `clear()` whose drain failed: the device may still use
     /// their memory, so they are kept (never freed, never reused) until a later drain of this
     /// holder succeeds, and released then.
-    parked: Vec<(Vec<Entry>, Vec<RawView>)>,
+    /// (Old bindings, the third, are user buffers: kept, not counted in `parked_bytes`.)
+    parked: Vec<(Vec<Entry>, Vec<RawView>, Vec<RawView>)>,
     /// The ranks this holder's steps share collectives with: they agree on every recording
     /// and are drained with this device.
     #[cfg(feature = "nccl")]
@@ -265,6 +386,7 @@ impl Graphed {
             eager_outputs: Vec::new(),
             warned: HashSet::new(),
             fail_next_drain: false,
+            retired: Vec::new(),
             parked: Vec::new(),
             #[cfg(feature = "nccl")]
             ranks: crate::dist::Ranks::default(),
@@ -369,19 +491,26 @@ impl Graphed {
     fn key(&self, args: &CallArgs<'_>) -> CaptureKey {
         CaptureKey {
             inputs: args.inputs.iter().map(InputArg::shape).collect(),
-            states: args
-                .states
-                .iter()
-                .map(|v| (v.buf.id, v.offset, v.len))
-                .collect(),
+            states: state_keys(&args.states).collect(),
             structural: args.structural.clone(),
             extra: self.extra_key,
         }
     }
 
+    /// Whether entry `i` is this call's key.
+    fn matches(&self, i: usize, args: &CallArgs<'_>) -> bool {
+        let e = &self.entries[i];
+        let bound = match &e.state {
+            State::Recorded(r) => Some(&r.bound[r.inputs.len()..]),
+            _ => None,
+        };
+        self.is_key_of(&e.key, args, bound)
+    }
+
     /// Whether `key` is this call's key, compared in place: the hot path of every replay
-    /// builds no key.
-    fn is_key_of(&self, key: &CaptureKey, args: &CallArgs<'_>) -> bool {
+    /// builds no key. `bound`: the state views the entry's recording is bound to, which
+    /// have the key's sharing pattern (so states bound as they are need no pattern check).
+    fn is_key_of(&self, key: &CaptureKey, args: &CallArgs<'_>, bound: Option<&[RawView]>) -> bool {
         key.extra == self.extra_key
             && key.structural == args.structural
             && key.inputs.len() == args.inputs.len()
@@ -391,11 +520,14 @@ impl Graphed {
                 .zip(&args.inputs)
                 .all(|(k, i)| *k == i.shape())
             && key.states.len() == args.states.len()
-            && key
-                .states
-                .iter()
-                .zip(&args.states)
-                .all(|(k, v)| *k == (v.buf.id, v.offset, v.len))
+            && match bound {
+                Some(b) if args.states.iter().zip(b).all(|(v, u)| same_binding(v, u)) => key
+                    .states
+                    .iter()
+                    .zip(&args.states)
+                    .all(|(k, v)| k.dtype == v.dtype && k.len == v.len),
+                _ => key.states.iter().copied().eq(state_keys(&args.states)),
+            }
     }
 
     fn check_inputs(&self, args: &CallArgs<'_>) -> Result<()> {
@@ -465,18 +597,14 @@ impl Graphed {
         self.check_inputs(&args)?;
         self.clock += 1;
         let clock = self.clock;
-        let idx = match self
-            .entries
-            .iter()
-            .position(|e| self.is_key_of(&e.key, &args))
-        {
+        let idx = match (0..self.entries.len()).find(|&i| self.matches(i, &args)) {
             Some(i) => i,
             None => {
                 let key = self.key(&args);
                 let state = if self.config.warmup > 0 {
                     State::Warming(0)
                 } else {
-                    self.record(&key, &args, body)?
+                    self.record(&key, &args, body, false)?
                 };
                 if !matches!(state, State::Recorded(_)) {
                     self.forget_unrecorded(self.config.max_unrecorded_keys.max(1) - 1);
@@ -497,7 +625,7 @@ impl Graphed {
                 return self.run_eager(&args, body);
             }
             let key = self.entries[idx].key.clone();
-            let state = self.record(&key, &args, body)?;
+            let state = self.record(&key, &args, body, false)?;
             // Recording may have evicted other entries to make room: find this one again.
             idx = self
                 .entries
@@ -509,6 +637,29 @@ impl Graphed {
         if !matches!(self.entries[idx].state, State::Recorded(_)) {
             return self.run_eager(&args, body);
         }
+        if let Bind::Record { slots } = self.bind(idx, &args)? {
+            // State or an input this recording cannot be re-pointed to: record this key
+            // again (after the old recording's queued replays are done).
+            self.drain()?;
+            let key = self.entries[idx].key.clone();
+            self.entries[idx].state = State::Eager;
+            let state = self.record(&key, &args, body, slots)?;
+            idx = self
+                .entries
+                .iter()
+                .position(|e| e.key == key)
+                .expect("an entry is never evicted by its own recording");
+            self.entries[idx].state = state;
+            if !matches!(self.entries[idx].state, State::Recorded(_)) {
+                return self.run_eager(&args, body);
+            }
+            if let Bind::Record { .. } = self.bind(idx, &args)? {
+                return Err(Error::Lower {
+                    backend: self.device.kind().name(),
+                    reason: "a fresh recording refused its own state bindings".into(),
+                });
+            }
+        }
         match &mut self.entries[idx].state {
             State::Recorded(rec) => {
                 let every = u64::from(self.config.sentinel_every);
@@ -518,8 +669,8 @@ impl Graphed {
                 } else {
                     None
                 };
-                let words = upload_inputs(&self.device, &rec.inputs, &args.inputs)?;
-                let copies: Vec<(&RawView, &RawView)> = words.iter().map(|(s, d)| (s, d)).collect();
+                let copies = upload_inputs(&self.device, &rec.inputs, &rec.copied, &args.inputs)?;
+                let copies: Vec<(&RawView, &RawView)> = copies.iter().map(|(s, d)| (s, d)).collect();
                 rec.scratch.clear();
                 for &(launch, word, slot) in &rec.scalar_uses {
                     rec.scratch.push((launch, word, args.scalars[slot].bits()));
@@ -546,6 +697,82 @@ impl Graphed {
             State::Recorded(rec) => Ok(&rec.outputs),
             _ => unreachable!("checked above"),
         }
+    }
+
+    /// Binds the recording of entry `idx` to this call's state and device inputs: state of
+    /// another allocation updates it (false: it cannot be, record anew), a device input is
+    /// bound by address (or copied where this recording cannot re-point it).
+    fn bind(&mut self, idx: usize, args: &CallArgs<'_>) -> Result<Bind> {
+        let State::Recorded(rec) = &mut self.entries[idx].state else {
+            unreachable!("bound only when recorded")
+        };
+        let ni = rec.inputs.len();
+        let mut retired = Vec::new();
+        let states: Vec<(usize, RawView)> = args
+            .states
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| !same_binding(v, &rec.bound[ni + i]))
+            .map(|(i, v)| (ni + i, v.clone()))
+            .collect();
+        if !states.is_empty() {
+            if !self.config.update_states
+                || !rec.sites.states_rebindable
+                || !rec.repoint(&states, &mut retired)?
+            {
+                return Ok(Bind::Record { slots: false });
+            }
+            self.stats.updates += 1;
+        }
+        for (port, input) in args.inputs.iter().enumerate() {
+            if !self.config.bind_device_inputs {
+                rec.copied[port] = true;
+            }
+            if rec.copied[port] {
+                continue;
+            }
+            let want = match input {
+                InputArg::Device(v) if v.as_words().is_some() => v.clone(),
+                // Host data, or a 16-bit view off a word boundary (copied by `upload_inputs`).
+                _ => match &rec.inputs[port] {
+                    Some(slot) => slot.clone(),
+                    None => {
+                        // For an input recorded over a device buffer: its slot now.
+                        let (dtype, len) = input.shape();
+                        let slot = RawView {
+                            buf: self.device.alloc_slot(dtype, len, (self.id, self.name))?,
+                            offset: 0,
+                            len,
+                            dtype,
+                        };
+                        rec.plan.input_slot_bytes += slot.buf.bytes();
+                        rec.bytes = rec.plan.static_bytes();
+                        rec.inputs[port] = Some(slot.clone());
+                        slot
+                    }
+                },
+            };
+            if same_binding(&want, &rec.bound[port]) {
+                continue;
+            }
+            if rec.repoint(&[(port, want)], &mut retired)? {
+                self.stats.rebinds += 1;
+            } else if rec.inputs[port]
+                .as_ref()
+                .is_some_and(|slot| same_binding(slot, &rec.bound[port]))
+            {
+                rec.copied[port] = true;
+            } else {
+                // Bound to a caller's buffer it cannot leave: record with a slot to copy into.
+                self.retired.append(&mut retired);
+                return Ok(Bind::Record { slots: true });
+            }
+        }
+        self.retired.append(&mut retired);
+        if self.retired.len() > RETIRED_MAX {
+            self.drain()?;
+        }
+        Ok(Bind::Bound)
     }
 
     /// The drift sentinel's check of the replay just made for entry `idx` (see
@@ -677,19 +904,38 @@ impl Graphed {
         key: &CaptureKey,
         args: &CallArgs<'_>,
         body: &mut Body<'_>,
+        slots: bool,
     ) -> Result<State> {
         let t0 = Instant::now();
         let mut inputs = Vec::with_capacity(args.inputs.len());
+        let mut input_slots = Vec::with_capacity(args.inputs.len());
         let owner = (self.id, self.name);
-        for input in &args.inputs {
+        let slots = slots || !self.config.bind_device_inputs;
+        for (i, input) in args.inputs.iter().enumerate() {
+            // A device input is recorded over the caller's buffer (no slot, nothing copied)
+            // unless another input or a state shares its allocation: then the plan could not
+            // tell their uses apart when one is re-pointed.
+            if let InputArg::Device(v) = input {
+                let shared = args.states.iter().any(|s| s.buf.id == v.buf.id)
+                    || args.inputs.iter().enumerate().any(|(j, u)| {
+                        j != i && matches!(u, InputArg::Device(u) if u.buf.id == v.buf.id)
+                    });
+                if !slots && !shared && v.as_words().is_some() {
+                    inputs.push(v.clone());
+                    input_slots.push(None);
+                    continue;
+                }
+            }
             let (dtype, len) = input.shape();
             let raw: Arc<RawBuffer> = self.device.alloc_slot(dtype, len, owner)?;
-            inputs.push(RawView {
+            let slot = RawView {
                 buf: raw,
                 offset: 0,
                 len,
                 dtype,
-            });
+            };
+            inputs.push(slot.clone());
+            input_slots.push(Some(slot));
         }
         let mut step = Step::record(&self.device, owner, args.scalars.clone());
         step.set_inputs(&inputs, args.input_names);
@@ -718,9 +964,16 @@ impl Graphed {
                 return Err(e);
             }
         };
-        let rec = step
+        let mut rec = step
             .into_recorder()
             .expect("a recording step has a recorder");
+        let mut outputs = outputs;
+        rec.plan.input_slot_bytes = input_slots.iter().flatten().map(|s| s.buf.bytes()).sum();
+        if self.config.pack_workspaces {
+            crate::liveness::pack(&self.device, owner, &mut rec.plan, &mut outputs)?;
+        } else {
+            rec.plan.inspect = Some(rec.plan.ops());
+        }
         let record_time = t0.elapsed();
         let t1 = Instant::now();
         let lowered = match self.device.backend().lower(&rec.plan) {
@@ -753,10 +1006,15 @@ impl Graphed {
             ?lower_time,
             "graphed: recorded"
         );
+        let bound: Vec<RawView> = inputs.iter().chain(&args.states).cloned().collect();
+        let sites = crate::rebind::Sites::find(&rec.plan, &bound, inputs.len());
         Ok(State::Recorded(Box::new(Recorded {
             plan: rec.plan,
             recording,
-            inputs,
+            copied: vec![false; inputs.len()],
+            inputs: input_slots,
+            bound,
+            sites,
             outputs,
             scalar_uses: rec.scalar_uses,
             scratch: Vec::new(),
@@ -847,8 +1105,9 @@ impl Graphed {
             })
         };
         self.drain_ranks(own)?;
-        // The device is idle: what a failed drain parked can go now.
+        // The device is idle: what a failed drain parked, and old bindings, can go now.
         self.parked.clear();
+        self.retired.clear();
         Ok(())
     }
 
@@ -872,8 +1131,9 @@ impl Graphed {
         let result = self.drain();
         let entries = std::mem::take(&mut self.entries);
         let eager = std::mem::take(&mut self.eager_outputs);
+        let retired = std::mem::take(&mut self.retired);
         if result.is_err() {
-            self.parked.push((entries, eager));
+            self.parked.push((entries, eager, retired));
         }
         result
     }
@@ -883,7 +1143,7 @@ impl Graphed {
     pub fn parked_bytes(&self) -> u64 {
         self.parked
             .iter()
-            .flat_map(|(entries, eager)| {
+            .flat_map(|(entries, eager, _)| {
                 let recorded = entries.iter().map(|e| match &e.state {
                     State::Recorded(r) => r.bytes,
                     _ => 0,
@@ -902,7 +1162,11 @@ impl Graphed {
 
 impl Drop for Graphed {
     fn drop(&mut self) {
-        if self.entries.is_empty() && self.eager_outputs.is_empty() && self.parked.is_empty() {
+        if self.entries.is_empty()
+            && self.eager_outputs.is_empty()
+            && self.parked.is_empty()
+            && self.retired.is_empty()
+        {
             return;
         }
         if let Err(e) = self.drain() {
@@ -939,29 +1203,35 @@ fn host_bits(dtype: DType, bytes: &[u8]) -> std::borrow::Cow<'_, [u32]> {
     }
 }
 
-/// Writes the host inputs into their static slots; returns the device inputs' copies
-/// (source, slot, as whole words), which the replay makes (wgpu: inside its own command
-/// buffer).
+/// Writes the host inputs into their static slots; returns the copies (source, slot, as
+/// whole words) of the device inputs that are `copied` rather than bound, which the replay
+/// makes (wgpu: inside its own command buffer). A 16-bit device view off a word boundary is
+/// always copied (a kernel merges it now, before the replay).
 fn upload_inputs(
     device: &Device,
-    slots: &[RawView],
+    slots: &[Option<RawView>],
+    copied: &[bool],
     inputs: &[InputArg<'_>],
 ) -> Result<Vec<(RawView, RawView)>> {
     let mut copies = Vec::new();
-    for (slot, input) in slots.iter().zip(inputs) {
+    for ((slot, input), &copy) in slots.iter().zip(inputs).zip(copied) {
+        let Some(slot) = slot else {
+            continue; // bound by address (`Graphed::bind` made a slot for host data)
+        };
         match input {
             InputArg::Host(d, bytes) => crate::packed::write(device, slot, &host_bits(*d, bytes))?,
-            InputArg::Device(v) => match (v.as_words(), slot.as_words()) {
-                (Some(s), Some(d)) if s.len == d.len => copies.push((s, d)),
-                // A 16-bit view off a word boundary: merged by a kernel now, queued before
-                // the replay (which copies whole words only).
-                _ => crate::packed::copy(
-                    v,
-                    slot,
-                    &mut |s, d| device.backend().copy(s, d),
-                    &mut |k, g, a| crate::packed::launch_on(device, k, g, a),
-                )?,
-            },
+            InputArg::Device(v) if copy || v.as_words().is_none() => {
+                match (v.as_words(), slot.as_words()) {
+                    (Some(s), Some(d)) if s.len == d.len => copies.push((s, d)),
+                    _ => crate::packed::copy(
+                        v,
+                        slot,
+                        &mut |s, d| device.backend().copy(s, d),
+                        &mut |k, g, a| crate::packed::launch_on(device, k, g, a),
+                    )?,
+                }
+            }
+            InputArg::Device(_) => {}
         }
     }
     Ok(copies)

@@ -28,9 +28,11 @@ mod faults;
 mod holder;
 mod host_exec;
 mod kernel;
+mod liveness;
 pub mod nvrtc;
 mod packed;
 mod plan;
+mod rebind;
 mod state;
 mod step;
 #[cfg(feature = "testing")]
@@ -45,7 +47,7 @@ pub use dist::{Communicator, DataParallel, ReduceOp};
 pub use dtype::{bf16, f16, DType, Element, Scalar as ScalarValue};
 pub use error::{Error, FaultKind, KernelFault, Result};
 pub use holder::{
-    AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, Stats,
+    AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, StateKey, Stats,
 };
 pub use kernel::{
     CheckedForm, ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch,

@@ -50,12 +50,34 @@ pub struct PlanBuffer {
     pub read: bool,
     /// Written by some op.
     pub written: bool,
+    /// Where liveness packing put this buffer: its byte offset in the recording's workspace
+    /// arena, shared with buffers whose live ranges (in op order) are disjoint from its own.
+    /// `None`: an allocation of its own.
+    pub arena_offset: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
 pub(crate) struct Binding {
     pub view: RawView,
     pub write: bool,
+    /// The argument-block word holding this slice's element offset (its length follows).
+    pub word: usize,
+}
+
+/// The argument-block word of each slice parameter's offset, in binding order.
+pub(crate) fn slice_offset_words(kernel: &KernelDef) -> Vec<usize> {
+    let mut word = 0;
+    let mut out = Vec::new();
+    for p in kernel.params {
+        match p.kind {
+            crate::kernel::ParamType::Slice { .. } => {
+                out.push(word);
+                word += 2;
+            }
+            crate::kernel::ParamType::Scalar(_) => word += 1,
+        }
+    }
+    out
 }
 
 #[derive(Clone, Debug)]
@@ -92,6 +114,45 @@ pub struct Plan {
     pub(crate) ops: Vec<Op>,
     pub(crate) launch_args: Vec<Vec<u32>>,
     pub(crate) buffers: Vec<PlanBuffer>,
+    /// The ops as recorded, for inspection: fixed once the plan is recorded, since packing
+    /// and rebinding re-point views to other allocations.
+    pub(crate) inspect: Option<Vec<PlanOp>>,
+    /// Bytes of the workspace arena liveness packing made (0: none).
+    pub(crate) arena_bytes: u64,
+    /// Bytes of the input slots the recording allocated (an input recorded over the caller's
+    /// device buffer has none).
+    pub(crate) input_slot_bytes: u64,
+}
+
+/// One view of an op, with the argument word (launch block, word) holding its offset where
+/// the kernel reads it from there (launch bindings; copies and products use the view's own).
+pub(crate) type ViewSite<'a> = (&'a mut RawView, Option<(usize, usize)>);
+
+impl Op {
+    /// Every view the op binds, in a fixed order (the index is a view's place in the op).
+    pub(crate) fn views(&self) -> Vec<&RawView> {
+        match self {
+            Op::Launch { bindings, .. } => bindings.iter().map(|b| &b.view).collect(),
+            Op::Copy { src, dst } => vec![src, dst],
+            Op::Sgemm { a, b, c, .. } => vec![a, b, c],
+            #[cfg(feature = "nccl")]
+            Op::AllReduce(a) => vec![&a.view],
+        }
+    }
+
+    /// The `which`-th view of [`Op::views`], mutable, with its argument word.
+    pub(crate) fn view_mut(&mut self, which: usize) -> ViewSite<'_> {
+        match self {
+            Op::Launch { bindings, args, .. } => {
+                let b = &mut bindings[which];
+                (&mut b.view, Some((*args, b.word)))
+            }
+            Op::Copy { src, dst } => (if which == 0 { src } else { dst }, None),
+            Op::Sgemm { a, b, c, .. } => ([a, b, c].into_iter().nth(which).expect("3 views"), None),
+            #[cfg(feature = "nccl")]
+            Op::AllReduce(a) => (&mut a.view, None),
+        }
+    }
 }
 
 /// One op of a plan, for inspection.
@@ -170,18 +231,30 @@ impl Plan {
         &self.buffers
     }
 
-    /// Bytes of the static buffers the plan owns (inputs, outputs, workspace).
+    /// Bytes of the static buffers the plan owns (input slots, outputs, workspace): the
+    /// workspace arena once, plus every static buffer outside it. A device input bound by
+    /// address is the caller's buffer, and a workspace no op touches is freed after
+    /// recording: neither is counted.
     pub fn static_bytes(&self) -> u64 {
-        self.buffers
-            .iter()
-            .filter(|b| {
-                matches!(
-                    b.role,
-                    BufferRole::Input | BufferRole::Output | BufferRole::Workspace
-                )
-            })
-            .map(|b| b.bytes)
-            .sum()
+        self.arena_bytes
+            + self.input_slot_bytes
+            + self
+                .buffers
+                .iter()
+                .filter(|b| {
+                    // A workspace no op touches is held by nothing once recorded.
+                    let unused = b.role == BufferRole::Workspace && !b.read && !b.written;
+                    b.arena_offset.is_none()
+                        && !unused
+                        && matches!(b.role, BufferRole::Output | BufferRole::Workspace)
+                })
+                .map(|b| b.bytes)
+                .sum::<u64>()
+    }
+
+    /// Bytes of the workspace arena (0 where nothing shares memory).
+    pub fn arena_bytes(&self) -> u64 {
+        self.arena_bytes
     }
 
     fn index(&self) -> HashMap<u64, usize> {
@@ -194,6 +267,9 @@ impl Plan {
 
     /// The ops, for inspection.
     pub fn ops(&self) -> Vec<PlanOp> {
+        if let Some(ops) = &self.inspect {
+            return ops.clone();
+        }
         let ix = self.index();
         self.ops
             .iter()

@@ -205,6 +205,7 @@ impl Step {
             bytes: view.buf.bytes(),
             read: false,
             written: false,
+            arena_offset: None,
         });
         rec.roles.insert(view.buf.id, idx);
     }
@@ -224,6 +225,7 @@ impl Step {
                     bytes: view.buf.bytes(),
                     read: false,
                     written: false,
+                    arena_offset: None,
                 });
                 rec.roles.insert(view.buf.id, i);
                 i
@@ -396,9 +398,14 @@ impl Launch for Step {
             rec.scalar_uses.push((launch, word, slot));
         }
         let mut bindings = Vec::with_capacity(b.views.len());
-        for (v, w) in b.views.into_iter().zip(b.writes) {
+        let words = crate::plan::slice_offset_words(kernel);
+        for ((v, w), word) in b.views.into_iter().zip(b.writes).zip(words) {
             Self::touch(&mut rec, &v, w);
-            bindings.push(Binding { view: v, write: w });
+            bindings.push(Binding {
+                view: v,
+                write: w,
+                word,
+            });
         }
         rec.plan.launch_args.push(b.args);
         rec.plan.ops.push(Op::Launch {

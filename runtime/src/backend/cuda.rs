@@ -918,6 +918,7 @@ impl Backend for CudaBackend {
             });
         }
         let want_kernels = got.kernels + got.library_kernels;
+        let nodes = launch_nodes(graph.0, arena_mem.ptr, &offsets, &functions)?;
         let mut exec = std::ptr::null_mut();
         // SAFETY: `graph` is a valid captured graph.
         unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) }
@@ -943,6 +944,7 @@ impl Backend for CudaBackend {
             graph,
             launches: want_kernels,
             gemm_blocks,
+            nodes,
             #[cfg(feature = "nccl")]
             _collectives: plan
                 .ops
@@ -1054,12 +1056,71 @@ fn census(graph: sys::CUgraph, ours: &[sys::CUfunction]) -> Result<Census> {
     Ok(c)
 }
 
+/// A kernel node of a recording's graph.
+#[derive(Clone, Copy)]
+struct NodeHandle(sys::CUgraphNode);
+// SAFETY: node handles may be used from any thread; use is serialised by the backend lock.
+unsafe impl Send for NodeHandle {}
+
+/// Each launch's kernel node, told by its first parameter: the address of its argument block
+/// in the arena, which is unique to the launch.
+fn launch_nodes(
+    graph: sys::CUgraph,
+    arena: sys::CUdeviceptr,
+    offsets: &[usize],
+    ours: &[sys::CUfunction],
+) -> Result<Vec<Option<NodeHandle>>> {
+    let mut out = vec![None; offsets.len()];
+    let mut n = 0usize;
+    // SAFETY: querying the node count of a valid graph.
+    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }
+        .result()
+        .map_err(err)?;
+    let mut nodes = vec![std::ptr::null_mut(); n];
+    if n > 0 {
+        // SAFETY: `nodes` has room for `n` handles.
+        unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }
+            .result()
+            .map_err(err)?;
+    }
+    for node in nodes.into_iter().take(n) {
+        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: `node` belongs to `graph`.
+        unsafe { sys::cuGraphNodeGetType(node, &mut ty) }
+            .result()
+            .map_err(err)?;
+        if ty != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+            continue;
+        }
+        // SAFETY: a zeroed parameter block is valid to be filled in by the driver.
+        let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: `node` is a kernel node of `graph`.
+        unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }
+            .result()
+            .map_err(err)?;
+        if !ours.contains(&p.func) || p.kernelParams.is_null() {
+            continue;
+        }
+        // SAFETY: our kernels' first parameter is the argument block's device address (see
+        // `issue_on`); the driver keeps the parameter values the capture recorded.
+        let first = unsafe { *(*p.kernelParams as *const sys::CUdeviceptr) };
+        let word = (first.wrapping_sub(arena) / 4) as usize;
+        if let Ok(i) = offsets.binary_search(&word) {
+            out[i] = Some(NodeHandle(node));
+        }
+    }
+    Ok(out)
+}
+
 /// The recording of a plan that runs nothing.
 struct EmptyReplay {
     lock: Arc<Mutex<Health>>,
 }
 
 impl Recording for EmptyReplay {
+    fn rebind(&mut self, _plan: &Plan, _ops: &[usize], _words: &[(usize, usize, u32)]) -> Result<()> {
+        Ok(()) // nothing runs, nothing to re-point
+    }
     fn replay(&mut self, _scalars: &[(usize, usize, u32)]) -> Result<()> {
         self.lock.lock().unwrap_or_else(|p| p.into_inner()).check()
     }
@@ -1089,6 +1150,8 @@ struct CudaReplay {
     launches: usize,
     /// Arena offsets of the products' [flag, α, β] blocks.
     gemm_blocks: Vec<usize>,
+    /// The kernel node of each argument block's launch (none for products, empty grids).
+    nodes: Vec<Option<NodeHandle>>,
     /// The captured collectives' communicators and buffers, kept until the graph is destroyed
     /// (fields drop after `Drop::drop`): NCCL's resources for captured work, and the buffers
     /// it may have registered, must outlive the graph.
@@ -1096,7 +1159,94 @@ struct CudaReplay {
     _collectives: Vec<crate::dist::AllReduce>,
 }
 
+impl CudaReplay {
+    /// Points the kernel node of launch `args` at `bindings` (its argument block stays).
+    fn set_node(&self, args: usize, bindings: &[RawView]) -> Result<()> {
+        let Some(node) = self.nodes[args] else {
+            return Err(Error::Lower {
+                backend: NAME,
+                reason: format!("launch {args} has no kernel node to re-point"),
+            });
+        };
+        // SAFETY: a zeroed parameter block is valid to be filled in by the driver.
+        let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: `node` is a kernel node of the graph `exec` was instantiated from.
+        unsafe { sys::cuGraphKernelNodeGetParams_v2(node.0, &mut p) }
+            .result()
+            .map_err(err)?;
+        let mut ptrs: Vec<sys::CUdeviceptr> = Vec::with_capacity(bindings.len() + 1);
+        ptrs.push(self.arena_mem.ptr + self.offsets[args] as u64 * 4);
+        ptrs.extend(bindings.iter().map(ptr));
+        let mut params: Vec<*mut c_void> = ptrs
+            .iter_mut()
+            .map(|p| p as *mut sys::CUdeviceptr as *mut c_void)
+            .collect();
+        p.kernelParams = params.as_mut_ptr();
+        p.extra = std::ptr::null_mut();
+        // SAFETY: `params` holds one device pointer per kernel parameter, as at capture (the
+        // driver copies the values); the change applies to launches after this call only.
+        unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec.0, node.0, &p) }
+            .result()
+            .map_err(|e| Error::Lower {
+                backend: NAME,
+                reason: format!("re-pointing a kernel node: {e}"),
+            })?;
+        // The template too, so its DOT and later reads agree with what runs.
+        // SAFETY: as above, on the graph's own node.
+        let _ = unsafe { sys::cuGraphKernelNodeSetParams_v2(node.0, &p) };
+        Ok(())
+    }
+}
+
 impl Recording for CudaReplay {
+    fn rebind(&mut self, plan: &Plan, ops: &[usize], words: &[(usize, usize, u32)]) -> Result<()> {
+        let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        g.check()?;
+        let _bound = Bound::to(&self.ctx)?;
+        for &i in ops {
+            match &plan.ops[i] {
+                Op::Launch {
+                    grid,
+                    args,
+                    bindings,
+                    ..
+                } => {
+                    if grid.contains(&0) {
+                        continue; // not in the graph
+                    }
+                    let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
+                    self.set_node(*args, &views)?;
+                }
+                _ => {
+                    return Err(Error::Lower {
+                        backend: NAME,
+                        reason: "only kernel launches are re-pointed (a copy, product or collective binds the buffer)".into(),
+                    })
+                }
+            }
+        }
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for &(launch, word, bits) in words {
+            let at = self.offsets[launch] + word;
+            if self.arena[at] != bits {
+                self.arena[at] = bits;
+                lo = lo.min(at);
+                hi = hi.max(at + 1);
+            }
+        }
+        if lo < hi {
+            // SAFETY: the range lies inside the arena; stream-ordered after earlier replays.
+            unsafe {
+                result::memcpy_htod_async(
+                    self.arena_mem.ptr + lo as u64 * 4,
+                    &self.arena[lo..hi],
+                    self.stream as sys::CUstream,
+                )
+            }
+            .map_err(|e| g.note(e))?;
+        }
+        Ok(())
+    }
     fn replay(&mut self, scalars: &[(usize, usize, u32)]) -> Result<()> {
         let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
         g.check()?;

@@ -170,6 +170,15 @@ impl Recording for HostReplay {
         }
         Ok(())
     }
+    fn rebind(&mut self, plan: &Plan, ops: &[usize], words: &[(usize, usize, u32)]) -> Result<()> {
+        for &i in ops {
+            self.plan.ops[i] = plan.ops[i].clone();
+        }
+        for &(launch, word, bits) in words {
+            self.plan.launch_args[launch][word] = bits;
+        }
+        Ok(())
+    }
     fn launches(&self) -> usize {
         self.plan.launch_count()
     }

@@ -156,6 +156,16 @@ pub(crate) trait Recording: Send {
         }
         self.replay(scalars)
     }
+    /// Re-points the ops `ops` of `plan`, whose views now name other allocations (the plan is
+    /// already changed), and writes the argument words `words` (launch, word, bits). Executes
+    /// nothing; takes effect from the next replay (work already queued is unaffected). An
+    /// [`Error::Lower`] says this recording cannot be re-pointed so: the holder records anew.
+    fn rebind(&mut self, _plan: &Plan, _ops: &[usize], _words: &[(usize, usize, u32)]) -> Result<()> {
+        Err(Error::Lower {
+            backend: "?",
+            reason: "this recording cannot be rebound".into(),
+        })
+    }
     /// Nodes (dispatches) per replay.
     fn launches(&self) -> usize;
     /// Writes the backend's own view of the recording as Graphviz DOT, where it has one

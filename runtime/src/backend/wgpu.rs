@@ -521,32 +521,50 @@ impl WgpuBackend {
         args: (&wgpu::Buffer, u64, u64),
         bindings: &[RawView],
     ) -> wgpu::BindGroup {
-        let mut entries = vec![wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: args.0,
-                offset: args.1,
-                size: wgpu::BufferSize::new(args.2),
-            }),
-        }];
-        for (i, v) in bindings.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
-                resource: buffer(v).as_entire_binding(),
-            });
-        }
-        if let Some(c) = &self.checked {
-            entries.push(wgpu::BindGroupEntry {
-                binding: bindings.len() as u32 + 1,
-                resource: c.record.as_entire_binding(),
-            });
-        }
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &p.layout,
-            entries: &entries,
-        })
+        bind_group_for(
+            &self.device,
+            p,
+            args,
+            bindings,
+            self.checked.as_ref().map(|c| &c.record),
+        )
     }
+}
+
+/// The bind group of one dispatch: its argument block, then every slice's buffer, whole.
+fn bind_group_for(
+    device: &wgpu::Device,
+    p: &Pipeline,
+    args: (&wgpu::Buffer, u64, u64),
+    bindings: &[RawView],
+    record: Option<&wgpu::Buffer>,
+) -> wgpu::BindGroup {
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: 0,
+        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: args.0,
+            offset: args.1,
+            size: wgpu::BufferSize::new(args.2),
+        }),
+    }];
+    for (i, v) in bindings.iter().enumerate() {
+        entries.push(wgpu::BindGroupEntry {
+            binding: i as u32 + 1,
+            resource: buffer(v).as_entire_binding(),
+        });
+    }
+    // A checked device's fault record, bound after the last slice.
+    if let Some(r) = record {
+        entries.push(wgpu::BindGroupEntry {
+            binding: bindings.len() as u32 + 1,
+            resource: r.as_entire_binding(),
+        });
+    }
+    device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &p.layout,
+        entries: &entries,
+    })
 }
 
 impl Backend for WgpuBackend {
@@ -731,6 +749,7 @@ impl Backend for WgpuBackend {
                         pipeline: p,
                         bind_group: bg,
                         grid: *grid,
+                        args: *args,
                     });
                 }
                 Op::Copy { src, dst } => ops.push(ReplayOp::copy(self, src, dst)),
@@ -763,6 +782,7 @@ impl Backend for WgpuBackend {
             arena_buf,
             ops,
             launches: plan.launch_count(),
+            record: self.checked.as_ref().map(|c| c.record.clone()),
         }))
     }
     #[cfg(feature = "testing")]
@@ -794,6 +814,8 @@ enum ReplayOp {
         pipeline: Arc<Pipeline>,
         bind_group: wgpu::BindGroup,
         grid: [u32; 3],
+        /// Index of its argument block.
+        args: usize,
     },
     Copy {
         src: wgpu::Buffer,
@@ -808,6 +830,26 @@ enum ReplayOp {
 
 impl ReplayOp {
     fn copy(backend: &WgpuBackend, src: &RawView, dst: &RawView) -> ReplayOp {
+        Self::copy_with(src, dst, |bytes| backend.bounce(bytes))
+    }
+
+    /// A copy op made after lowering (a rebind), with the device alone.
+    fn copy_on(device: &wgpu::Device, src: &RawView, dst: &RawView) -> ReplayOp {
+        Self::copy_with(src, dst, |bytes| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("graphed copy bounce"),
+                size: bytes,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })
+    }
+
+    fn copy_with(
+        src: &RawView,
+        dst: &RawView,
+        bounce: impl FnOnce(u64) -> wgpu::Buffer,
+    ) -> ReplayOp {
         let bytes = src.len as u64 * 4;
         ReplayOp::Copy {
             src: buffer(src).clone(),
@@ -815,7 +857,7 @@ impl ReplayOp {
             dst: buffer(dst).clone(),
             dst_off: dst.offset as u64 * 4,
             bytes,
-            bounce: (src.buf.id == dst.buf.id && bytes > 0).then(|| backend.bounce(bytes)),
+            bounce: (src.buf.id == dst.buf.id && bytes > 0).then(|| bounce(bytes)),
         }
     }
 
@@ -857,6 +899,8 @@ struct WgpuReplay {
     arena_buf: wgpu::Buffer,
     ops: Vec<ReplayOp>,
     launches: usize,
+    /// A checked device's fault record, bound again by a rebind.
+    record: Option<wgpu::Buffer>,
 }
 
 impl WgpuReplay {
@@ -914,6 +958,7 @@ impl WgpuReplay {
                 pipeline,
                 bind_group,
                 grid,
+                ..
             }) = self.ops.get(i)
             {
                 if grid.iter().all(|&g| g > 0) {
@@ -941,6 +986,66 @@ impl Recording for WgpuReplay {
     ) -> Result<()> {
         // In the replay's own command buffer: a submit per copy would cost more than the copy.
         self.submit(copies, scalars)
+    }
+    fn rebind(&mut self, plan: &Plan, ops: &[usize], words: &[(usize, usize, u32)]) -> Result<()> {
+        // Plan ops map one to one onto replay ops, except all-reduces (identity, not encoded).
+        #[cfg(feature = "nccl")]
+        if plan.ops.iter().any(|o| matches!(o, Op::AllReduce(_))) {
+            return Err(Error::Lower {
+                backend: NAME,
+                reason: "a plan with an all-reduce is not rebound".into(),
+            });
+        }
+        for &i in ops {
+            match (&plan.ops[i], &mut self.ops[i]) {
+                (
+                    Op::Launch { bindings, .. },
+                    ReplayOp::Dispatch {
+                        pipeline,
+                        bind_group,
+                        args,
+                        ..
+                    },
+                ) => {
+                    let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
+                    let words = plan.launch_args[*args].len().max(1) as u64;
+                    *bind_group = bind_group_for(
+                        &self.device,
+                        pipeline,
+                        (&self.arena_buf, self.offsets[*args] as u64 * 4, words * 4),
+                        &views,
+                        self.record.as_ref(),
+                    );
+                }
+                (Op::Copy { src, dst }, op @ ReplayOp::Copy { .. }) => {
+                    *op = ReplayOp::copy_on(&self.device, src, dst);
+                }
+                _ => {
+                    return Err(Error::Lower {
+                        backend: NAME,
+                        reason: "the replay's ops do not match the plan's".into(),
+                    })
+                }
+            }
+        }
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for &(launch, word, bits) in words {
+            let at = self.offsets[launch] + word;
+            if self.arena[at] != bits {
+                self.arena[at] = bits;
+                lo = lo.min(at);
+                hi = hi.max(at + 1);
+            }
+        }
+        if lo < hi {
+            // Queued before the next replay's submit, after every earlier one.
+            self.queue.write_buffer(
+                &self.arena_buf,
+                lo as u64 * 4,
+                bytemuck::cast_slice(&self.arena[lo..hi]),
+            );
+        }
+        take_error(&self.error)
     }
     fn launches(&self) -> usize {
         self.launches

@@ -193,6 +193,20 @@ fn helper_source(name: &str) -> &'static str {
     }
 }
 
+/// `barrier()`s in `body` as the IR holds it (a constant loop's body once).
+fn count_barriers(body: &[Stmt]) -> usize {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Barrier { .. } => 1,
+            Stmt::If { then, els, .. } => count_barriers(then) + count_barriers(els),
+            Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop { body } => {
+                count_barriers(body)
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
 /// For each `barrier()` of `k` in emission order: whether it must also order storage memory
 /// (`storageBarrier()` besides `workgroupBarrier()`). It must when a writable slice
 /// (`&mut [T]`) can be accessed both before and after it: program order, or anywhere in a
@@ -640,6 +654,38 @@ impl Wgsl<'_> {
                     self.block(els);
                     self.indent -= 1;
                     self.line("}");
+                }
+            }
+            Stmt::For {
+                var,
+                ty: t,
+                body,
+                constant: Some(values),
+                ..
+            } => {
+                // One copy per value, each binding the variable: straight-line code, as the
+                // checker's unrolled loops (each copy has the body's barriers again).
+                let barriers = self.barriers;
+                for &v in values {
+                    self.barriers = barriers;
+                    let lit = Expr {
+                        kind: match t {
+                            Ty::U32 => ExprKind::LitU32(v as u32),
+                            _ => ExprKind::LitI32(v as i32),
+                        },
+                        ty: *t,
+                    };
+                    let head = format!("let {var}: {} = {};", ty(*t), self.expr(&lit));
+                    self.line("{");
+                    self.indent += 1;
+                    self.line(&head);
+                    self.block(body);
+                    self.indent -= 1;
+                    self.line("}");
+                }
+                if values.is_empty() {
+                    // The body's barriers are not emitted; the ones after it keep their index.
+                    self.barriers = barriers + count_barriers(body);
                 }
             }
             Stmt::For {

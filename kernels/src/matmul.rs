@@ -29,14 +29,13 @@ use crate::shape::{expect_len, groups, u32_of};
 /// `rows` rows and the `k` range ending at `k1`: one element of a tile load.
 #[device]
 fn tile_load(x: &[f32], t: bool, r: u32, kk: u32, rows: u32, k: u32, k1: u32) -> f32 {
-    // Statement `if`s: an `if` value is a `select` in WGSL, which loads both sides.
+    // One load under one statement `if` (an `if` value is a `select` in WGSL, which loads
+    // both sides), so GPU compilers predicate it instead of branching around each of a
+    // tile's loads.
+    let at = if t { kk * rows + r } else { r * k + kk };
     let mut v = 0.0;
     if r < rows && kk < k1 {
-        if t {
-            v = x[kk * rows + r];
-        } else {
-            v = x[r * k + kk];
-        }
+        v = x[at];
     }
     v
 }

@@ -168,7 +168,10 @@ fn constant_loops_that_index_no_array_stay_loops_that_wgsl_emits_as_copies() {
     let Some(Stmt::For { constant, .. }) = k.body.iter().find(|s| is_for(s)) else {
         panic!("no loop left");
     };
-    assert_eq!(constant.as_deref(), Some(&(0..16).collect::<Vec<i64>>()[..]));
+    assert_eq!(
+        constant.as_deref(),
+        Some(&(0..16).collect::<Vec<i64>>()[..])
+    );
     // CUDA C keeps the loop for NVRTC to unroll as it sees fit; WGSL has the 16 copies,
     // each with its barrier.
     let cuda = emit::cuda::emit(&k);

@@ -163,7 +163,10 @@ fn mentions(e: &syn::Expr, names: &HashSet<String>) -> bool {
     struct Find<'a>(&'a HashSet<String>, bool);
     impl<'ast> Visit<'ast> for Find<'_> {
         fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
-            if p.path.get_ident().is_some_and(|i| self.0.contains(&i.to_string())) {
+            if p.path
+                .get_ident()
+                .is_some_and(|i| self.0.contains(&i.to_string()))
+            {
                 self.1 = true;
             }
         }

@@ -193,20 +193,6 @@ fn helper_source(name: &str) -> &'static str {
     }
 }
 
-/// `barrier()`s in `body` as the IR holds it (a constant loop's body once).
-fn count_barriers(body: &[Stmt]) -> usize {
-    body.iter()
-        .map(|s| match s {
-            Stmt::Barrier { .. } => 1,
-            Stmt::If { then, els, .. } => count_barriers(then) + count_barriers(els),
-            Stmt::For { body, .. } | Stmt::While { body, .. } | Stmt::Loop { body } => {
-                count_barriers(body)
-            }
-            _ => 0,
-        })
-        .sum()
-}
-
 /// For each `barrier()` of `k` in emission order: whether it must also order storage memory
 /// (`storageBarrier()` besides `workgroupBarrier()`). It must when a writable slice
 /// (`&mut [T]`) can be accessed both before and after it: program order, or anywhere in a
@@ -293,6 +279,12 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                         self.block(then);
                         self.block(els);
                     }
+                    // Emitted as copies: walked as the straight-line code it becomes.
+                    Stmt::For {
+                        body,
+                        constant: Some(values),
+                        ..
+                    } => values.iter().for_each(|_| self.block(body)),
                     Stmt::For {
                         start,
                         end,
@@ -664,10 +656,8 @@ impl Wgsl<'_> {
                 ..
             } => {
                 // One copy per value, each binding the variable: straight-line code, as the
-                // checker's unrolled loops (each copy has the body's barriers again).
-                let barriers = self.barriers;
+                // checker's unrolled loops (`storage_barriers` walks it so too).
                 for &v in values {
-                    self.barriers = barriers;
                     let lit = Expr {
                         kind: match t {
                             Ty::U32 => ExprKind::LitU32(v as u32),
@@ -682,10 +672,6 @@ impl Wgsl<'_> {
                     self.block(body);
                     self.indent -= 1;
                     self.line("}");
-                }
-                if values.is_empty() {
-                    // The body's barriers are not emitted; the ones after it keep their index.
-                    self.barriers = barriers + count_barriers(body);
                 }
             }
             Stmt::For {

@@ -133,8 +133,10 @@ fn constant_ranges_unroll_within_the_limits_and_others_stay_loops() {
             for i in 0..65u32 { y[i] = 1.0; }
             for i in 0..8u32 { if i == 3 { break; } y[i] = 2.0; }
             for i in 0..8u32 { if i == 3 { continue; } y[i] = 3.0; }
-            // Nested: 32 × 32 copies would pass the 1024 bound; the inner loop stays a loop.
-            for i in 0..32u32 { for j in 0..64u32 { y[i * 64 + j] = 4.0; } }
+            // Nested: 32 × 64 copies would pass the 1024 bound; the inner loop stays a loop.
+            let mut a = [0.0f32; 32];
+            for i in 0..32u32 { for j in 0..64u32 { a[i] += y[i * 64 + j]; } }
+            y[0] = a[5];
         }
     });
     assert_eq!(count(&k.body, &is_for), 4 + 32);
@@ -142,14 +144,68 @@ fn constant_ranges_unroll_within_the_limits_and_others_stay_loops() {
 }
 
 #[test]
+fn constant_loops_that_index_no_array_stay_loops_that_wgsl_emits_as_copies() {
+    let k = kernel(quote! {
+        fn k(x: &[f32], y: &mut [f32]) {
+            let s = shared::<f32, 64>();
+            let t = local_id().x;
+            let mut acc = 0.0f32;
+            for kk in 0..16u32 {
+                let o = kk * 4;
+                acc += x[o + t] * s[o];
+                barrier();
+            }
+            // Through a local computed from the variable, an array index still unrolls.
+            let mut a = [0.0f32; 4];
+            for q in 0..4u32 { let w = q + 0; a[w] = acc; }
+            // An inner range built from the variable unrolls the outer loop too.
+            for r in 0..3u32 { for c in 0..r { acc += a[c]; } }
+            y[t] = acc + a[3];
+        }
+    });
+    // One loop left (kk), carrying its values; the others are copies.
+    assert_eq!(count(&k.body, &is_for), 1);
+    let Some(Stmt::For { constant, .. }) = k.body.iter().find(|s| is_for(s)) else {
+        panic!("no loop left");
+    };
+    assert_eq!(
+        constant.as_deref(),
+        Some(&(0..16).collect::<Vec<i64>>()[..])
+    );
+    // CUDA C keeps the loop for NVRTC to unroll as it sees fit; WGSL has the 16 copies,
+    // each with its barrier.
+    let cuda = emit::cuda::emit(&k);
+    assert_eq!(cuda.matches("for (").count(), 1, "{cuda}");
+    let wgsl = valid_wgsl(&k);
+    assert!(!wgsl.contains("for ("), "{wgsl}");
+    assert_eq!(wgsl.matches("workgroupBarrier()").count(), 16, "{wgsl}");
+    assert!(wgsl.contains("= 15u;"), "{wgsl}");
+
+    // A constant loop of no trips: no copy, and the barriers after it keep their places.
+    let k = kernel(quote! {
+        fn k(y: &mut [f32]) {
+            let s = shared::<f32, 64>();
+            for i in 0..0u32 { barrier(); y[i] = 1.0; }
+            s[local_id().x] = 1.0;
+            barrier();
+            y[local_id().x] = s[0];
+        }
+    });
+    let wgsl = valid_wgsl(&k);
+    assert_eq!(wgsl.matches("workgroupBarrier()").count(), 1, "{wgsl}");
+}
+
+#[test]
 fn a_break_of_an_inner_loop_does_not_stop_unrolling_the_outer() {
     let k = kernel(quote! {
         fn k(y: &mut [u32]) {
+            let mut a = [0u32; 4];
             for i in 0..4u32 {
                 let mut j = 0u32;
                 loop { j += 1; if j > i { break; } }
-                y[i] = j;
+                a[i] = j;
             }
+            y[0] = a[0] + a[3];
         }
     });
     assert_eq!(count(&k.body, &is_for), 0);

@@ -278,3 +278,25 @@ fn tile_kernels_index_their_arrays_by_constants_only() {
     assert_array_indices_literal("matmul_t64", matmul_t64::CUDA, matmul_t64::WGSL, 4);
     assert_array_indices_literal("matmul_t16", matmul_t16::CUDA, matmul_t16::WGSL, 2);
 }
+
+#[test]
+fn tile_kernels_emit_their_epilogue_once_per_row_pair_and_keep_their_k_loops() {
+    // Issue 15's H200 regression: the front end had unrolled the 64×64 tile's k-step loop
+    // and its 16-element epilogue into straight-line CUDA C (3× the code, 124 registers on
+    // sm_90). The epilogue helper is called once per loop (t64: two rows at a time; t16:
+    // once), and the k-step loop over workgroup memory stays a loop for NVRTC to unroll.
+    let calls = |src: &str| {
+        src.lines()
+            .filter(|l| l.contains("gd_fn_epilogue_") && !l.contains("static __device__"))
+            .count()
+    };
+    assert_eq!(calls(matmul_t64::CUDA), 2, "{}", matmul_t64::CUDA);
+    assert_eq!(calls(matmul_t16::CUDA), 1, "{}", matmul_t16::CUDA);
+    // The whole-step loop `for kk in 0..16` (t64) / `0..64` (t16): its end is a literal.
+    let k_loop = |src: &str, end: &str| {
+        src.lines()
+            .any(|l| l.contains("const gd_u32 kk_") && l.ends_with(&format!("_end = {end};")))
+    };
+    assert!(k_loop(matmul_t64::CUDA, "16u"), "{}", matmul_t64::CUDA);
+    assert!(k_loop(matmul_t16::CUDA, "64u"), "{}", matmul_t16::CUDA);
+}

@@ -383,6 +383,9 @@ pub enum Stmt {
         end: Expr,
         step: Option<Expr>,
         body: Vec<Stmt>,
+        /// The variable's values when the range is known at compile time and short (see
+        /// the checker's `unroll`): the WGSL emitter writes one copy of the body per value.
+        constant: Option<Vec<i64>>,
     },
     While {
         cond: Expr,

@@ -128,7 +128,7 @@ impl Checker<'_> {
     }
 
     /// A `for` loop: unrolled into copies of its body when its range is known at compile time
-    /// (see `unroll`), else one `Stmt::For`.
+    /// and its variable indexes a per-invocation array (see `unroll`), else one `Stmt::For`.
     pub(super) fn for_loop(&mut self, f: &syn::ExprForLoop) -> Res<Vec<Stmt>> {
         if let Some(l) = &f.label {
             self.error(l, LABEL_MSG);
@@ -216,14 +216,24 @@ impl Checker<'_> {
             }
             None => None,
         };
-        if let Some(values) = self.unroll_values(&start, &end, step.as_ref(), &f.body) {
-            return Ok(self.unrolled(&name, ty, &values, &f.body));
+        let constant = self.unroll_values(&start, &end, step.as_ref(), &f.body);
+        if let Some(values) = &constant {
+            if self.unrolling_pays(&name, &f.body) {
+                return Ok(self.unrolled(&name, ty, values, &f.body));
+            }
         }
         let mangled = self.mangle(&name);
         self.scopes.push(HashMap::new());
         self.declare(&name, mangled.clone(), ty, false);
         self.loop_depth += 1;
+        // A constant loop may still be emitted as copies (WGSL): nested loops are bounded
+        // as if this one were unrolled here.
+        let factor = self.unroll_factor;
+        if let Some(values) = &constant {
+            self.unroll_factor = factor * values.len().max(1) as u32;
+        }
         let body = self.block(&f.body, false);
+        self.unroll_factor = factor;
         self.loop_depth -= 1;
         self.scopes.pop();
         Ok(vec![Stmt::For {
@@ -234,6 +244,7 @@ impl Checker<'_> {
             end,
             step,
             body,
+            constant,
         }])
     }
 }

@@ -2,12 +2,17 @@
 //!
 //! A loop whose start, end and step are compile-time constants (literals, consts, immutable
 //! locals of known value, the workgroup shape), that runs at most `MAX_UNROLL_TRIPS` times
-//! and has no `break` or `continue` of its own, is lowered as copies of its body, one per
-//! value of the loop variable, each with the variable bound to that value. Indices built from
-//! it are then known at compile time, so per-invocation arrays indexed by it stay in
-//! registers on every target. The meaning is the loop's: the same values in the same order.
+//! and has no `break` or `continue` of its own, is *constant*. When its variable reaches the
+//! index of a per-invocation array (or the range of a nested loop), it is lowered as copies
+//! of its body, one per value of the loop variable, each with the variable bound to that
+//! value: indices built from it are then known at compile time, so the array stays in
+//! registers on every target. Any other constant loop stays one `Stmt::For` carrying its
+//! values: WGSL emits it as copies (GPU drivers behind naga unroll little themselves), CUDA C
+//! and the host as a loop, which NVRTC and rustc unroll as far as pays (copies from the front
+//! end made the 16×16 product tile's 64-step loop straight-line code, slower on the H200
+//! than NVRTC's own choice). The meaning is the loop's: the same values in the same order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use syn::visit::Visit;
 
@@ -111,6 +116,148 @@ impl Checker<'_> {
         }
         self.unroll_factor = factor;
         out
+    }
+}
+
+impl Checker<'_> {
+    /// Whether unrolling the loop over `var` pays in the front end: an index of a
+    /// per-invocation array, or the range of a nested loop, mentions `var` or a local the
+    /// body computes from it (a name, syntactically and conservatively: a shadowing
+    /// declaration still counts).
+    pub(super) fn unrolling_pays(&self, var: &str, body: &syn::Block) -> bool {
+        let mut arrays = ArrayDecls(HashSet::new());
+        arrays.visit_block(body);
+        let mut derived = HashSet::from([var.to_string()]);
+        loop {
+            let before = derived.len();
+            let mut t = Derive(&mut derived);
+            t.visit_block(body);
+            if derived.len() == before {
+                break;
+            }
+        }
+        let is_array = |name: &str| {
+            arrays.0.contains(name) || self.lookup(name).is_some_and(|l| l.array.is_some())
+        };
+        let mut f = Pays {
+            derived: &derived,
+            is_array: &is_array,
+            found: false,
+        };
+        f.visit_block(body);
+        f.found
+    }
+}
+
+/// The single-segment name of a path expression.
+fn ident_of(e: &syn::Expr) -> Option<String> {
+    match e {
+        syn::Expr::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+        syn::Expr::Paren(p) => ident_of(&p.expr),
+        _ => None,
+    }
+}
+
+/// Whether `e` mentions any of `names`.
+fn mentions(e: &syn::Expr, names: &HashSet<String>) -> bool {
+    struct Find<'a>(&'a HashSet<String>, bool);
+    impl<'ast> Visit<'ast> for Find<'_> {
+        fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+            if p.path
+                .get_ident()
+                .is_some_and(|i| self.0.contains(&i.to_string()))
+            {
+                self.1 = true;
+            }
+        }
+    }
+    let mut f = Find(names, false);
+    f.visit_expr(e);
+    f.1
+}
+
+/// The per-invocation arrays a block declares (`[v; N]`, `[a, b]` or an array type).
+struct ArrayDecls(HashSet<String>);
+
+impl<'ast> Visit<'ast> for ArrayDecls {
+    fn visit_local(&mut self, l: &'ast syn::Local) {
+        let (name, typed) = match &l.pat {
+            syn::Pat::Ident(p) => (Some(&p.ident), false),
+            syn::Pat::Type(t) => match &*t.pat {
+                syn::Pat::Ident(p) => (Some(&p.ident), matches!(&*t.ty, syn::Type::Array(_))),
+                _ => (None, false),
+            },
+            _ => (None, false),
+        };
+        let init = l.init.as_ref().map(|i| &*i.expr);
+        if let Some(n) = name {
+            if typed || matches!(init, Some(syn::Expr::Array(_) | syn::Expr::Repeat(_))) {
+                self.0.insert(n.to_string());
+            }
+        }
+        syn::visit::visit_local(self, l);
+    }
+}
+
+/// Adds to the set every local declared or assigned from a value that mentions one of it.
+struct Derive<'a>(&'a mut HashSet<String>);
+
+impl<'ast> Visit<'ast> for Derive<'_> {
+    fn visit_local(&mut self, l: &'ast syn::Local) {
+        let name = match &l.pat {
+            syn::Pat::Ident(p) => Some(&p.ident),
+            syn::Pat::Type(t) => match &*t.pat {
+                syn::Pat::Ident(p) => Some(&p.ident),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let (Some(n), Some(init)) = (name, &l.init) {
+            if mentions(&init.expr, self.0) {
+                self.0.insert(n.to_string());
+            }
+        }
+        syn::visit::visit_local(self, l);
+    }
+    fn visit_expr_assign(&mut self, a: &'ast syn::ExprAssign) {
+        if let Some(n) = ident_of(&a.left) {
+            if mentions(&a.right, self.0) {
+                self.0.insert(n);
+            }
+        }
+        syn::visit::visit_expr_assign(self, a);
+    }
+    fn visit_expr_binary(&mut self, b: &'ast syn::ExprBinary) {
+        // Compound assignments (`x += i`) are binary expressions in syn.
+        if let Some(n) = ident_of(&b.left) {
+            if compound_op(&b.op).is_some() && mentions(&b.right, self.0) {
+                self.0.insert(n);
+            }
+        }
+        syn::visit::visit_expr_binary(self, b);
+    }
+}
+
+/// Finds an array index or a nested loop's range that mentions a derived name.
+struct Pays<'a> {
+    derived: &'a HashSet<String>,
+    is_array: &'a dyn Fn(&str) -> bool,
+    found: bool,
+}
+
+impl<'ast> Visit<'ast> for Pays<'_> {
+    fn visit_expr_index(&mut self, i: &'ast syn::ExprIndex) {
+        let array = ident_of(&i.expr).is_some_and(|n| (self.is_array)(&n));
+        if array && mentions(&i.index, self.derived) {
+            self.found = true;
+        }
+        syn::visit::visit_expr_index(self, i);
+    }
+    fn visit_expr_for_loop(&mut self, f: &'ast syn::ExprForLoop) {
+        if mentions(&f.expr, self.derived) {
+            self.found = true;
+        }
+        syn::visit::visit_expr_for_loop(self, f);
     }
 }
 

@@ -210,6 +210,7 @@ impl Host<'_> {
                 end,
                 step,
                 body,
+                ..
             } => {
                 let t = ty.rust();
                 let (st, en) = (self.expr(start), self.expr(end));

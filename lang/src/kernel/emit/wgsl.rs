@@ -279,6 +279,12 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                         self.block(then);
                         self.block(els);
                     }
+                    // Emitted as copies: walked as the straight-line code it becomes.
+                    Stmt::For {
+                        body,
+                        constant: Some(values),
+                        ..
+                    } => values.iter().for_each(|_| self.block(body)),
                     Stmt::For {
                         start,
                         end,
@@ -638,6 +644,32 @@ impl Wgsl<'_> {
                     self.line("} else {");
                     self.indent += 1;
                     self.block(els);
+                    self.indent -= 1;
+                    self.line("}");
+                }
+            }
+            Stmt::For {
+                var,
+                ty: t,
+                body,
+                constant: Some(values),
+                ..
+            } => {
+                // One copy per value, each binding the variable: straight-line code, as the
+                // checker's unrolled loops (`storage_barriers` walks it so too).
+                for &v in values {
+                    let lit = Expr {
+                        kind: match t {
+                            Ty::U32 => ExprKind::LitU32(v as u32),
+                            _ => ExprKind::LitI32(v as i32),
+                        },
+                        ty: *t,
+                    };
+                    let head = format!("let {var}: {} = {};", ty(*t), self.expr(&lit));
+                    self.line("{");
+                    self.indent += 1;
+                    self.line(&head);
+                    self.block(body);
                     self.indent -= 1;
                     self.line("}");
                 }

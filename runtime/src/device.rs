@@ -167,8 +167,24 @@ impl Device {
     /// The host backend (always available). One shared device per process.
     pub fn host() -> Device {
         static HOST: OnceLock<Device> = OnceLock::new();
-        HOST.get_or_init(|| Device::from_backend(Box::new(crate::backend::host::HostBackend)))
+        HOST.get_or_init(|| Device::from_backend(Box::new(crate::backend::host::HostBackend::default())))
             .clone()
+    }
+
+    /// A new host device whose kernels emulate subgroups of `size` invocations (a power of
+    /// two from 4 to 128; [`Device::host`] emulates 32, CUDA's warp), e.g. the size of a
+    /// wgpu adapter whose results a test compares with the host's.
+    pub fn host_with_subgroup_size(size: u32) -> Result<Device> {
+        if !size.is_power_of_two() || !(4..=128).contains(&size) {
+            return Err(Error::Shape(format!(
+                "a subgroup size is a power of two from 4 to 128, not {size}"
+            )));
+        }
+        Ok(Device::from_backend(Box::new(
+            crate::backend::host::HostBackend {
+                subgroup_size: size,
+            },
+        )))
     }
 
     /// The wgpu backend on the best adapter. One shared device per process.
@@ -194,6 +210,16 @@ impl Device {
     pub fn __wgpu_without_shader_f16() -> Result<Device> {
         Ok(Device::from_backend(Box::new(
             crate::backend::wgpu::WgpuBackend::open(false, false)?,
+        )))
+    }
+
+    #[doc(hidden)]
+    /// Test hook (`testing` feature): a fresh wgpu device created without `SUBGROUP`, as on
+    /// an adapter that lacks it.
+    #[cfg(feature = "testing")]
+    pub fn __wgpu_without_subgroups() -> Result<Device> {
+        Ok(Device::from_backend(Box::new(
+            crate::backend::wgpu::WgpuBackend::open_with(false, true, false)?,
         )))
     }
 
@@ -256,7 +282,7 @@ impl Device {
     pub fn open_new_with(kind: BackendKind, options: DeviceOptions) -> Result<Device> {
         match kind {
             BackendKind::Host => Ok(Device::from_backend(Box::new(
-                crate::backend::host::HostBackend,
+                crate::backend::host::HostBackend::default(),
             ))),
             BackendKind::Wgpu => Ok(Device::from_backend(Box::new(
                 crate::backend::wgpu::WgpuBackend::open(options.checked, true)?,
@@ -325,6 +351,15 @@ impl Device {
     /// A description of the adapter or GPU.
     pub fn adapter(&self) -> String {
         self.inner.backend.adapter()
+    }
+
+    /// The subgroup size kernels see in `subgroup_size()`: 32 on CUDA, the host's chosen
+    /// size (32 unless [`Device::host_with_subgroup_size`]), the adapter's on wgpu. `None`
+    /// where kernels with subgroup operations do not run (a wgpu adapter without subgroups)
+    /// or the driver picks the size per pipeline from a range (the adapter reports
+    /// `min < max`): there kernels run, but the size is known only inside them.
+    pub fn subgroup_size(&self) -> Option<u32> {
+        self.inner.backend.subgroup_size()
     }
 
     /// Whether kernels that compute with `dtype` run on this device. Buffers of every type

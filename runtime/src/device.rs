@@ -76,6 +76,8 @@ pub(crate) struct DeviceInner {
     pub(crate) peak: AtomicU64,
     /// Products may go to the backend's vendor BLAS (see [`Device::set_vendor_blas`]).
     pub(crate) vendor_blas: AtomicBool,
+    /// The kernel library may pick its subgroup variants (see [`Device::set_library_subgroups`]).
+    pub(crate) library_subgroups: AtomicBool,
 }
 
 /// A handle to one device on one backend. Cheap to clone; buffers keep their device alive.
@@ -160,6 +162,7 @@ impl Device {
                 allocated: AtomicU64::new(0),
                 peak: AtomicU64::new(0),
                 vendor_blas: AtomicBool::new(vendor_blas_from_env()),
+                library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
             }),
         }
     }
@@ -572,16 +575,34 @@ impl Device {
     pub fn set_vendor_blas(&self, on: bool) {
         self.inner.vendor_blas.store(on, Ordering::Relaxed);
     }
+
+    /// The subgroup size the kernel library's reductions use here: [`Device::subgroup_size`]
+    /// unless switched off ([`Device::set_library_subgroups`], `GRAPHED_SUBGROUPS=0`); `None`
+    /// makes them use their workgroup-memory variants, which give the same bits.
+    pub fn library_subgroups(&self) -> Option<u32> {
+        self.subgroup_size()
+            .filter(|_| self.inner.library_subgroups.load(Ordering::Relaxed))
+    }
+
+    /// Lets the kernel library's reductions use subgroup operations (on, the default) or
+    /// not. Both variants add in the same order, so the results are bitwise equal; a
+    /// recording keeps the variant it was made with.
+    pub fn set_library_subgroups(&self, on: bool) {
+        self.inner.library_subgroups.store(on, Ordering::Relaxed);
+    }
+}
+
+/// A switch that is on unless the variable `var` is `0`, `off`, `false` or `no`.
+fn switch_from_env(var: &str) -> bool {
+    !matches!(
+        std::env::var(var).as_deref().map(str::trim),
+        Ok("0" | "off" | "false" | "no")
+    )
 }
 
 /// `GRAPHED_VENDOR_BLAS`: `0`, `off`, `false` or `no` switch the vendor BLAS off.
 fn vendor_blas_from_env() -> bool {
-    !matches!(
-        std::env::var("GRAPHED_VENDOR_BLAS")
-            .as_deref()
-            .map(str::trim),
-        Ok("0" | "off" | "false" | "no")
-    )
+    switch_from_env("GRAPHED_VENDOR_BLAS")
 }
 
 pub(crate) fn fill_args(view: &RawView, bits: u32) -> [KernelArg; 2] {
@@ -801,6 +822,9 @@ impl Launch for Device {
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
         self.alloc(len)
+    }
+    fn library_subgroups(&self) -> Option<u32> {
+        Device::library_subgroups(self)
     }
 }
 

@@ -311,6 +311,12 @@ pub trait Launch {
     /// sums of a long product or reduction): a step's workspace, kept with its recording, or,
     /// eagerly, a fresh allocation. Its contents are unspecified until written.
     fn scratch(&self, len: usize) -> Result<crate::Buffer<f32>>;
+
+    /// The subgroup size a library routine may write its kernels for
+    /// ([`crate::Device::library_subgroups`]); `None`: use a variant without subgroups.
+    fn library_subgroups(&self) -> Option<u32> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -60,7 +60,7 @@ pub fn reduce_all_sg(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32])
     }
 }
 
-/// [`crate::reduce::reduce_rows`] (the kernel) with the tree's first levels on subgroups.
+/// [`reduce_rows`](mod@crate::reduce::reduce_rows) (the kernel) with the tree's first levels on subgroups.
 #[kernel(workgroup = 256)]
 pub fn reduce_rows_sg(
     op: u32,
@@ -144,7 +144,7 @@ pub(crate) fn launch_all<C: Launch + ?Sized>(
     }
 }
 
-/// Launches [`crate::reduce::reduce_rows`] (the kernel) or its subgroup variant.
+/// Launches [`reduce_rows`](mod@crate::reduce::reduce_rows) (the kernel) or its subgroup variant.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_rows<C: Launch + ?Sized>(
     cx: &C,

@@ -1,4 +1,4 @@
-//! The benchmark harness: `cargo bench --bench replay -- [launch] [mlp|mlp-S|mlp-M] [sampler]
+//! The benchmark harness: `cargo bench --bench replay -- [launch] [mlp|mlp-S|mlp-M] [sampler] [reduce]
 //! [--backend host|wgpu|cuda] [--checked] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]`
 //! redraws the chart of an earlier run.
 //!
@@ -678,12 +678,85 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
     Ok(())
 }
 
+/// The kernel library's reductions (eager launches), with the workgroup tree and on
+/// subgroups where the device has them: a whole-buffer sum and per-row sums and maxima.
+/// Both variants give the same bits (checked here); the rows compare their times.
+fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Result<()> {
+    use graphed::kernels::reduce::{self, Reduce};
+    let steps = if quick { 20 } else { 200 };
+    let (r, c) = (4096usize, 1024usize);
+    let xs: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5).collect();
+    let x = dev.upload(&xs)?;
+    let mut out = dev.alloc::<f32>(r)?;
+    let mut one = dev.alloc::<f32>(1)?;
+    let mut ws = dev.alloc::<f32>(reduce::workspace_len(xs.len()).max(1))?;
+    let sync = || dev.synchronize().unwrap();
+    let mut results = Vec::new();
+    let variants: &[bool] = if dev.subgroup_size().is_some() { &[false, true] } else { &[false] };
+    for &sub in variants {
+        dev.set_library_subgroups(sub);
+        let variant = if sub {
+            format!("subgroups-{}", dev.subgroup_size().unwrap_or(0))
+        } else {
+            "workgroup-tree".to_string()
+        };
+        for (name, op) in [("reduce-rows-sum", Reduce::Sum), ("reduce-rows-max", Reduce::Max)] {
+            let (us, lo, hi, cpu) = measure(
+                steps,
+                || reduce::reduce_rows(dev, op, &x, c, &mut out).unwrap(),
+                sync,
+            );
+            rows.push(Row {
+                workload: name.into(),
+                backend: dev.kind().to_string(),
+                variant: variant.clone(),
+                n: r * c,
+                us_step: us,
+                spread: (lo, hi),
+                cpu_us: cpu,
+                nodes: 1,
+                record_ms: None,
+            });
+            results.push(out.to_host()?);
+        }
+        let (us, lo, hi, cpu) = measure(
+            steps,
+            || reduce::sum(dev, &x, &mut one, &mut ws).unwrap(),
+            sync,
+        );
+        rows.push(Row {
+            workload: "reduce-sum".into(),
+            backend: dev.kind().to_string(),
+            variant,
+            n: r * c,
+            us_step: us,
+            spread: (lo, hi),
+            cpu_us: cpu,
+            nodes: 2,
+            record_ms: None,
+        });
+        results.push(one.to_host()?);
+    }
+    dev.set_library_subgroups(true);
+    let half = results.len() / 2;
+    let same = variants.len() == 1
+        || results[..half].iter().zip(&results[half..]).all(|(a, b)| {
+            a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits())
+        });
+    eprintln!(
+        "reduce on {}: subgroup size {:?}; subgroup variants bitwise equal to the workgroup tree: {same}",
+        dev.kind(),
+        dev.subgroup_size()
+    );
+    Ok(())
+}
+
 /// Prints the usage (after `msg`, if any) and exits: 0 for `--help`, 2 for a bad argument.
 fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [sampler] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
+    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [sampler] [reduce] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -788,6 +861,7 @@ fn main() {
                     }
                 }
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),
+                "reduce" => reduce_workload(&dev, quick, &mut rows).unwrap(),
                 "bind" => bind_workload(&dev, quick, &mut rows).unwrap(),
                 "update" => update_workload(&dev, quick, &mut rows).unwrap(),
                 other => eprintln!("workload {other} is not implemented yet"),

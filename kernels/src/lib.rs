@@ -87,6 +87,7 @@ pub mod loss;
 pub mod matmul;
 pub mod optim;
 pub mod reduce;
+pub mod reduce_subgroup;
 pub mod rng;
 
 /// Every op of the library in one namespace: `ops::relu(cx, &x, &mut y)?`.

@@ -17,10 +17,15 @@
 //! columns, then step 2); a row longer than 16384 is cut into parts of 16384 reduced so, and
 //! the row of their results is reduced again (as a row, in part order). Mean multiplies the sum by `1/n`; the L2 norm is the square root of
 //! the sum of squares. No atomics on floats are used anywhere.
+//!
+//! Where the device has subgroups ([`Launch::library_subgroups`]), the routines launch the
+//! variants of [`crate::reduce_subgroup`], which keep this order exactly: the results are
+//! bitwise equal with and without subgroups.
 
 use graphed_macros::{device, kernel};
 use graphed_runtime::{Buffer, Error, Grid, Launch, Result};
 
+use crate::reduce_subgroup::{launch_all, launch_rows};
 use crate::shape::{expect_at_least, expect_len, u32_of, MAX_GROUPS};
 
 /// Largest input reduced by a single workgroup in one launch.
@@ -72,7 +77,7 @@ impl Reduce {
 
 /// The start of accumulation `op` (0 sum, 1 sum of squares, 2 max): its identity.
 #[device]
-fn start(op: u32) -> f32 {
+pub(crate) fn start(op: u32) -> f32 {
     if op == 2 {
         f32::NEG_INFINITY
     } else {
@@ -82,7 +87,7 @@ fn start(op: u32) -> f32 {
 
 /// `acc` with element `v` folded in by accumulation `op` (step 1 of the module's order).
 #[device]
-fn fold(op: u32, acc: f32, v: f32) -> f32 {
+pub(crate) fn fold(op: u32, acc: f32, v: f32) -> f32 {
     if op == 0 {
         acc + v
     } else if op == 1 {
@@ -95,7 +100,7 @@ fn fold(op: u32, acc: f32, v: f32) -> f32 {
 /// Two partial results of accumulation `op` combined (a step of the tree, step 2): a sum
 /// of squares' partials are sums.
 #[device]
-fn combine(op: u32, a: f32, b: f32) -> f32 {
+pub(crate) fn combine(op: u32, a: f32, b: f32) -> f32 {
     if op == 2 {
         max(a, b)
     } else {
@@ -105,7 +110,7 @@ fn combine(op: u32, a: f32, b: f32) -> f32 {
 
 /// The result from the total `v`: post 0 as is, 1 times `scale`, 2 square root.
 #[device]
-fn finish(post: u32, scale: f32, v: f32) -> f32 {
+pub(crate) fn finish(post: u32, scale: f32, v: f32) -> f32 {
     if post == 1 {
         v * scale
     } else if post == 2 {
@@ -226,14 +231,14 @@ pub fn reduce<C: Launch + ?Sized>(
     let scale = if n == 0 { 0.0 } else { 1.0 / n as f32 };
     let g = first_pass_groups(n);
     if g == 1 {
-        return reduce_all::launch(cx, Grid::workgroups(1), acc, post, scale, x, out);
+        return launch_all(cx, Grid::workgroups(1), acc, post, scale, x, out);
     }
     expect_at_least("reduce", "ws", ws.len(), g as usize)?;
     let mut partials = ws.slice(0..g as usize)?;
-    reduce_all::launch(cx, Grid::workgroups(g), acc, 0u32, 0.0f32, x, &mut partials)?;
+    launch_all(cx, Grid::workgroups(g), acc, 0, 0.0, x, &mut partials)?;
     // The partials of a sum of squares are sums: the second pass adds them (and may root).
     let acc2 = if acc == 1 { 0 } else { acc };
-    reduce_all::launch(cx, Grid::workgroups(1), acc2, post, scale, &partials, out)
+    launch_all(cx, Grid::workgroups(1), acc2, post, scale, &partials, out)
 }
 
 macro_rules! reduce_ops {
@@ -290,7 +295,7 @@ pub fn reduce_rows<C: Launch + ?Sized>(
     if widths.len() == 1 {
         let c = cols as u32;
         let g = Grid::workgroups(groups(rows));
-        return reduce_rows::launch(cx, g, acc, post, scale, c, c, 1u32, x, out);
+        return launch_rows(cx, g, acc, post, scale, [c, c, 1], x, out);
     }
     let scratch = cx.scratch(rows * widths[1..].iter().sum::<usize>())?;
     let mut from = x.slice(0..n)?;
@@ -302,12 +307,12 @@ pub fn reduce_rows<C: Launch + ?Sized>(
         let mut to = scratch.slice(at..at + rows * parts)?;
         let (w32, p32, part) = (w as u32, parts as u32, SINGLE_PASS_MAX as u32);
         let g = Grid::workgroups(groups(rows * parts));
-        reduce_rows::launch(cx, g, code, 0u32, 0.0f32, w32, part, p32, &from, &mut to)?;
+        launch_rows(cx, g, code, 0, 0.0, [w32, part, p32], &from, &mut to)?;
         code = if code == 1 { 0 } else { code };
         at += rows * parts;
         from = to;
     }
     let w = *widths.last().unwrap() as u32;
     let g = Grid::workgroups(groups(rows));
-    reduce_rows::launch(cx, g, code, post, scale, w, w, 1u32, &from, out)
+    launch_rows(cx, g, code, post, scale, [w, w, 1], &from, out)
 }

@@ -88,6 +88,15 @@ pub const BUILTIN_FNS: &[&str] = &[
     "atomic_store",
     "barrier",
     "shared",
+    "subgroup_size",
+    "subgroup_invocation_id",
+    "subgroup_add",
+    "subgroup_max",
+    "subgroup_min",
+    "subgroup_shuffle",
+    "subgroup_shuffle_xor",
+    "subgroup_shuffle_up",
+    "subgroup_shuffle_down",
 ];
 
 /// Methods kernels accept (`x.len()` and the math functions).

@@ -293,6 +293,9 @@ struct KernelGen<'r> {
     /// In a `#[device]` function's body: its return type (no ids or barriers there when
     /// clean; `return` takes a value where it returns one).
     device: Option<Option<&'static str>>,
+    /// The body uses a subgroup operation (a clean kernel then gets a 1-D workgroup of a
+    /// multiple of 32).
+    subgroups: bool,
 }
 
 impl KernelGen<'_> {
@@ -792,6 +795,31 @@ impl KernelGen<'_> {
         s
     }
 
+    /// `let v = subgroup_…(…);` with a value of a random numeric type; a shuffle's mask or
+    /// delta uniform (a literal or the size), its lane any `u32`.
+    fn subgroup_let(&mut self) -> String {
+        let t = *self.rng.pick(&["f32", "i32", "u32"]);
+        let v = self.fresh("v");
+        let x = self.expr(t);
+        let call = match self.rng.below(8) {
+            0 => format!("subgroup_add({x})"),
+            1 => format!("subgroup_max({x})"),
+            2 => format!("subgroup_min({x})"),
+            3 => format!("subgroup_shuffle({x}, {})", self.expr("u32")),
+            k => {
+                let op = ["xor", "up", "down", "xor"][k - 4];
+                let lane = if self.rng.chance(50) {
+                    format!("{}u32", self.rng.below(40))
+                } else {
+                    "subgroup_size() / 2u32".into()
+                };
+                format!("subgroup_shuffle_{op}({x}, {lane})")
+            }
+        };
+        self.locals.push((v.clone(), t, false));
+        format!("let {v}: {t} = {call};")
+    }
+
     fn simple_stmt(&mut self) -> String {
         match self.rng.below(16) {
             0..=3 => {
@@ -837,6 +865,10 @@ impl KernelGen<'_> {
             6..=8 => self.simple_stmt_write(),
             9 if !self.clean || (self.depth == 0 && self.device.is_none()) => "barrier();".into(),
             10 if self.loops > 0 => (*self.rng.pick(&["break;", "continue;"])).into(),
+            12 if !self.clean || (self.depth == 0 && self.device.is_none()) => {
+                self.subgroups = true;
+                self.subgroup_let()
+            }
             11 if matches!(self.device, Some(Some(_))) => {
                 let Some(Some(t)) = self.device else {
                     return ";".into();
@@ -1018,6 +1050,7 @@ fn random_kernel(rng: &mut Rng) -> (String, String) {
         clean: false,
         fns: Vec::new(),
         device: None,
+        subgroups: false,
     };
     g.clean = g.rng.chance(70);
     let clean = g.clean;
@@ -1099,12 +1132,16 @@ fn random_kernel(rng: &mut Rng) -> (String, String) {
         "{prefix} {name}{generics}({}){ret} {{\n{body}}}",
         params.join(", ")
     );
-    let good = [
-        "workgroup = 64",
-        "workgroup = (16, 16)",
-        "workgroup = (4, 4, 4)",
-        "workgroup = 1024",
-    ];
+    let good: &[&str] = if g.subgroups {
+        &["workgroup = 64", "workgroup = 1024"]
+    } else {
+        &[
+            "workgroup = 64",
+            "workgroup = (16, 16)",
+            "workgroup = (4, 4, 4)",
+            "workgroup = 1024",
+        ]
+    };
     let wg = if clean {
         *g.rng.pick(&good)
     } else {
@@ -1751,6 +1788,7 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
             clean,
             fns: fns.clone(),
             device: None,
+            subgroups: false,
             arrays: Vec::new(),
             atomic_shared: Vec::new(),
         };
@@ -1801,6 +1839,7 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
         clean,
         fns,
         device: None,
+        subgroups: false,
         arrays: Vec::new(),
         atomic_shared: Vec::new(),
     };

@@ -76,6 +76,8 @@ pub(crate) struct DeviceInner {
     pub(crate) peak: AtomicU64,
     /// Products may go to the backend's vendor BLAS (see [`Device::set_vendor_blas`]).
     pub(crate) vendor_blas: AtomicBool,
+    /// The kernel library may pick its subgroup variants (see [`Device::set_library_subgroups`]).
+    pub(crate) library_subgroups: AtomicBool,
 }
 
 /// A handle to one device on one backend. Cheap to clone; buffers keep their device alive.
@@ -160,6 +162,7 @@ impl Device {
                 allocated: AtomicU64::new(0),
                 peak: AtomicU64::new(0),
                 vendor_blas: AtomicBool::new(vendor_blas_from_env()),
+                library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
             }),
         }
     }
@@ -167,8 +170,24 @@ impl Device {
     /// The host backend (always available). One shared device per process.
     pub fn host() -> Device {
         static HOST: OnceLock<Device> = OnceLock::new();
-        HOST.get_or_init(|| Device::from_backend(Box::new(crate::backend::host::HostBackend)))
+        HOST.get_or_init(|| Device::from_backend(Box::new(crate::backend::host::HostBackend::default())))
             .clone()
+    }
+
+    /// A new host device whose kernels emulate subgroups of `size` invocations (a power of
+    /// two from 4 to 128; [`Device::host`] emulates 32, CUDA's warp), e.g. the size of a
+    /// wgpu adapter whose results a test compares with the host's.
+    pub fn host_with_subgroup_size(size: u32) -> Result<Device> {
+        if !size.is_power_of_two() || !(4..=128).contains(&size) {
+            return Err(Error::Shape(format!(
+                "a subgroup size is a power of two from 4 to 128, not {size}"
+            )));
+        }
+        Ok(Device::from_backend(Box::new(
+            crate::backend::host::HostBackend {
+                subgroup_size: size,
+            },
+        )))
     }
 
     /// The wgpu backend on the best adapter. One shared device per process.
@@ -194,6 +213,16 @@ impl Device {
     pub fn __wgpu_without_shader_f16() -> Result<Device> {
         Ok(Device::from_backend(Box::new(
             crate::backend::wgpu::WgpuBackend::open(false, false)?,
+        )))
+    }
+
+    #[doc(hidden)]
+    /// Test hook (`testing` feature): a fresh wgpu device created without `SUBGROUP`, as on
+    /// an adapter that lacks it.
+    #[cfg(feature = "testing")]
+    pub fn __wgpu_without_subgroups() -> Result<Device> {
+        Ok(Device::from_backend(Box::new(
+            crate::backend::wgpu::WgpuBackend::open_with(false, true, false)?,
         )))
     }
 
@@ -256,7 +285,7 @@ impl Device {
     pub fn open_new_with(kind: BackendKind, options: DeviceOptions) -> Result<Device> {
         match kind {
             BackendKind::Host => Ok(Device::from_backend(Box::new(
-                crate::backend::host::HostBackend,
+                crate::backend::host::HostBackend::default(),
             ))),
             BackendKind::Wgpu => Ok(Device::from_backend(Box::new(
                 crate::backend::wgpu::WgpuBackend::open(options.checked, true)?,
@@ -325,6 +354,15 @@ impl Device {
     /// A description of the adapter or GPU.
     pub fn adapter(&self) -> String {
         self.inner.backend.adapter()
+    }
+
+    /// The subgroup size kernels see in `subgroup_size()`: 32 on CUDA, the host's chosen
+    /// size (32 unless [`Device::host_with_subgroup_size`]), the adapter's on wgpu. `None`
+    /// where kernels with subgroup operations do not run (a wgpu adapter without subgroups)
+    /// or the driver picks the size per pipeline from a range (the adapter reports
+    /// `min < max`): there kernels run, but the size is known only inside them.
+    pub fn subgroup_size(&self) -> Option<u32> {
+        self.inner.backend.subgroup_size()
     }
 
     /// Whether kernels that compute with `dtype` run on this device. Buffers of every type
@@ -537,16 +575,34 @@ impl Device {
     pub fn set_vendor_blas(&self, on: bool) {
         self.inner.vendor_blas.store(on, Ordering::Relaxed);
     }
+
+    /// The subgroup size the kernel library's reductions use here: [`Device::subgroup_size`]
+    /// unless switched off ([`Device::set_library_subgroups`], `GRAPHED_SUBGROUPS=0`); `None`
+    /// makes them use their workgroup-memory variants, which give the same bits.
+    pub fn library_subgroups(&self) -> Option<u32> {
+        self.subgroup_size()
+            .filter(|_| self.inner.library_subgroups.load(Ordering::Relaxed))
+    }
+
+    /// Lets the kernel library's reductions use subgroup operations (on, the default) or
+    /// not. Both variants add in the same order, so the results are bitwise equal; a
+    /// recording keeps the variant it was made with.
+    pub fn set_library_subgroups(&self, on: bool) {
+        self.inner.library_subgroups.store(on, Ordering::Relaxed);
+    }
+}
+
+/// A switch that is on unless the variable `var` is `0`, `off`, `false` or `no`.
+fn switch_from_env(var: &str) -> bool {
+    !matches!(
+        std::env::var(var).as_deref().map(str::trim),
+        Ok("0" | "off" | "false" | "no")
+    )
 }
 
 /// `GRAPHED_VENDOR_BLAS`: `0`, `off`, `false` or `no` switch the vendor BLAS off.
 fn vendor_blas_from_env() -> bool {
-    !matches!(
-        std::env::var("GRAPHED_VENDOR_BLAS")
-            .as_deref()
-            .map(str::trim),
-        Ok("0" | "off" | "false" | "no")
-    )
+    switch_from_env("GRAPHED_VENDOR_BLAS")
 }
 
 pub(crate) fn fill_args(view: &RawView, bits: u32) -> [KernelArg; 2] {
@@ -766,6 +822,9 @@ impl Launch for Device {
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
         self.alloc(len)
+    }
+    fn library_subgroups(&self) -> Option<u32> {
+        Device::library_subgroups(self)
     }
 }
 

@@ -17,6 +17,8 @@ pub struct HostLaunch<'a> {
     pub bufs: &'a [&'a [Cell<u32>]],
     /// Workgroup counts.
     pub workgroups: [u32; 3],
+    /// The size of the subgroups the kernel's subgroup operations emulate.
+    pub subgroup_size: u32,
 }
 
 /// A 3-component id, as returned by `global_id()` and friends.

@@ -67,6 +67,18 @@ impl KernelDef {
             .any(|l| l.starts_with("enable") && l.contains("f16"))
     }
 
+    /// Whether the kernel uses subgroup operations: its WGSL then starts with the line
+    /// `// requires: subgroups` (where WGSL's `enable subgroups;` would stand, which naga
+    /// does not parse yet), and it runs only on an adapter with subgroups, in workgroups of
+    /// a multiple of the adapter's subgroup size.
+    pub fn uses_subgroups(&self) -> bool {
+        self.wgsl
+            .lines()
+            .map(str::trim)
+            .take_while(|l| l.is_empty() || l.starts_with("enable") || l.starts_with("//"))
+            .any(|l| l == "// requires: subgroups")
+    }
+
     /// Number of slice parameters (bindings after the argument block).
     pub fn slices(&self) -> usize {
         self.params
@@ -299,6 +311,12 @@ pub trait Launch {
     /// sums of a long product or reduction): a step's workspace, kept with its recording, or,
     /// eagerly, a fresh allocation. Its contents are unspecified until written.
     fn scratch(&self, len: usize) -> Result<crate::Buffer<f32>>;
+
+    /// The subgroup size a library routine may write its kernels for
+    /// ([`crate::Device::library_subgroups`]); `None`: use a variant without subgroups.
+    fn library_subgroups(&self) -> Option<u32> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ mod error;
 mod faults;
 mod holder;
 mod host_exec;
+mod host_subgroup;
 mod kernel;
 mod liveness;
 pub mod nvrtc;
@@ -71,6 +72,7 @@ pub mod __private {
         inject_replay_drift, inject_slot_alloc_failure,
     };
     pub use crate::host_exec::*;
+    pub use crate::host_subgroup::*;
     /// The steps of `#[kernel]`'s and `#[device]`'s expansion that receive a callee's
     /// definition (a `#[device]` function's macro calls them back).
     pub use graphed_macros::{__device_resume as device_resume, __kernel_resume as kernel_resume};

@@ -483,4 +483,7 @@ impl Launch for Step {
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
         self.workspace(len)
     }
+    fn library_subgroups(&self) -> Option<u32> {
+        self.device.library_subgroups()
+    }
 }

@@ -19,6 +19,8 @@ fn all() -> Vec<&'static KernelDef> {
         &ew::bias_act_backward::DEF,
         &reduce::reduce_all::DEF,
         &reduce::reduce_rows::DEF,
+        &graphed_kernels::reduce_subgroup::reduce_all_sg::DEF,
+        &graphed_kernels::reduce_subgroup::reduce_rows_sg::DEF,
         &matmul::matmul_t64::DEF,
         &matmul::matmul_t16::DEF,
         &matmul::gemm_epilogue::DEF,

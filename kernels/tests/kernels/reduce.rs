@@ -114,3 +114,36 @@ fn per_row() {
         }
     });
 }
+
+/// With subgroups and without, every reduction gives the same bits (the subgroup variants
+/// keep the workgroup tree's order); where a device has none, both runs take the tree.
+#[test]
+fn subgroup_variants_equal_the_workgroup_tree_bitwise() {
+    let mut r = rng("subgroup_variants_equal_the_workgroup_tree_bitwise");
+    on_every_backend(|dev| {
+        eprintln!("note: {}: library subgroups {:?}", dev.adapter(), dev.library_subgroups());
+        let run = |sub: bool, xs: &[f32], rows: usize, cols: usize, op: Reduce| {
+            dev.set_library_subgroups(sub);
+            let x = dev.upload(xs).unwrap();
+            let mut all = poisoned(dev, 1);
+            let mut ws = poisoned(dev, reduce::workspace_len(xs.len()).max(1));
+            reduce::reduce(dev, op, &x, &mut all, &mut ws).unwrap();
+            let mut per_row = poisoned(dev, rows);
+            reduce::reduce_rows(dev, op, &x, cols, &mut per_row).unwrap();
+            dev.set_library_subgroups(true);
+            let mut v = all.to_host().unwrap();
+            v.extend(per_row.to_host().unwrap());
+            v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>()
+        };
+        for &(rows, cols) in &[(1, 1), (3, 1023), (65, 7), (2, 20000), (1, 40000)] {
+            let xs = floats(&mut r, rows * cols, -0.5, 1.5);
+            for op in OPS {
+                assert_eq!(
+                    run(true, &xs, rows, cols, op),
+                    run(false, &xs, rows, cols, op),
+                    "{op:?} {rows}×{cols}: subgroup and workgroup variants differ"
+                );
+            }
+        }
+    });
+}

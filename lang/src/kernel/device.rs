@@ -68,6 +68,7 @@ fn is_builtin(name: &str) -> bool {
     super::ir::MathFn::from_name(name).is_some()
         || super::ir::AtomicOp::from_name(name).is_some()
         || id_builtin(name).is_some()
+        || super::ir::SubgroupOp::from_name(name).is_some()
         || matches!(name, "barrier" | "shared")
 }
 
@@ -651,6 +652,7 @@ fn finish_device(
         workgroup: [1, 1, 1],
         body: Vec::new(),
         has_barrier: false,
+        has_subgroup: false,
         arg_words: 0,
         helpers: fns,
         arrays: Vec::new(),

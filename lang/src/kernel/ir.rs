@@ -6,6 +6,8 @@
 
 use proc_macro2::Span;
 
+pub use super::subgroup::SubgroupOp;
+
 /// A scalar type of the kernel language (`UVec3` only for the id builtins).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ty {
@@ -95,6 +97,8 @@ pub struct Kernel {
     pub workgroup: [u32; 3],
     pub body: Vec<Stmt>,
     pub has_barrier: bool,
+    /// Uses a subgroup operation (`subgroup_add`, a shuffle, `subgroup_size()`, …).
+    pub has_subgroup: bool,
     pub arg_words: usize,
     /// Every `#[device]` helper the kernel reaches, directly or through other helpers.
     pub helpers: Vec<DeviceFn>,
@@ -348,6 +352,9 @@ pub enum ExprKind {
     Cond(Box<Expr>, Box<Expr>, Box<Expr>),
     /// A call of helper `Kernel::helpers[i]`.
     Call(usize, Vec<CallArg>),
+    /// A subgroup operation on its operands (see [`SubgroupOp`]); the span is the call's,
+    /// for the uniformity check.
+    Subgroup(SubgroupOp, Vec<Expr>, Span),
 }
 
 #[derive(Clone, Debug)]

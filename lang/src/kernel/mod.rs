@@ -6,6 +6,7 @@ pub mod device;
 pub mod emit;
 pub mod ir;
 pub mod parse;
+pub mod subgroup;
 mod uniformity;
 
 use proc_macro2::TokenStream;
@@ -107,6 +108,7 @@ pub fn lower_with(
     checker.set_helpers(helpers.sigs, helpers.names);
     let body = checker.block(&func.block, true);
     let arrays = checker.arrays();
+    let has_subgroup = checker.has_subgroup();
     let (params, shared, has_barrier) = checker.finish();
     let kernel = Kernel {
         name: func.sig.ident.to_string(),
@@ -116,6 +118,7 @@ pub fn lower_with(
         workgroup: kargs.workgroup,
         body,
         has_barrier,
+        has_subgroup,
         arg_words,
         helpers: helpers.fns,
     };

@@ -1,17 +1,22 @@
-//! Rejects a `barrier()` that not every invocation of a workgroup reaches together.
+//! Rejects a `barrier()` or a subgroup operation that not every invocation of a workgroup
+//! reaches together.
 //!
 //! A value is non-uniform when it depends on `local_id()`/`global_id()`, on memory that
 //! invocations write (`&mut [T]` parameters, workgroup arrays, atomics), or on a local assigned
 //! from such a value or under non-uniform control flow. A barrier under a non-uniform `if`,
 //! loop, or after a non-uniform `return`/`break`/`continue` is an error (it deadlocks or is
-//! undefined on GPUs, and WGSL rejects it).
+//! undefined on GPUs, and WGSL rejects it). So is a subgroup operation there, or in an arm of
+//! a conditional value or a `&&`/`||` operand evaluated only for some invocations; and the
+//! mask or delta of `subgroup_shuffle_xor/up/down` must be uniform (SPIR-V requires it).
+//! Uniform here means uniform over the workgroup, which is stricter than the subgroup and
+//! the same on every target.
 
 use std::collections::HashSet;
 
 use super::ir::*;
 
 pub fn check(kernel: &Kernel, errors: &mut Vec<syn::Error>) {
-    if !kernel.has_barrier {
+    if !kernel.has_barrier && !kernel.has_subgroup {
         return;
     }
     let mut a = Analysis {
@@ -49,6 +54,14 @@ fn under(nu: Nu, cond_nu: bool) -> Nu {
     nu.or(if cond_nu { Some(Why::Condition) } else { None })
 }
 
+fn subgroup_message(op: SubgroupOp, why: Why) -> String {
+    let name = op.name();
+    match why {
+        Why::Condition => format!("`{name}` must be reached by every invocation of its subgroup together, but this one is inside an `if`, a loop or a conditional value (`if`/`&&`/`||`) whose condition depends on the invocation id (or on memory that invocations write), so some invocations skip it; compute it for every invocation before the `if`/loop and use the result inside, or compute the condition from uniform values (scalar parameters, `len()`, `workgroup_id()`, constants)"),
+        Why::EarlyExit => format!("`{name}` must be reached by every invocation of its subgroup together, but some invocations may already have left through an earlier `return`, `break` or `continue` taken under a condition that depends on the invocation id; instead of leaving early, put the work in `if cond {{ ... }}` and keep `{name}` outside it"),
+    }
+}
+
 fn barrier_message(why: Why) -> &'static str {
     match why {
         Why::Condition => "`barrier()` must be reached by every invocation of the workgroup together, but this one is inside an `if` or loop whose condition depends on the invocation id (or on memory that invocations write), so some invocations skip it; move `barrier()` out of that `if`/loop, or compute the condition from uniform values (scalar parameters, `len()`, `workgroup_id()`, constants)",
@@ -57,7 +70,6 @@ fn barrier_message(why: Why) -> &'static str {
 }
 
 struct Analysis<'k, 'e> {
-    #[allow(dead_code)]
     kernel: &'k Kernel,
     tainted: HashSet<String>,
     changed: bool,
@@ -92,6 +104,7 @@ impl Analysis<'_, '_> {
     }
 
     fn stmt(&mut self, s: &Stmt, nu: Nu) -> Exits {
+        self.stmt_exprs(s, nu);
         match s {
             Stmt::Let { name, init, .. } => {
                 if nu.is_some() || init.as_ref().is_some_and(|e| !self.uniform(e)) {
@@ -134,13 +147,13 @@ impl Analysis<'_, '_> {
                 if nu.is_some() || bounds_nu {
                     self.taint(var);
                 }
-                return self.loop_body(body, under(nu, bounds_nu));
+                return self.loop_body(body, under(nu, bounds_nu), None);
             }
             Stmt::While { cond, body } => {
                 let c = !self.uniform(cond);
-                return self.loop_body(body, under(nu, c));
+                return self.loop_body(body, under(nu, c), Some(cond));
             }
-            Stmt::Loop { body } => return self.loop_body(body, nu),
+            Stmt::Loop { body } => return self.loop_body(body, nu, None),
             Stmt::Break | Stmt::Continue => {
                 return Exits {
                     ret: false,
@@ -165,7 +178,8 @@ impl Analysis<'_, '_> {
         Exits::default()
     }
 
-    fn loop_body(&mut self, body: &[Stmt], nu: Nu) -> Exits {
+    /// `cond`: a `while` condition, evaluated again after every iteration.
+    fn loop_body(&mut self, body: &[Stmt], nu: Nu, cond: Option<&Expr>) -> Exits {
         // A non-uniform exit anywhere in the body makes every iteration non-uniform. Probe
         // without reporting first, then walk for real.
         let report = self.report.take();
@@ -177,6 +191,9 @@ impl Analysis<'_, '_> {
             None
         };
         let e = self.block(body, nu.or(exit));
+        if let Some(c) = cond {
+            self.ops(c, nu.or(exit));
+        }
         Exits {
             ret: e.ret,
             brk: false,
@@ -204,6 +221,128 @@ impl Analysis<'_, '_> {
                 CallArg::Value(e) => self.uniform(e),
                 CallArg::Slice(_) => false,
             }),
+            // The size is the same everywhere; the rest differ between subgroups or lanes.
+            ExprKind::Subgroup(op, ..) => *op == SubgroupOp::Size,
+        }
+    }
+}
+
+impl Analysis<'_, '_> {
+    /// Checks the subgroup operations in the expressions statement `s` evaluates itself
+    /// (not those of nested blocks, which `stmt` walks).
+    fn stmt_exprs(&mut self, s: &Stmt, nu: Nu) {
+        if !self.kernel.has_subgroup || self.report.is_none() {
+            return;
+        }
+        fn place(p: &Place) -> Option<&Expr> {
+            match p {
+                Place::Local(_) => None,
+                Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix) => Some(&**ix),
+            }
+        }
+        let mut es: Vec<&Expr> = Vec::new();
+        match s {
+            Stmt::Let { init, .. } => es.extend(init.as_ref()),
+            Stmt::Assign { place: p, value, .. } => {
+                es.extend(place(p));
+                es.push(value);
+            }
+            Stmt::If { cond, .. } => es.push(cond),
+            Stmt::For {
+                start, end, step, ..
+            } => {
+                es.push(start);
+                es.push(end);
+                es.extend(step.as_ref());
+            }
+            // Checked with the body's uniformity, in `loop_body`.
+            Stmt::While { .. } => {}
+            Stmt::Call(e) | Stmt::ReturnValue(e) => es.push(e),
+            Stmt::Array { init, .. } => match init {
+                ArrayInit::Splat(v) => es.push(v),
+                ArrayInit::List(vs) => es.extend(vs),
+            },
+            Stmt::Atomic {
+                index, operands, ..
+            } => {
+                es.push(index);
+                es.extend(operands);
+            }
+            Stmt::Loop { .. }
+            | Stmt::Break
+            | Stmt::Continue
+            | Stmt::Return
+            | Stmt::Barrier { .. } => {}
+        }
+        for e in es {
+            self.ops(e, nu);
+        }
+    }
+
+    /// Reports each subgroup operation inside `e` evaluated under non-uniform control flow
+    /// (`nu`, or an arm of a non-uniform conditional value or `&&`/`||`), and each shuffle
+    /// whose mask or delta is not uniform.
+    fn ops(&mut self, e: &Expr, nu: Nu) {
+        if self.report.is_none() {
+            return;
+        }
+        match &e.kind {
+            ExprKind::Subgroup(op, args, span) => {
+                args.iter().for_each(|a| self.ops(a, nu));
+                let mut found = Vec::new();
+                // The size and the lane are plain values; the rest exchange between lanes.
+                if let Some(why) = nu.filter(|_| op.arity() > 0) {
+                    found.push(syn::Error::new(*span, subgroup_message(*op, why)));
+                }
+                if op.uniform_operand() && !self.uniform(&args[1]) {
+                    let what = if *op == SubgroupOp::ShuffleXor { "mask" } else { "delta" };
+                    found.push(syn::Error::new(*span, format!("the {what} of `{}` must be the same for every invocation (SPIR-V and WGSL require it), but this one depends on the invocation id (or on memory that invocations write); use a constant, a scalar parameter, `subgroup_size()` or a variable computed from them, or `subgroup_shuffle(v, lane)`, whose lane may differ between invocations", op.name())));
+                }
+                if let Some(r) = self.report.as_deref_mut() {
+                    r.extend(found);
+                }
+            }
+            ExprKind::Cond(c, a, b) => {
+                self.ops(c, nu);
+                let inner = under(nu, !self.uniform(c));
+                self.ops(a, inner);
+                self.ops(b, inner);
+            }
+            ExprKind::Binary(BinOp::And | BinOp::Or, a, b) => {
+                self.ops(a, nu);
+                let inner = under(nu, !self.uniform(a));
+                self.ops(b, inner);
+            }
+            ExprKind::Binary(_, a, b) => {
+                self.ops(a, nu);
+                self.ops(b, nu);
+            }
+            ExprKind::Field(a, _) | ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => self.ops(a, nu),
+            // `select` evaluates one arm on the host and CUDA, both in WGSL.
+            ExprKind::Math(MathFn::Select, args) => {
+                self.ops(&args[0], nu);
+                let inner = under(nu, !self.uniform(&args[0]));
+                self.ops(&args[1], inner);
+                self.ops(&args[2], inner);
+            }
+            ExprKind::Math(_, args) => args.iter().for_each(|a| self.ops(a, nu)),
+            ExprKind::Call(_, args) => args.iter().for_each(|a| {
+                if let CallArg::Value(v) = a {
+                    self.ops(v, nu)
+                }
+            }),
+            ExprKind::Load(Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) => {
+                self.ops(ix, nu)
+            }
+            ExprKind::Load(Place::Local(_))
+            | ExprKind::LitF32(_)
+            | ExprKind::LitI32(_)
+            | ExprKind::LitU32(_)
+            | ExprKind::LitBool(_)
+            | ExprKind::Local(_)
+            | ExprKind::Scalar(_)
+            | ExprKind::Len(_)
+            | ExprKind::Id(_) => {}
         }
     }
 }

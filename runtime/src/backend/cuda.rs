@@ -684,6 +684,9 @@ impl Backend for CudaBackend {
     fn adapter(&self) -> String {
         self.name.clone()
     }
+    fn subgroup_size(&self) -> Option<u32> {
+        Some(32)
+    }
     fn arg_align_words(&self) -> usize {
         ARG_ALIGN
     }

@@ -10,7 +10,38 @@ use crate::host_exec::HostLaunch;
 use crate::kernel::KernelDef;
 use crate::plan::{Op, Plan};
 
-pub(crate) struct HostBackend;
+pub(crate) struct HostBackend {
+    /// The size of the subgroups kernels' subgroup operations emulate.
+    pub(crate) subgroup_size: u32,
+}
+
+impl Default for HostBackend {
+    fn default() -> Self {
+        HostBackend {
+            subgroup_size: crate::host_subgroup::DEFAULT_HOST_SUBGROUP,
+        }
+    }
+}
+
+/// Refuses a kernel using subgroups whose workgroup does not split into whole subgroups of
+/// `size` (the kernel language guarantees a multiple of 32; larger subgroups may not divide).
+pub(crate) fn check_subgroups(
+    kernel: &'static KernelDef,
+    size: u32,
+    backend: &'static str,
+    adapter: &str,
+) -> Result<()> {
+    if kernel.uses_subgroups() && kernel.workgroup.iter().product::<u32>() % size != 0 {
+        return Err(Error::Unsupported {
+            kernel: kernel.name,
+            backend,
+            adapter: format!("{adapter} (subgroups of {size})"),
+            feature: "a workgroup of a multiple of the subgroup size (every subgroup full)",
+            instead: "declare a workgroup of a multiple of the device's subgroup size (`Device::subgroup_size`)",
+        });
+    }
+    Ok(())
+}
 
 fn mem(view: &RawView) -> &std::sync::Mutex<Vec<u32>> {
     match &view.buf.mem {
@@ -37,7 +68,9 @@ pub(crate) fn run(
     grid: [u32; 3],
     args: &[u32],
     bindings: &[RawView],
+    subgroup_size: u32,
 ) -> Result<()> {
+    check_subgroups(kernel, subgroup_size, "host", "host")?;
     let mut order: Vec<&RawView> = bindings.iter().collect();
     order.sort_by_key(|v| v.buf.id);
     order.dedup_by_key(|v| v.buf.id);
@@ -58,6 +91,7 @@ pub(crate) fn run(
         args,
         bufs: &bufs,
         workgroups: grid,
+        subgroup_size,
     };
     (kernel.host)(&launch)?;
     Ok(())
@@ -69,6 +103,9 @@ impl Backend for HostBackend {
     }
     fn adapter(&self) -> String {
         "host (kernels' Rust form)".into()
+    }
+    fn subgroup_size(&self) -> Option<u32> {
+        Some(self.subgroup_size)
     }
     fn arg_align_words(&self) -> usize {
         1
@@ -119,7 +156,7 @@ impl Backend for HostBackend {
         args: &[u32],
         bindings: &[RawView],
     ) -> Result<()> {
-        run(kernel, grid, args, bindings)
+        run(kernel, grid, args, bindings, self.subgroup_size)
     }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
         if plan.sgemm_count() > 0 {
@@ -128,7 +165,10 @@ impl Backend for HostBackend {
                 reason: "the plan holds a vendor-BLAS product; the host backend has none".into(),
             });
         }
-        Ok(Box::new(HostReplay { plan: plan.clone() }))
+        Ok(Box::new(HostReplay {
+            plan: plan.clone(),
+            subgroup_size: self.subgroup_size,
+        }))
     }
     fn drain(&self) -> Result<()> {
         Ok(())
@@ -138,6 +178,7 @@ impl Backend for HostBackend {
 /// The host lowering: the plan's op list, executed directly.
 struct HostReplay {
     plan: Plan,
+    subgroup_size: u32,
 }
 
 impl Recording for HostReplay {
@@ -154,9 +195,15 @@ impl Recording for HostReplay {
                     bindings,
                 } => {
                     let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
-                    run(kernel, *grid, &self.plan.launch_args[*args], &views)?;
+                    run(
+                        kernel,
+                        *grid,
+                        &self.plan.launch_args[*args],
+                        &views,
+                        self.subgroup_size,
+                    )?;
                 }
-                Op::Copy { src, dst } => HostBackend.copy(src, dst)?,
+                Op::Copy { src, dst } => HostBackend::default().copy(src, dst)?,
                 Op::Sgemm { shape, .. } => {
                     return Err(Error::Launch {
                         kernel: "sgemm",

@@ -59,6 +59,11 @@ pub(crate) trait Backend: Send + Sync {
     fn shader_f16(&self) -> bool {
         true
     }
+    /// The subgroup size kernels see (`None`: no subgroup operations here, or a size the
+    /// driver picks per pipeline).
+    fn subgroup_size(&self) -> Option<u32> {
+        None
+    }
     /// Alignment (in 32-bit words) of each launch's argument block inside a recording's arena.
     fn arg_align_words(&self) -> usize;
     /// A zeroed allocation of `words` 32-bit words.

@@ -94,6 +94,9 @@ pub(crate) struct WgpuBackend {
     /// The device was created with `SHADER_F16` (asked for whenever the adapter has it):
     /// kernels computing with `f16` compile.
     shader_f16: bool,
+    /// The device was created with `SUBGROUP` (asked for whenever the adapter has it): the
+    /// adapter's smallest and largest subgroup size.
+    subgroups: Option<(u32, u32)>,
     /// Errors the device reported outside an error scope.
     error: Arc<Mutex<DeviceErrors>>,
     /// Checked mode: the fault record and the kernels that may write it.
@@ -212,9 +215,19 @@ fn check_features(kernel: &'static KernelDef, shader_f16: bool, adapter: &str) -
 
 impl WgpuBackend {
     /// Opens the best adapter; `checked`: checked mode (see [`crate::checked`]). It asks for
-    /// `SHADER_F16` where the adapter has it (unless `want_f16` is false: a device without
-    /// it, for tests of the refusal).
+    /// `SHADER_F16` and `SUBGROUP` where the adapter has them (unless `want_f16` is false: a
+    /// device without `SHADER_F16`, for tests of the refusal).
     pub(crate) fn open(checked: bool, want_f16: bool) -> Result<WgpuBackend> {
+        WgpuBackend::open_with(checked, want_f16, true)
+    }
+
+    /// [`WgpuBackend::open`]; `want_subgroups` false: a device without `SUBGROUP` even where
+    /// the adapter has it (for tests of the refusal).
+    pub(crate) fn open_with(
+        checked: bool,
+        want_f16: bool,
+        want_subgroups: bool,
+    ) -> Result<WgpuBackend> {
         let checks = ShaderChecks::from_env()?;
         let instance =
             compute_instance(wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY));
@@ -233,13 +246,18 @@ impl WgpuBackend {
         let info = adapter.get_info();
         let limits = adapter.limits();
         let shader_f16 = want_f16 && adapter.features().contains(wgpu::Features::SHADER_F16);
+        let subgroups = (want_subgroups && adapter.features().contains(wgpu::Features::SUBGROUP))
+            .then_some((info.subgroup_min_size, info.subgroup_max_size));
+        let mut features = wgpu::Features::empty();
+        if shader_f16 {
+            features |= wgpu::Features::SHADER_F16;
+        }
+        if subgroups.is_some() {
+            features |= wgpu::Features::SUBGROUP;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("graphed"),
-            required_features: if shader_f16 {
-                wgpu::Features::SHADER_F16
-            } else {
-                wgpu::Features::empty()
-            },
+            required_features: features,
             required_limits: limits.clone(),
             ..Default::default()
         }))
@@ -278,6 +296,7 @@ impl WgpuBackend {
             pipelines: Mutex::new(HashMap::new()),
             checks,
             shader_f16,
+            subgroups,
             error,
             checked,
         })
@@ -310,6 +329,18 @@ impl WgpuBackend {
             return Ok(p.clone());
         }
         check_features(kernel, self.shader_f16, &self.adapter())?;
+        if kernel.uses_subgroups() {
+            let Some((_, max)) = self.subgroups else {
+                return Err(Error::Unsupported {
+                    kernel: kernel.name,
+                    backend: NAME,
+                    adapter: self.adapter(),
+                    feature: "subgroup operations (wgpu's `SUBGROUP` feature)",
+                    instead: "run it on the CUDA or host backend, or use the kernel library's routines, which pick a workgroup-memory variant where `Device::subgroup_size` is `None`",
+                });
+            };
+            super::host::check_subgroups(kernel, max, NAME, &self.adapter())?;
+        }
         let wg = kernel.workgroup;
         let l = &self.limits;
         if wg[0] > l.max_compute_workgroup_size_x
@@ -579,6 +610,9 @@ impl Backend for WgpuBackend {
     }
     fn shader_f16(&self) -> bool {
         self.shader_f16
+    }
+    fn subgroup_size(&self) -> Option<u32> {
+        self.subgroups.filter(|(min, max)| min == max).map(|(_, max)| max)
     }
     fn arg_align_words(&self) -> usize {
         (self.limits.min_storage_buffer_offset_alignment as usize / 4).max(1)

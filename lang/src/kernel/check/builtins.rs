@@ -53,6 +53,9 @@ impl Checker<'_> {
             let args: Vec<&syn::Expr> = c.args.iter().collect();
             return self.math(f, &name, &args, c, expect);
         }
+        if let Some(op) = SubgroupOp::from_name(&name) {
+            return self.subgroup(op, c, expect);
+        }
         match name.as_str() {
             "barrier" => self.error(c, "`barrier()` is a statement: write `barrier();`"),
             "shared" => self.error(c, "workgroup memory is declared at the top of the kernel: `let tile = shared::<f32, 256>();`"),

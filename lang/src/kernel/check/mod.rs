@@ -13,6 +13,7 @@ mod expr;
 mod place;
 mod shared;
 mod stmt;
+mod subgroup;
 mod unroll;
 mod value;
 
@@ -61,6 +62,8 @@ pub struct Checker<'a> {
     counter: usize,
     loop_depth: usize,
     has_barrier: bool,
+    /// A subgroup operation was lowered (see `subgroup.rs`).
+    has_subgroup: bool,
     /// Values known at compile time (immutable locals, the workgroup shape).
     known: Known,
     /// Per-invocation arrays declared so far.
@@ -108,6 +111,7 @@ impl<'a> Checker<'a> {
             counter: 0,
             loop_depth: 0,
             has_barrier: false,
+            has_subgroup: false,
             known: Known {
                 locals: HashMap::new(),
                 workgroup,

@@ -70,6 +70,14 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         head.push_str(CHECKED_PRELUDE);
     }
     super::cuda_device::emit_helpers(k, checked, &mut head);
+    for (op, t) in super::subgroup::used(k) {
+        let combine = if op.is_reduction() {
+            c.expr(&op.combine(t, "gd_a", "gd_b"))
+        } else {
+            String::new()
+        };
+        head.push_str(&super::subgroup::cuda_helper(op, t, ty(t), &combine));
+    }
     let mut params = vec!["const gd_u32* __restrict__ gd_args".to_string()];
     for p in &k.params {
         if let ParamKind::Slice { elem, mutable, .. } = p.kind {
@@ -630,6 +638,10 @@ impl Cuda<'_> {
             }
             ExprKind::Cond(c, a, b) => {
                 format!("({} ? {} : {})", self.expr(c), self.expr(a), self.expr(b))
+            }
+            ExprKind::Subgroup(op, args, _) => {
+                let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
+                super::subgroup::cuda_expr(*op, e.ty, &a)
             }
         }
     }

@@ -64,14 +64,22 @@ pub fn emit(k: &Kernel) -> String {
         )
         .unwrap();
     }
-    if k.has_barrier {
+    if k.has_subgroup {
+        s.push_str("let gd_sg_own = gd::HostSubgroups::new(gd_l.subgroup_size, GD_WG.x * GD_WG.y * GD_WG.z);\nlet gd_sg = &gd_sg_own;\n");
+    }
+    let tasks = k.has_barrier || k.has_subgroup;
+    if tasks {
         s.push_str("let mut gd_tasks: ::std::vec::Vec<gd::Task<'_>> = ::std::vec::Vec::new();\n");
     }
     s.push_str("for gd_lz in 0..GD_WG.z { for gd_ly in 0..GD_WG.y { for gd_lx in 0..GD_WG.x {\n");
     s.push_str("let gd_lid = gd::UVec3 { x: gd_lx, y: gd_ly, z: gd_lz };\n");
     s.push_str("let gd_gid = gd::UVec3 { x: gd_wx * GD_WG.x + gd_lx, y: gd_wy * GD_WG.y + gd_ly, z: gd_wz * GD_WG.z + gd_lz };\n");
+    if k.has_subgroup {
+        // One-dimensional workgroups only (the checker): the linear index is `x`.
+        s.push_str("let gd_li: u32 = gd_lx;\n");
+    }
     h.block(&k.body);
-    if k.has_barrier {
+    if tasks {
         writeln!(s, "gd_tasks.push(::std::boxed::Box::pin(async move {{\n{}\n::core::result::Result::Ok(())\n}}));", h.out).unwrap();
         s.push_str("}}}\n");
         writeln!(s, "gd::run_workgroup(gd_tasks, {name:?})?;").unwrap();
@@ -406,6 +414,15 @@ impl Host<'_> {
                 }
             }
             ExprKind::Cond(c, a, b) => format!("(if {} {{ {} }} else {{ {} }})", self.expr(c), self.expr(a), self.expr(b)),
+            ExprKind::Subgroup(op, args, _) => {
+                let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
+                let combine = if op.is_reduction() {
+                    self.expr(&op.combine(e.ty, "gd_a", "gd_b"))
+                } else {
+                    String::new()
+                };
+                super::subgroup::host_expr(*op, e.ty, &a, &combine)
+            }
         }
     }
 }

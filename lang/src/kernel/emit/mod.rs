@@ -5,5 +5,6 @@ pub mod cuda;
 mod cuda_device;
 pub mod host;
 pub mod host_device;
+mod subgroup;
 pub mod wgsl;
 mod wgsl_device;

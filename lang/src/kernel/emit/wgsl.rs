@@ -44,6 +44,12 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
+    if k.has_subgroup {
+        // WGSL's `enable subgroups;`, which naga 30 does not parse yet (it takes the subgroup
+        // builtins without it); the runtime reads this line to ask for wgpu's `SUBGROUP`.
+        head.push_str(super::subgroup::WGSL_MARKER);
+        head.push('\n');
+    }
     writeln!(
         head,
         "@group(0) @binding(0) var<storage, read> gd_args: array<u32>;"
@@ -103,7 +109,12 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     writeln!(head, "\n@compute @workgroup_size({x}, {y}, {z})").unwrap();
     writeln!(
         head,
-        "fn main(@builtin(global_invocation_id) gd_gid: vec3<u32>, @builtin(local_invocation_id) gd_lid: vec3<u32>, @builtin(workgroup_id) gd_wid: vec3<u32>, @builtin(num_workgroups) gd_nwg: vec3<u32>) {{"
+        "fn main(@builtin(global_invocation_id) gd_gid: vec3<u32>, @builtin(local_invocation_id) gd_lid: vec3<u32>, @builtin(workgroup_id) gd_wid: vec3<u32>, @builtin(num_workgroups) gd_nwg: vec3<u32>{}) {{",
+        if k.has_subgroup {
+            ", @builtin(subgroup_size) gd_sg_size: u32, @builtin(subgroup_invocation_id) gd_sg_id: u32"
+        } else {
+            ""
+        }
     )
     .unwrap();
     for p in &k.params {
@@ -142,6 +153,16 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     for h in module.helpers.borrow().iter() {
         w.out.push('\n');
         w.out.push_str(helper_source(h));
+    }
+    for (op, t) in super::subgroup::used(k) {
+        let combine = if op.is_reduction() {
+            w.expr(&op.combine(t, "gd_a", "gd_b"))
+        } else {
+            String::new()
+        };
+        w.out.push('\n');
+        w.out
+            .push_str(&super::subgroup::wgsl_helper(op, t, ty(t), &combine));
     }
     if let Some(id) = checked {
         for h in module.loads.borrow().values() {
@@ -242,7 +263,9 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     self.expr(a);
                     self.expr(b);
                 }
-                ExprKind::Math(_, args) => args.iter().for_each(|a| self.expr(a)),
+                ExprKind::Math(_, args) | ExprKind::Subgroup(_, args, _) => {
+                    args.iter().for_each(|a| self.expr(a))
+                }
                 ExprKind::Cond(c, a, b) => {
                     self.expr(c);
                     self.expr(a);
@@ -1161,6 +1184,10 @@ impl Wgsl<'_> {
                 format!("{name}({})", a.join(", "))
             }
             ExprKind::Cond(c, a, b) => self.select(c, a, b),
+            ExprKind::Subgroup(op, args, _) => {
+                let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
+                super::subgroup::wgsl_expr(*op, e.ty, &a)
+            }
         }
     }
 }

@@ -83,6 +83,12 @@ pub struct Config {
     /// State of another allocation with the same shape updates the recording (default true);
     /// false records it again in place (counted as a recording).
     pub update_states: bool,
+    /// Ops that do not conflict (neither writes what the other reads or writes) may run
+    /// concurrently: the CUDA graph is built from the plan's dependency edges
+    /// ([`Plan::edges`](crate::Plan::edges)) instead of one chain. Default true; false keeps
+    /// every op after the one before (to compare, as the bench does). wgpu and host run ops in
+    /// order either way.
+    pub concurrent_ops: bool,
 }
 
 impl Default for Config {
@@ -98,6 +104,7 @@ impl Default for Config {
             pack_workspaces: true,
             bind_device_inputs: true,
             update_states: true,
+            concurrent_ops: true,
         }
     }
 }
@@ -969,6 +976,7 @@ impl Graphed {
             .expect("a recording step has a recorder");
         let mut outputs = outputs;
         rec.plan.input_slot_bytes = input_slots.iter().flatten().map(|s| s.buf.bytes()).sum();
+        rec.plan.serial = !self.config.concurrent_ops;
         if self.config.pack_workspaces {
             crate::liveness::pack(&self.device, owner, &mut rec.plan, &mut outputs)?;
         } else {

@@ -128,16 +128,50 @@ impl Backend for HostBackend {
                 reason: "the plan holds a vendor-BLAS product; the host backend has none".into(),
             });
         }
-        Ok(Box::new(HostReplay { plan: plan.clone() }))
+        Ok(Box::new(HostReplay {
+            plan: plan.clone(),
+            #[cfg(feature = "testing")]
+            dag: match crate::faults::take_dropped_edges() {
+                Some(op) => plan.dag().without_edges_into(op),
+                None => plan.dag(),
+            },
+        }))
     }
     fn drain(&self) -> Result<()> {
         Ok(())
     }
 }
 
-/// The host lowering: the plan's op list, executed directly.
+/// The host lowering: the plan's op list, executed directly, in plan order (with the
+/// `testing` feature, in a random order its dependency edges allow where a test asks).
 struct HostReplay {
     plan: Plan,
+    #[cfg(feature = "testing")]
+    dag: crate::dag::Dag,
+}
+
+impl HostReplay {
+    fn run_op(&self, op: &Op) -> Result<()> {
+        match op {
+            Op::Launch {
+                kernel,
+                grid,
+                args,
+                bindings,
+            } => {
+                let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
+                run(kernel, *grid, &self.plan.launch_args[*args], &views)
+            }
+            Op::Copy { src, dst } => HostBackend.copy(src, dst),
+            Op::Sgemm { shape, .. } => Err(Error::Launch {
+                kernel: "sgemm",
+                reason: format!("{shape:?}: the host backend has no vendor BLAS"),
+            }),
+            // Only a local communicator of one rank exists on the host: the identity.
+            #[cfg(feature = "nccl")]
+            Op::AllReduce(op) => op.run(),
+        }
+    }
 }
 
 impl Recording for HostReplay {
@@ -145,30 +179,11 @@ impl Recording for HostReplay {
         for &(launch, word, bits) in scalars {
             self.plan.launch_args[launch][word] = bits;
         }
-        for op in &self.plan.ops {
-            match op {
-                Op::Launch {
-                    kernel,
-                    grid,
-                    args,
-                    bindings,
-                } => {
-                    let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
-                    run(kernel, *grid, &self.plan.launch_args[*args], &views)?;
-                }
-                Op::Copy { src, dst } => HostBackend.copy(src, dst)?,
-                Op::Sgemm { shape, .. } => {
-                    return Err(Error::Launch {
-                        kernel: "sgemm",
-                        reason: format!("{shape:?}: the host backend has no vendor BLAS"),
-                    })
-                }
-                // Only a local communicator of one rank exists on the host: the identity.
-                #[cfg(feature = "nccl")]
-                Op::AllReduce(op) => op.run()?,
-            }
+        #[cfg(feature = "testing")]
+        if let Some(order) = crate::faults::host_order(|seed| self.dag.random_order(seed)) {
+            return order.into_iter().try_for_each(|i| self.run_op(&self.plan.ops[i]));
         }
-        Ok(())
+        self.plan.ops.iter().try_for_each(|op| self.run_op(op))
     }
     fn rebind(&mut self, plan: &Plan, ops: &[usize], words: &[(usize, usize, u32)]) -> Result<()> {
         for &i in ops {
@@ -176,6 +191,10 @@ impl Recording for HostReplay {
         }
         for &(launch, word, bits) in words {
             self.plan.launch_args[launch][word] = bits;
+        }
+        #[cfg(feature = "testing")]
+        {
+            self.dag = self.plan.dag();
         }
         Ok(())
     }

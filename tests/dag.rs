@@ -263,3 +263,4 @@ fn replay_equals_eager_with_the_graph_lowering_on_and_off() {
         }
     });
 }
+

@@ -262,6 +262,9 @@ struct Recorded {
     /// What each port (input, then state) is bound to now.
     bound: Vec<RawView>,
     sites: crate::rebind::Sites,
+    /// The dependency graph the recording was lowered with: a re-pointing that needs an
+    /// order it lacks (a port re-pointed onto memory other ops use) records anew.
+    dag: crate::dag::Dag,
     outputs: Vec<RawView>,
     scalar_uses: Vec<(usize, usize, usize)>,
     scratch: Vec<(usize, usize, u32)>,
@@ -290,6 +293,11 @@ impl Recorded {
                 break;
             }
             done.push(*port);
+        }
+        // Re-pointed onto an allocation other ops of the plan also bind, the ports may now
+        // conflict with ops the lowered graph leaves unordered.
+        if ok && self.sites.shares_memory(&self.plan, ports) && !self.dag.orders_all_of(&self.plan.dag()) {
+            ok = false;
         }
         let result = if ok {
             self.recording.rebind(&self.plan, &ops, &words)
@@ -1017,6 +1025,7 @@ impl Graphed {
         let bound: Vec<RawView> = inputs.iter().chain(&args.states).cloned().collect();
         let sites = crate::rebind::Sites::find(&rec.plan, &bound, inputs.len());
         Ok(State::Recorded(Box::new(Recorded {
+            dag: rec.plan.dag(),
             plan: rec.plan,
             recording,
             copied: vec![false; inputs.len()],

@@ -264,3 +264,32 @@ fn replay_equals_eager_with_the_graph_lowering_on_and_off() {
     });
 }
 
+
+#[test]
+fn cuda_kernels_wait_for_a_programmatic_predecessor_on_hopper_and_not_before() {
+    if !common::nvrtc_enabled() {
+        return;
+    }
+    for k in [&layer::DEF, &total::DEF] {
+        for (arch, has) in [("sm_90", true), ("compute_80", false)] {
+            let plain = graphed::nvrtc::compile(k, arch).unwrap();
+            let checked = graphed::nvrtc::compile_checked(k, arch).unwrap();
+            for (variant, ptx) in [("plain", plain), ("checked", checked)] {
+                for ins in ["griddepcontrol.wait", "griddepcontrol.launch_dependents"] {
+                    assert_eq!(
+                        ptx.contains(ins),
+                        has,
+                        "{} ({variant}) for {arch}: `{ins}` expected {has}",
+                        k.name
+                    );
+                }
+                if has {
+                    // The wait comes before the kernel's first global load.
+                    let wait = ptx.find("griddepcontrol.wait").unwrap();
+                    let load = ptx.find("ld.global").unwrap_or(usize::MAX);
+                    assert!(wait < load, "{} ({variant}): a load before the wait", k.name);
+                }
+            }
+        }
+    }
+}

@@ -149,6 +149,7 @@ impl Dag {
     }
 
     /// The direct predecessors of op `j`, ascending.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn preds(&self, j: usize) -> &[usize] {
         &self.preds[j]
     }

@@ -89,6 +89,12 @@ pub struct Config {
     /// every op after the one before (to compare, as the bench does). wgpu and host run ops in
     /// order either way.
     pub concurrent_ops: bool,
+    /// Programmatic dependent launch (CUDA on Hopper, sm_90 and later, with
+    /// [`Config::concurrent_ops`]): a kernel whose one predecessor in the graph is another of
+    /// the plan's kernels may launch before that one finished, and waits for it
+    /// (`griddepcontrol.wait`) before touching memory, hiding the launch latency of a chain.
+    /// Default false; elsewhere it changes nothing.
+    pub programmatic_launch: bool,
 }
 
 impl Default for Config {
@@ -105,6 +111,7 @@ impl Default for Config {
             bind_device_inputs: true,
             update_states: true,
             concurrent_ops: true,
+            programmatic_launch: false,
         }
     }
 }
@@ -985,6 +992,7 @@ impl Graphed {
         let mut outputs = outputs;
         rec.plan.input_slot_bytes = input_slots.iter().flatten().map(|s| s.buf.bytes()).sum();
         rec.plan.serial = !self.config.concurrent_ops;
+        rec.plan.programmatic = self.config.programmatic_launch;
         if self.config.pack_workspaces {
             crate::liveness::pack(&self.device, owner, &mut rec.plan, &mut outputs)?;
         } else {

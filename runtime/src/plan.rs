@@ -125,6 +125,10 @@ pub struct Plan {
     /// Lower as one queue in op order instead of by the dependency graph
     /// ([`Config::concurrent_ops`](crate::Config::concurrent_ops) false).
     pub(crate) serial: bool,
+    /// Kernel-to-kernel edges may be programmatic where the backend has them
+    /// ([`Config::programmatic_launch`](crate::Config::programmatic_launch)).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) programmatic: bool,
 }
 
 /// One view of an op, with the argument word (launch block, word) holding its offset where

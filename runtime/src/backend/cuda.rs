@@ -455,6 +455,14 @@ impl CudaBackend {
         Ok(at)
     }
 
+    /// Whether the device has programmatic dependent launch (Hopper, sm_90, and later).
+    fn programmatic_launch(&self) -> bool {
+        self.arch
+            .strip_prefix("sm_")
+            .and_then(|a| a.parse::<u32>().ok())
+            .is_some_and(|a| a >= 90)
+    }
+
     /// Loads cuBLAS and makes its handle (the caller holds the lock; not capturing).
     fn open_blas(&self) -> Result<Cublas> {
         if !Cublas::present() {
@@ -477,6 +485,7 @@ impl CudaBackend {
         arena_mem: &CudaMem,
         blas: Option<&Cublas>,
         dag: Option<&Dag>,
+        pdl: bool,
     ) -> std::result::Result<sys::CUgraph, (Error, bool)> {
         // Test hook: the first launch goes to a side stream and escapes the capture.
         let side = if crate::faults::take_capture_escape() {
@@ -530,7 +539,13 @@ impl CudaBackend {
                         .collect();
                     deps.sort_unstable();
                     deps.dedup();
-                    set_capture_dependencies(self.stream.0, &mut deps)?;
+                    // A kernel after exactly one other kernel of ours may start before it ends
+                    // (our kernels wait for their predecessor grid before touching memory).
+                    let programmatic = pdl
+                        && deps.len() == 1
+                        && matches!(dag.preds(j), [i] if runs_kernel(&plan.ops[*i]) && tails[*i].len() == 1)
+                        && runs_kernel(op);
+                    set_capture_dependencies(self.stream.0, &mut deps, programmatic)?;
                 }
                 match op {
                     Op::Launch {
@@ -873,13 +888,14 @@ impl Backend for CudaBackend {
         // The graph's edges are the plan's dependency edges (a plan lowered serially is one
         // chain: the stream's own order).
         let dag = (!plan.serial).then(|| plan.dag());
+        let pdl = plan.programmatic && self.programmatic_launch();
         // A capture that another thread's device-wide synchronisation invalidated (legal
         // for that thread, fatal for the capture) is retried a few times before the key
         // falls back to eager.
         let mut attempt = 0;
         let graph = loop {
             attempt += 1;
-            match self.capture(plan, &functions, &offsets, &arena_mem, blas, dag.as_ref()) {
+            match self.capture(plan, &functions, &offsets, &arena_mem, blas, dag.as_ref(), pdl) {
                 Ok(g) => break g,
                 Err((e, true)) if attempt < CAPTURE_ATTEMPTS => {
                     crate::faults::note_capture_retry();
@@ -1027,19 +1043,41 @@ impl Backend for CudaBackend {
 static NO_EMPTY_DEPENDENCIES: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Sets the nodes the next work captured on `stream` depends on (none: it starts the graph).
-fn set_capture_dependencies(stream: sys::CUstream, deps: &mut [sys::CUgraphNode]) -> Result<()> {
+/// Whether `op` becomes one of the plan's kernel nodes.
+fn runs_kernel(op: &Op) -> bool {
+    matches!(op, Op::Launch { grid, .. } if !grid.contains(&0))
+}
+
+/// Sets the nodes the next work captured on `stream` depends on (none: it starts the graph);
+/// `programmatic`: the one dependency is a programmatic edge from a kernel node (the next
+/// kernel may launch once every block of that one triggered or exited).
+fn set_capture_dependencies(
+    stream: sys::CUstream,
+    deps: &mut [sys::CUgraphNode],
+    programmatic: bool,
+) -> Result<()> {
     use std::sync::atomic::Ordering::Relaxed;
     if deps.is_empty() && NO_EMPTY_DEPENDENCIES.load(Relaxed) {
         return Ok(());
     }
+    let edge = sys::CUgraphEdgeData {
+        from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
+        to_port: 0,
+        type_: sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8,
+        reserved: [0; 5],
+    };
+    let data = if programmatic && deps.len() == 1 {
+        &edge as *const sys::CUgraphEdgeData
+    } else {
+        std::ptr::null()
+    };
     // SAFETY: the stream is capturing; `deps` are nodes of its graph (the tails of ops
-    // captured before); no edge data: ordinary full dependencies.
+    // captured before); `data` is null (full dependencies) or one edge for one dependency.
     unsafe {
         sys::cuStreamUpdateCaptureDependencies_v2(
             stream,
             deps.as_mut_ptr(),
-            std::ptr::null(),
+            data,
             deps.len(),
             sys::CUstreamUpdateCaptureDependencies_flags_enum::CU_STREAM_SET_CAPTURE_DEPENDENCIES
                 as u32,

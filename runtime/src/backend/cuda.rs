@@ -53,8 +53,13 @@ fn is_sticky(e: &DriverError) -> bool {
 /// The first sticky error of this process. Every backend instance shares the device's
 /// primary context, so after one such error none of them can run anything any more.
 static POISON: Mutex<Option<String>> = Mutex::new(None);
+/// Whether `POISON` holds an error: every replay asks, and a load is far cheaper than a lock.
+static POISONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn poisoned() -> Option<String> {
+    if !POISONED.load(std::sync::atomic::Ordering::Acquire) {
+        return None;
+    }
     POISON.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
@@ -128,6 +133,7 @@ fn err(e: DriverError) -> Error {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert_with(|| e.to_string());
+        POISONED.store(true, std::sync::atomic::Ordering::Release);
     }
     if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
         return Error::OutOfMemory {

@@ -255,6 +255,30 @@ fn steps_for(kind: BackendKind, n: usize, quick: bool) -> usize {
     }
 }
 
+/// The replay variants measured: `replay` (the default: the plan's dependency graph) and, on
+/// CUDA, `replay-serial` (one chain, `Config::concurrent_ops` false) and `replay+pdl`
+/// (programmatic dependent launch on Hopper, `Config::programmatic_launch`).
+fn replay_variants(kind: BackendKind) -> Vec<(&'static str, graphed::Config)> {
+    let mut v = vec![("replay", graphed::Config::default())];
+    if kind == BackendKind::Cuda {
+        v.push((
+            "replay-serial",
+            graphed::Config {
+                concurrent_ops: false,
+                ..graphed::Config::default()
+            },
+        ));
+        v.push((
+            "replay+pdl",
+            graphed::Config {
+                programmatic_launch: true,
+                ..graphed::Config::default()
+            },
+        ));
+    }
+    v
+}
+
 fn launch_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
     let backend = format!("{}", dev.kind());
     for &n in &[10usize, 50, 200, 1000] {
@@ -287,35 +311,38 @@ fn launch_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()>
                 nodes: n,
                 record_ms: None,
             });
-            // Replay.
-            let (us, lo, hi, cpu, rec) = if kernel == "empty" {
-                let mut step = ChainEmpty::new(dev)?;
-                step.call(&mut y, n)?;
-                let st = step.stats();
-                let rec = st.last_record.unwrap().as_secs_f64() * 1e3
-                    + st.last_lower.unwrap().as_secs_f64() * 1e3;
-                let m = measure(steps, || step.call(&mut y, n).unwrap(), sync);
-                (m.0, m.1, m.2, m.3, rec)
-            } else {
-                let mut step = ChainAxpb::new(dev)?;
-                step.call(&mut y, 0.999, n)?;
-                let st = step.stats();
-                let rec = st.last_record.unwrap().as_secs_f64() * 1e3
-                    + st.last_lower.unwrap().as_secs_f64() * 1e3;
-                let m = measure(steps, || step.call(&mut y, 0.999, n).unwrap(), sync);
-                (m.0, m.1, m.2, m.3, rec)
-            };
-            rows.push(Row {
-                workload: format!("launch-{kernel}"),
-                backend: backend.clone(),
-                variant: "replay".into(),
-                n,
-                us_step: us,
-                spread: (lo, hi),
-                cpu_us: cpu,
-                nodes: n,
-                record_ms: Some(rec),
-            });
+            // Replay: the plan's graph (here a chain through `y`), and on CUDA also the
+            // serial lowering and programmatic dependent launch, to compare per-node costs.
+            for (variant, cfg) in replay_variants(dev.kind()) {
+                let (us, lo, hi, cpu, rec) = if kernel == "empty" {
+                    let mut step = ChainEmpty::with_config(dev, cfg)?;
+                    step.call(&mut y, n)?;
+                    let st = step.stats();
+                    let rec = st.last_record.unwrap().as_secs_f64() * 1e3
+                        + st.last_lower.unwrap().as_secs_f64() * 1e3;
+                    let m = measure(steps, || step.call(&mut y, n).unwrap(), sync);
+                    (m.0, m.1, m.2, m.3, rec)
+                } else {
+                    let mut step = ChainAxpb::with_config(dev, cfg)?;
+                    step.call(&mut y, 0.999, n)?;
+                    let st = step.stats();
+                    let rec = st.last_record.unwrap().as_secs_f64() * 1e3
+                        + st.last_lower.unwrap().as_secs_f64() * 1e3;
+                    let m = measure(steps, || step.call(&mut y, 0.999, n).unwrap(), sync);
+                    (m.0, m.1, m.2, m.3, rec)
+                };
+                rows.push(Row {
+                    workload: format!("launch-{kernel}"),
+                    backend: backend.clone(),
+                    variant: variant.into(),
+                    n,
+                    us_step: us,
+                    spread: (lo, hi),
+                    cpu_us: cpu,
+                    nodes: n,
+                    record_ms: Some(rec),
+                });
+            }
             #[cfg(feature = "cuda")]
             if dev.kind() == BackendKind::Cuda {
                 raw::bench(kernel, n, steps, rows).map_err(|e| graphed::Error::Device {
@@ -578,6 +605,30 @@ fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Ro
             nodes: kernels,
             record_ms: None,
         });
+        // The serial lowering and PDL beside the default graph (CUDA only).
+        for (variant, cfg) in replay_variants(dev.kind()).into_iter().skip(1) {
+            let mut m2 = model.duplicate()?;
+            let mut other = TrainStep::with_config(dev, cfg)?;
+            other.call(&mut m2, &x, &labels, 1e-3)?;
+            let (us, lo, hi, cpu) = measure(
+                steps,
+                || {
+                    other.call(&mut m2, &x, &labels, 1e-3).unwrap();
+                },
+                sync,
+            );
+            rows.push(Row {
+                workload: name.to_string(),
+                backend: backend.clone(),
+                variant: variant.into(),
+                n: kernels,
+                us_step: us,
+                spread: (lo, hi),
+                cpu_us: cpu,
+                nodes: kernels,
+                record_ms: None,
+            });
+        }
     }
     Ok(())
 }

@@ -158,3 +158,61 @@ fn record_clear_cycles_do_not_grow_device_memory() {
     );
     assert_eq!(step.stats().recordings, 101);
 }
+
+use common::steps as deep;
+
+/// The edges of the CUDA graph a holder's latest recording runs, from the driver's DOT dump.
+fn graph_edges(holder: &graphed::Graphed, what: &str) -> usize {
+    let path = std::env::temp_dir().join(format!("graphed-{what}-{}.dot", std::process::id()));
+    assert!(holder.write_backend_dot(&path).unwrap(), "{what}: no DOT written");
+    let dot = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    dot.lines().filter(|l| l.contains(" -> ")).count()
+}
+
+/// The deep step's graph has the plan's edges, not a chain: the 10 weight updates run beside
+/// the forward layers after theirs. Replay ≡ eager bitwise with the graph lowering (and
+/// programmatic launch) on and off.
+#[test]
+fn the_graph_has_the_plans_edges_and_replays_like_eager_in_every_mode() {
+    let Some(dev) = cuda() else { return };
+    for (concurrent_ops, programmatic_launch) in [(false, false), (true, false), (true, true)] {
+        let what = format!("concurrent_ops={concurrent_ops} programmatic_launch={programmatic_launch}");
+        let mut r = rng(&what);
+        let n = 4096;
+        let w0 = floats(&mut r, n * deep::LAYERS, -1.0, 1.0);
+        let (mut w_rep, mut w_eag) = (dev.upload(&w0).unwrap(), dev.upload(&w0).unwrap());
+        let cfg = graphed::Config {
+            concurrent_ops,
+            programmatic_launch,
+            ..graphed::Config::default()
+        };
+        let mut rep = deep::DeepStep::with_config(&dev, cfg).unwrap();
+        let mut eag = deep::DeepStep::new(&dev).unwrap();
+        for s in 0..30 {
+            let x = floats(&mut r, n, -2.0, 2.0);
+            let (y1, s1) = rep.call(&mut w_rep, &x[..], 0.01, 0.1).unwrap();
+            let (y1, s1) = (y1.to_host().unwrap(), s1.to_host().unwrap());
+            let (y2, s2) = eag.eager(&mut w_eag, &x[..], 0.01, 0.1).unwrap();
+            let (y2, s2) = (y2.to_host().unwrap(), s2.to_host().unwrap());
+            assert!(bitwise_eq(&y1, &y2) && bitwise_eq(&s1, &s2), "{what}: step {s} differs");
+        }
+        assert!(
+            bitwise_eq(&w_rep.to_host().unwrap(), &w_eag.to_host().unwrap()),
+            "{what}: weights differ"
+        );
+        let st = rep.stats();
+        assert_eq!((st.recordings, st.replays, st.eager_calls), (1, 30, 0), "{what}: {st:?}");
+        let (ops, plan_edges) = {
+            let plan = rep.plan().unwrap();
+            (plan.ops().len(), plan.edges().len())
+        };
+        let edges = graph_edges(rep.holder(), "deep");
+        if concurrent_ops {
+            assert_eq!(edges, plan_edges, "{what}: graph edges vs the plan's");
+            assert!(edges < 2 * (ops - 1), "{what}: {edges} edges for {ops} ops");
+        } else {
+            assert_eq!(edges, ops - 1, "{what}: a serial plan is one chain");
+        }
+    }
+}

@@ -70,6 +70,38 @@ mod hooks {
     }
 
     thread_local! {
+        static HOST_ORDER: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+        static DROP_EDGES_INTO: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    }
+
+    /// Makes every host replay on this thread run its ops in a random topological order of
+    /// the plan's dependency edges (seeded by `seed`, a new order each replay), or in plan
+    /// order again (`None`): replay ≡ eager over many orders shows no needed edge is missing.
+    pub fn shuffle_host_order(seed: Option<u64>) {
+        HOST_ORDER.with(|c| c.set(seed.map(|s| s | 1)));
+    }
+
+    /// The state of the host replays' random order on this thread, advanced by `f`.
+    pub(crate) fn host_order<T>(f: impl FnOnce(&mut u64) -> T) -> Option<T> {
+        HOST_ORDER.with(|c| {
+            let mut seed = c.get()?;
+            let out = f(&mut seed);
+            c.set(Some(seed));
+            Some(out)
+        })
+    }
+
+    /// Makes the next host lowering on this thread drop every dependency edge into op `op`
+    /// (a mutation: the tests must see the difference).
+    pub fn drop_host_edges_into(op: usize) {
+        DROP_EDGES_INTO.with(|c| c.set(Some(op)));
+    }
+
+    pub(crate) fn take_dropped_edges() -> Option<usize> {
+        DROP_EDGES_INTO.with(|c| c.take())
+    }
+
+    thread_local! {
         static CAPTURE_INVALIDATION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 

@@ -83,6 +83,18 @@ pub struct Config {
     /// State of another allocation with the same shape updates the recording (default true);
     /// false records it again in place (counted as a recording).
     pub update_states: bool,
+    /// Ops that do not conflict (neither writes what the other reads or writes) may run
+    /// concurrently: the CUDA graph is built from the plan's dependency edges
+    /// ([`Plan::edges`](crate::Plan::edges)) instead of one chain. Default true; false keeps
+    /// every op after the one before (to compare, as the bench does). wgpu and host run ops in
+    /// order either way.
+    pub concurrent_ops: bool,
+    /// Programmatic dependent launch (CUDA on Hopper, sm_90 and later, with
+    /// [`Config::concurrent_ops`]): a kernel whose one predecessor in the graph is another of
+    /// the plan's kernels may launch before that one finished, and waits for it
+    /// (`griddepcontrol.wait`) before touching memory, hiding the launch latency of a chain.
+    /// Default false; elsewhere it changes nothing.
+    pub programmatic_launch: bool,
 }
 
 impl Default for Config {
@@ -98,6 +110,8 @@ impl Default for Config {
             pack_workspaces: true,
             bind_device_inputs: true,
             update_states: true,
+            concurrent_ops: true,
+            programmatic_launch: false,
         }
     }
 }
@@ -255,6 +269,9 @@ struct Recorded {
     /// What each port (input, then state) is bound to now.
     bound: Vec<RawView>,
     sites: crate::rebind::Sites,
+    /// The dependency graph the recording was lowered with: a re-pointing that needs an
+    /// order it lacks (a port re-pointed onto memory other ops use) records anew.
+    dag: crate::dag::Dag,
     outputs: Vec<RawView>,
     scalar_uses: Vec<(usize, usize, usize)>,
     scratch: Vec<(usize, usize, u32)>,
@@ -283,6 +300,11 @@ impl Recorded {
                 break;
             }
             done.push(*port);
+        }
+        // Re-pointed onto an allocation other ops of the plan also bind, the ports may now
+        // conflict with ops the lowered graph leaves unordered.
+        if ok && self.sites.shares_memory(&self.plan, ports) && !self.dag.orders_all_of(&self.plan.dag()) {
+            ok = false;
         }
         let result = if ok {
             self.recording.rebind(&self.plan, &ops, &words)
@@ -969,6 +991,8 @@ impl Graphed {
             .expect("a recording step has a recorder");
         let mut outputs = outputs;
         rec.plan.input_slot_bytes = input_slots.iter().flatten().map(|s| s.buf.bytes()).sum();
+        rec.plan.serial = !self.config.concurrent_ops;
+        rec.plan.programmatic = self.config.programmatic_launch;
         if self.config.pack_workspaces {
             crate::liveness::pack(&self.device, owner, &mut rec.plan, &mut outputs)?;
         } else {
@@ -1009,6 +1033,7 @@ impl Graphed {
         let bound: Vec<RawView> = inputs.iter().chain(&args.states).cloned().collect();
         let sites = crate::rebind::Sites::find(&rec.plan, &bound, inputs.len());
         Ok(State::Recorded(Box::new(Recorded {
+            dag: rec.plan.dag(),
             plan: rec.plan,
             recording,
             copied: vec![false; inputs.len()],

@@ -19,6 +19,7 @@ pub mod blas;
 mod buffer;
 mod builtin;
 mod checked;
+mod dag;
 mod device;
 #[cfg(feature = "nccl")]
 pub mod dist;
@@ -68,8 +69,9 @@ pub mod __private {
     #[cfg(feature = "testing")]
     pub use crate::faults::{
         capture_retries, clear_capture_fault, clear_slot_alloc_failure, destroy_device_memory,
-        inject_capture_escape, inject_capture_fault, inject_capture_invalidation,
-        inject_replay_drift, inject_slot_alloc_failure,
+        drop_host_edges_into, inject_capture_escape, inject_capture_fault,
+        inject_capture_invalidation, inject_replay_drift, inject_slot_alloc_failure,
+        shuffle_host_order,
     };
     pub use crate::host_exec::*;
     pub use crate::host_subgroup::*;

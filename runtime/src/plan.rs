@@ -122,6 +122,13 @@ pub struct Plan {
     /// Bytes of the input slots the recording allocated (an input recorded over the caller's
     /// device buffer has none).
     pub(crate) input_slot_bytes: u64,
+    /// Lower as one queue in op order instead of by the dependency graph
+    /// ([`Config::concurrent_ops`](crate::Config::concurrent_ops) false).
+    pub(crate) serial: bool,
+    /// Kernel-to-kernel edges may be programmatic where the backend has them
+    /// ([`Config::programmatic_launch`](crate::Config::programmatic_launch)).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) programmatic: bool,
 }
 
 /// One view of an op, with the argument word (launch block, word) holding its offset where
@@ -265,6 +272,26 @@ impl Plan {
             .collect()
     }
 
+    /// The dependency graph of the ops as they are bound now (after liveness packing and
+    /// rebinding), or a chain where the plan is lowered serially.
+    pub(crate) fn dag(&self) -> crate::dag::Dag {
+        if self.serial {
+            crate::dag::Dag::chain(self.ops.len())
+        } else {
+            crate::dag::Dag::of(&self.ops)
+        }
+    }
+
+    /// The dependency edges `(before, after)` between ops (indices into [`Plan::ops`]): `after`
+    /// reads or writes memory `before` writes, or writes memory `before` reads (views
+    /// overlapping in one allocation, a shared workspace arena included), transitively
+    /// reduced. Ops with no path between them may run concurrently (on CUDA they do); a plan
+    /// lowered serially ([`Config::concurrent_ops`](crate::Config::concurrent_ops) false) is a
+    /// chain.
+    pub fn edges(&self) -> Vec<(usize, usize)> {
+        self.dag().edges()
+    }
+
     /// The ops, for inspection.
     pub fn ops(&self) -> Vec<PlanOp> {
         if let Some(ops) = &self.inspect {
@@ -316,7 +343,8 @@ impl Plan {
             .collect()
     }
 
-    /// Graphviz DOT: ops as ellipses in order, buffers as boxes, edges for reads and writes.
+    /// Graphviz DOT: ops as ellipses in order, buffers as boxes, edges for reads and writes,
+    /// and the dependency edges between ops ([`Plan::edges`]) dashed.
     pub fn to_dot(&self) -> String {
         let mut s =
             String::from("digraph plan {\n  rankdir=LR;\n  node [fontname=\"monospace\"];\n");
@@ -382,6 +410,9 @@ impl Plan {
                     writeln!(s, "  op{n} [shape=octagon, label=\"{n}: all-reduce {} (rank {rank} of {ranks})\"];\n  b{buffer} -> op{n};\n  op{n} -> b{buffer};", op.name()).unwrap();
                 }
             }
+        }
+        for (i, j) in self.edges() {
+            writeln!(s, "  op{i} -> op{j} [style=dashed, color=\"#dc2626\"];").unwrap();
         }
         s.push_str("}\n");
         s

@@ -59,6 +59,25 @@ impl Sites {
         }
     }
 
+    /// Whether, with `ports` (index, view) re-pointed, the plan binds one of their allocations
+    /// anywhere but at those ports' sites (or two of them share one): only then can the
+    /// re-pointing add a conflict between ops.
+    pub(crate) fn shares_memory(&self, plan: &Plan, ports: &[(usize, RawView)]) -> bool {
+        let mut ids: Vec<u64> = ports.iter().map(|(_, v)| v.buf.id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) {
+            return true;
+        }
+        let at_sites: usize = ports.iter().map(|(p, _)| self.ports[*p].len()).sum();
+        let bound = plan
+            .ops
+            .iter()
+            .flat_map(|op| op.views())
+            .filter(|v| ids.binary_search(&v.buf.id).is_ok())
+            .count();
+        bound != at_sites
+    }
+
     /// Re-points the sites of port `port` (bound now to `old`) to `new` in `plan`; appends the
     /// ops changed to `ops` and the argument words changed (launch, word, bits) to `words`.
     /// Returns false (and changes nothing) where an offset would not fit an argument word.
@@ -106,5 +125,60 @@ pub(crate) fn rename(plan: &mut Plan, pairs: &[(u64, &RawView)]) {
             b.id = new.buf.id;
             b.bytes = new.buf.bytes();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sites;
+    use crate::buffer::RawView;
+    use crate::plan::{Binding, Op, Plan};
+    use crate::Device;
+
+    #[test]
+    fn a_port_re_pointed_onto_memory_another_op_writes_needs_an_order_the_graph_lacks() {
+        let dev = Device::host();
+        let buf = |n: usize| dev.upload(&vec![1u32; n]).unwrap().raw_view();
+        let (slot, y, ext, fresh) = (buf(8), buf(8), buf(8), buf(8));
+        // 0: y = slot (the input); 1: fills `ext`, a buffer the step writes: independent.
+        let mut plan = Plan {
+            ops: vec![
+                Op::Copy {
+                    src: slot.clone(),
+                    dst: y.clone(),
+                },
+                Op::Launch {
+                    kernel: &crate::builtin::fill_u32::DEF,
+                    grid: [1, 1, 1],
+                    args: 0,
+                    bindings: vec![Binding {
+                        view: ext.clone(),
+                        write: true,
+                        word: 1,
+                    }],
+                },
+            ],
+            launch_args: vec![vec![7, 0, 8]],
+            ..Plan::default()
+        };
+        let lowered = plan.dag();
+        assert_eq!(lowered.edges(), vec![]);
+        let sites = Sites::find(&plan, std::slice::from_ref(&slot), 1);
+        let repoint = |plan: &mut Plan, to: &RawView| {
+            let (mut ops, mut words) = (Vec::new(), Vec::new());
+            assert!(sites.repoint(plan, 0, to, &mut ops, &mut words));
+            assert_eq!(ops, vec![0]);
+        };
+        // Onto an allocation of its own: nothing else binds it, no check needed.
+        repoint(&mut plan, &fresh);
+        assert!(!sites.shares_memory(&plan, &[(0, fresh.clone())]));
+        assert!(lowered.orders_all_of(&plan.dag()));
+        // Onto `ext`: op 0 now reads what op 1 writes; the lowered graph does not order them.
+        repoint(&mut plan, &ext);
+        assert!(sites.shares_memory(&plan, &[(0, ext.clone())]));
+        assert_eq!(plan.dag().edges(), vec![(0, 1)]);
+        assert!(!lowered.orders_all_of(&plan.dag()));
+        // Two ports onto one allocation share it too.
+        assert!(sites.shares_memory(&plan, &[(0, fresh.clone()), (0, fresh.clone())]));
     }
 }

@@ -19,6 +19,7 @@ use super::{Backend, BackendKind, Memory, Recording};
 use crate::blas::{beta_bits, GemmShape};
 use crate::buffer::RawView;
 use crate::checked::{Kernels, RECORD_WORDS};
+use crate::dag::Dag;
 use crate::error::{Error, Result};
 use crate::kernel::KernelDef;
 use crate::plan::{Op, Plan};
@@ -52,8 +53,13 @@ fn is_sticky(e: &DriverError) -> bool {
 /// The first sticky error of this process. Every backend instance shares the device's
 /// primary context, so after one such error none of them can run anything any more.
 static POISON: Mutex<Option<String>> = Mutex::new(None);
+/// Whether `POISON` holds an error: every replay asks, and a load is far cheaper than a lock.
+static POISONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn poisoned() -> Option<String> {
+    if !POISONED.load(std::sync::atomic::Ordering::Acquire) {
+        return None;
+    }
     POISON.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
@@ -127,6 +133,7 @@ fn err(e: DriverError) -> Error {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert_with(|| e.to_string());
+        POISONED.store(true, std::sync::atomic::Ordering::Release);
     }
     if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
         return Error::OutOfMemory {
@@ -454,6 +461,14 @@ impl CudaBackend {
         Ok(at)
     }
 
+    /// Whether the device has programmatic dependent launch (Hopper, sm_90, and later).
+    fn programmatic_launch(&self) -> bool {
+        self.arch
+            .strip_prefix("sm_")
+            .and_then(|a| a.parse::<u32>().ok())
+            .is_some_and(|a| a >= 90)
+    }
+
     /// Loads cuBLAS and makes its handle (the caller holds the lock; not capturing).
     fn open_blas(&self) -> Result<Cublas> {
         if !Cublas::present() {
@@ -475,6 +490,8 @@ impl CudaBackend {
         offsets: &[usize],
         arena_mem: &CudaMem,
         blas: Option<&Cublas>,
+        dag: Option<&Dag>,
+        pdl: bool,
     ) -> std::result::Result<sys::CUgraph, (Error, bool)> {
         // Test hook: the first launch goes to a side stream and escapes the capture.
         let side = if crate::faults::take_capture_escape() {
@@ -515,7 +532,27 @@ impl CudaBackend {
         let issued = (|| -> Result<()> {
             let mut f = functions.iter();
             let mut escaped = false;
-            for op in &plan.ops {
+            // The nodes each op ended with (the stream's capture dependencies after it).
+            let mut tails: Vec<Vec<sys::CUgraphNode>> = Vec::with_capacity(plan.ops.len());
+            for (j, op) in plan.ops.iter().enumerate() {
+                if let Some(dag) = dag {
+                    // The op's first node(s) depend on exactly its predecessors' last nodes: one
+                    // stream, and the graph's edges are the plan's.
+                    let mut deps: Vec<sys::CUgraphNode> = dag
+                        .preds(j)
+                        .iter()
+                        .flat_map(|&i| tails[i].iter().copied())
+                        .collect();
+                    deps.sort_unstable();
+                    deps.dedup();
+                    // A kernel after exactly one other kernel of ours may start before it ends
+                    // (our kernels wait for their predecessor grid before touching memory).
+                    let programmatic = pdl
+                        && deps.len() == 1
+                        && matches!(dag.preds(j), [i] if runs_kernel(&plan.ops[*i]) && tails[*i].len() == 1)
+                        && runs_kernel(op);
+                    set_capture_dependencies(self.stream.0, &mut deps, programmatic)?;
+                }
                 match op {
                     Op::Launch {
                         kernel,
@@ -574,6 +611,11 @@ impl CudaBackend {
                     Op::AllReduce(op) => {
                         op.issue(self.stream.0 as *mut c_void)?;
                     }
+                }
+                if dag.is_some() {
+                    // An op that added no node (an empty grid or copy) passes its
+                    // predecessors' nodes on.
+                    tails.push(capture_dependencies(self.stream.0)?);
                 }
             }
             if let Some(hook) = crate::faults::take_capture_fault() {
@@ -852,13 +894,17 @@ impl Backend for CudaBackend {
         unsafe { result::memcpy_htod_async(arena_mem.ptr, &arena, self.stream.0) }.map_err(err)?;
         self.sync(&mut g)?;
 
+        // The graph's edges are the plan's dependency edges (a plan lowered serially is one
+        // chain: the stream's own order).
+        let dag = (!plan.serial).then(|| plan.dag());
+        let pdl = plan.programmatic && self.programmatic_launch();
         // A capture that another thread's device-wide synchronisation invalidated (legal
         // for that thread, fatal for the capture) is retried a few times before the key
         // falls back to eager.
         let mut attempt = 0;
         let graph = loop {
             attempt += 1;
-            match self.capture(plan, &functions, &offsets, &arena_mem, blas) {
+            match self.capture(plan, &functions, &offsets, &arena_mem, blas, dag.as_ref(), pdl) {
                 Ok(g) => break g,
                 Err((e, true)) if attempt < CAPTURE_ATTEMPTS => {
                     crate::faults::note_capture_retry();
@@ -998,6 +1044,106 @@ impl Backend for CudaBackend {
             }),
         }
     }
+}
+
+/// Set once a driver refused an empty capture dependency set (the documentation does not say
+/// it may be empty): an op with no predecessors then follows the op captured before it, an
+/// edge more than needed, never one less.
+static NO_EMPTY_DEPENDENCIES: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `op` becomes one of the plan's kernel nodes.
+fn runs_kernel(op: &Op) -> bool {
+    matches!(op, Op::Launch { grid, .. } if !grid.contains(&0))
+}
+
+/// Sets the nodes the next work captured on `stream` depends on (none: it starts the graph);
+/// `programmatic`: the one dependency is a programmatic edge from a kernel node (the next
+/// kernel may launch once every block of that one triggered or exited).
+fn set_capture_dependencies(
+    stream: sys::CUstream,
+    deps: &mut [sys::CUgraphNode],
+    programmatic: bool,
+) -> Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    if deps.is_empty() && NO_EMPTY_DEPENDENCIES.load(Relaxed) {
+        return Ok(());
+    }
+    let edge = sys::CUgraphEdgeData {
+        from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
+        to_port: 0,
+        type_: sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC as u8,
+        reserved: [0; 5],
+    };
+    let data = if programmatic && deps.len() == 1 {
+        &edge as *const sys::CUgraphEdgeData
+    } else {
+        std::ptr::null()
+    };
+    // SAFETY: the stream is capturing; `deps` are nodes of its graph (the tails of ops
+    // captured before); `data` is null (full dependencies) or one edge for one dependency.
+    unsafe {
+        sys::cuStreamUpdateCaptureDependencies_v2(
+            stream,
+            deps.as_mut_ptr(),
+            data,
+            deps.len(),
+            sys::CUstreamUpdateCaptureDependencies_flags_enum::CU_STREAM_SET_CAPTURE_DEPENDENCIES
+                as u32,
+        )
+    }
+    .result()
+    .or_else(|e| {
+        if deps.is_empty() && e.0 == sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE {
+            NO_EMPTY_DEPENDENCIES.store(true, Relaxed);
+            tracing::debug!("graphed: the driver refuses an empty capture dependency set; roots follow the op before");
+            return Ok(());
+        }
+        Err(Error::Lower {
+            backend: NAME,
+            reason: format!("setting capture dependencies: {e}"),
+        })
+    })
+}
+
+/// The nodes the next work captured on `stream` would depend on: the last nodes of the work
+/// captured so far (as set by [`set_capture_dependencies`] and extended by each node since).
+fn capture_dependencies(stream: sys::CUstream) -> Result<Vec<sys::CUgraphNode>> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut id: sys::cuuint64_t = 0;
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    let mut deps: *const sys::CUgraphNode = std::ptr::null();
+    let mut edges: *const sys::CUgraphEdgeData = std::ptr::null();
+    let mut n = 0usize;
+    // SAFETY: out-pointers to locals; the driver's `deps` array stays valid until the next
+    // call on the stream, and is copied before that.
+    unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            &mut id,
+            &mut graph,
+            &mut deps,
+            &mut edges,
+            &mut n,
+        )
+    }
+    .result()
+    .map_err(|e| Error::Lower {
+        backend: NAME,
+        reason: format!("reading capture dependencies: {e}"),
+    })?;
+    if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+        return Err(Error::Lower {
+            backend: NAME,
+            reason: format!("the capture stopped while issuing the plan ({status:?})"),
+        });
+    }
+    if n == 0 || deps.is_null() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the driver returned `n` valid node handles at `deps`.
+    Ok(unsafe { std::slice::from_raw_parts(deps, n) }.to_vec())
 }
 
 /// Nodes of a graph by type.

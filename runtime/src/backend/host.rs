@@ -168,6 +168,11 @@ impl Backend for HostBackend {
         Ok(Box::new(HostReplay {
             plan: plan.clone(),
             subgroup_size: self.subgroup_size,
+            #[cfg(feature = "testing")]
+            dag: match crate::faults::take_dropped_edges() {
+                Some(op) => plan.dag().without_edges_into(op),
+                None => plan.dag(),
+            },
         }))
     }
     fn drain(&self) -> Result<()> {
@@ -175,10 +180,43 @@ impl Backend for HostBackend {
     }
 }
 
-/// The host lowering: the plan's op list, executed directly.
+/// The host lowering: the plan's op list, executed directly, in plan order (with the
+/// `testing` feature, in a random order its dependency edges allow where a test asks).
 struct HostReplay {
     plan: Plan,
     subgroup_size: u32,
+    #[cfg(feature = "testing")]
+    dag: crate::dag::Dag,
+}
+
+impl HostReplay {
+    fn run_op(&self, op: &Op) -> Result<()> {
+        match op {
+            Op::Launch {
+                kernel,
+                grid,
+                args,
+                bindings,
+            } => {
+                let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
+                run(
+                    kernel,
+                    *grid,
+                    &self.plan.launch_args[*args],
+                    &views,
+                    self.subgroup_size,
+                )
+            }
+            Op::Copy { src, dst } => HostBackend::default().copy(src, dst),
+            Op::Sgemm { shape, .. } => Err(Error::Launch {
+                kernel: "sgemm",
+                reason: format!("{shape:?}: the host backend has no vendor BLAS"),
+            }),
+            // Only a local communicator of one rank exists on the host: the identity.
+            #[cfg(feature = "nccl")]
+            Op::AllReduce(op) => op.run(),
+        }
+    }
 }
 
 impl Recording for HostReplay {
@@ -186,36 +224,11 @@ impl Recording for HostReplay {
         for &(launch, word, bits) in scalars {
             self.plan.launch_args[launch][word] = bits;
         }
-        for op in &self.plan.ops {
-            match op {
-                Op::Launch {
-                    kernel,
-                    grid,
-                    args,
-                    bindings,
-                } => {
-                    let views: Vec<RawView> = bindings.iter().map(|b| b.view.clone()).collect();
-                    run(
-                        kernel,
-                        *grid,
-                        &self.plan.launch_args[*args],
-                        &views,
-                        self.subgroup_size,
-                    )?;
-                }
-                Op::Copy { src, dst } => HostBackend::default().copy(src, dst)?,
-                Op::Sgemm { shape, .. } => {
-                    return Err(Error::Launch {
-                        kernel: "sgemm",
-                        reason: format!("{shape:?}: the host backend has no vendor BLAS"),
-                    })
-                }
-                // Only a local communicator of one rank exists on the host: the identity.
-                #[cfg(feature = "nccl")]
-                Op::AllReduce(op) => op.run()?,
-            }
+        #[cfg(feature = "testing")]
+        if let Some(order) = crate::faults::host_order(|seed| self.dag.random_order(seed)) {
+            return order.into_iter().try_for_each(|i| self.run_op(&self.plan.ops[i]));
         }
-        Ok(())
+        self.plan.ops.iter().try_for_each(|op| self.run_op(op))
     }
     fn rebind(&mut self, plan: &Plan, ops: &[usize], words: &[(usize, usize, u32)]) -> Result<()> {
         for &i in ops {
@@ -223,6 +236,10 @@ impl Recording for HostReplay {
         }
         for &(launch, word, bits) in words {
             self.plan.launch_args[launch][word] = bits;
+        }
+        #[cfg(feature = "testing")]
+        {
+            self.dag = self.plan.dag();
         }
         Ok(())
     }

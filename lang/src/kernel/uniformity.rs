@@ -202,8 +202,12 @@ impl Analysis<'_, '_> {
             }
             Stmt::Barrier { span } => {
                 if let Some(why) = nu {
+                    let mut msg = barrier_message(why).to_string();
+                    if !self.params_uniform {
+                        msg.push_str(" (in a `#[device]` function every parameter counts as depending on the invocation id, since a caller may pass one)");
+                    }
                     if let Some(r) = self.report.as_deref_mut() {
-                        r.push(syn::Error::new(*span, barrier_message(why)));
+                        r.push(syn::Error::new(*span, msg));
                     }
                 }
             }

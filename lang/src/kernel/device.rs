@@ -406,7 +406,7 @@ fn shared_params(
         };
         if elem.is_none() || size.is_none() {
             errors.push(syn::Error::new_spanned(
-                &*a,
+                a,
                 "a workgroup-array parameter is `&[T; N]` or `&mut [T; N]` with `T` one of `f32`, `i32`, `u32` and `N` an integer literal above 0, e.g. `s: &mut [f32; 256]`",
             ));
         }
@@ -423,7 +423,7 @@ fn shared_params(
         }
         if atomic.contains(&name) && !elem.is_int() {
             errors.push(syn::Error::new_spanned(
-                &*a,
+                a,
                 format!("atomics act on `u32` or `i32`; `{name}` holds `{}`", elem.rust()),
             ));
         }

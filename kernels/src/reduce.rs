@@ -122,13 +122,16 @@ fn tree(op: u32, s: &mut [f32; 256], t: u32) -> f32 {
     s[0]
 }
 
-/// [`tree`] summing: the workgroup's total of `s[0..256]`, in the module's order.
+/// The workgroup's total of `s[0..256]`, summed as a tree in the module's order (step 2),
+/// once every invocation `t` of the 256 wrote its partial sum to `s[t]`; every invocation
+/// gets it. It reaches barriers: call it where the whole workgroup is, and put a
+/// `barrier()` before writing `s` again.
 #[device]
 pub fn tree_sum(s: &mut [f32; 256], t: u32) -> f32 {
     tree(0u32, s, t)
 }
 
-/// [`tree`] taking the largest: the workgroup's maximum of `s[0..256]`.
+/// The workgroup's maximum of `s[0..256]`, as [`tree_sum`] sums it.
 #[device]
 pub fn tree_max(s: &mut [f32; 256], t: u32) -> f32 {
     tree(2u32, s, t)

@@ -5,10 +5,10 @@
 //! are folded by invocation, then a tree per workgroup; when a launch needs more than one
 //! workgroup their partial sums are added by a second launch of [`crate::reduce::reduce_all`].
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
-use crate::reduce::{reduce_all, SINGLE_PASS_MAX};
+use crate::reduce::{reduce_all, tree_max, tree_sum, SINGLE_PASS_MAX};
 use crate::shape::{expect_at_least, expect_len, u32_of};
 
 /// Rows of at most this many classes get one invocation per row; wider rows one workgroup.
@@ -56,18 +56,17 @@ pub fn softmax_xent_narrow(
         }
         r += stride;
     }
+    partial_sum(s, t, acc, lscale, out, workgroup_id().x);
+}
+
+/// Step 2 of [`crate::reduce`]'s order for a loss: the workgroup's accumulators `acc` (of
+/// invocations `t`) summed in `s`, and `out[w] = scale · Σ acc` written by invocation 0.
+#[device]
+fn partial_sum(s: &mut [f32; 256], t: u32, acc: f32, scale: f32, out: &mut [f32], w: u32) {
     s[t] = acc;
-    barrier();
-    let mut h = 128u32;
-    while h > 0 {
-        if t < h {
-            s[t] = s[t] + s[t + h];
-        }
-        barrier();
-        h = h >> 1u32;
-    }
+    let total = tree_sum(s, t);
     if t == 0 {
-        out[workgroup_id().x] = s[0] * lscale;
+        out[w] = total * scale;
     }
 }
 
@@ -98,16 +97,7 @@ pub fn softmax_xent_wide(
             j += 256u32;
         }
         s[t] = mx;
-        barrier();
-        let mut h = 128u32;
-        while h > 0 {
-            if t < h {
-                s[t] = max(s[t], s[t + h]);
-            }
-            barrier();
-            h = h >> 1u32;
-        }
-        let m = s[0];
+        let m = tree_max(s, t);
         barrier();
         let mut sum = 0.0;
         j = t;
@@ -116,16 +106,7 @@ pub fn softmax_xent_wide(
             j += 256u32;
         }
         s[t] = sum;
-        barrier();
-        h = 128u32;
-        while h > 0 {
-            if t < h {
-                s[t] = s[t] + s[t + h];
-            }
-            barrier();
-            h = h >> 1u32;
-        }
-        let total = s[0];
+        let total = tree_sum(s, t);
         barrier();
         let lab = labels[r];
         let valid = lab < classes;
@@ -178,19 +159,7 @@ pub fn mse_pass(
         }
         i += stride;
     }
-    s[t] = acc;
-    barrier();
-    let mut h = 128u32;
-    while h > 0 {
-        if t < h {
-            s[t] = s[t] + s[t + h];
-        }
-        barrier();
-        h = h >> 1u32;
-    }
-    if t == 0 {
-        out[workgroup_id().x] = s[0] * lscale;
-    }
+    partial_sum(s, t, acc, lscale, out, workgroup_id().x);
 }
 
 /// `grad = gscale · (p − y)` (added to `grad` when `accumulate`): the MSE gradient alone.

@@ -17,10 +17,10 @@
 //! Scalars (`lr`, betas, `eps`, weight decay, momentum) are kernel arguments, so each can be a
 //! per-step scalar of a recorded step.
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::{Buffer, Device, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
-use crate::reduce::{first_pass_groups, reduce_all};
+use crate::reduce::{first_pass_groups, reduce_all, tree_sum};
 use crate::shape::{expect_len, groups, u32_of};
 
 /// Words of an optimizer's step counter: `[arrivals, steps]` (module docs).
@@ -28,6 +28,27 @@ pub const COUNTER_WORDS: usize = 2;
 
 /// Most workgroups an optimizer launch uses (each invocation then loops over its share).
 const MAX_OPT_GROUPS: usize = 1024;
+
+/// Advances the step counter `count` (module docs) and gives every invocation of the
+/// workgroup the step number `t`: invocation `lid == 0` of workgroup `wid` of `groups` takes
+/// it and shares it through `st`. Called by the whole workgroup together, once per launch.
+#[device]
+fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, wid: u32, groups: u32) -> u32 {
+    if lid == 0 {
+        let old = atomic_add(count, 0u32, 1u32);
+        let mut t = old / groups + 1u32;
+        if t > 1048576u32 {
+            atomic_sub(count, 0u32, 1u32);
+            t = 1048576u32;
+        }
+        if wid == 0 {
+            atomic_add(count, 1u32, 1u32);
+        }
+        st[0] = t;
+    }
+    barrier();
+    st[0]
+}
 
 /// The fixed workgroup count of an optimizer over `n` parameters.
 fn opt_groups(n: usize) -> u32 {
@@ -54,24 +75,11 @@ pub fn adam_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
-    if local_id().x == 0 {
-        let old = atomic_add(count, 0u32, 1u32);
-        let mut t = old / num_workgroups().x + 1u32;
-        if t > 1048576u32 {
-            atomic_sub(count, 0u32, 1u32);
-            t = 1048576u32;
-        }
-        if workgroup_id().x == 0 {
-            atomic_add(count, 1u32, 1u32);
-        }
-        st[0] = t;
-    }
-    barrier();
     // Bias corrections 1 − βᵗ by binary powering of (1 − β): with q = 1 − βᵏ,
     // 1 − β²ᵏ = q(2 − q) and 1 − βᵃ⁺ᵇ = qa + qb(1 − qa), which never subtract nearly equal
     // numbers (1 − pow(β, t) loses digits, and GPU `pow` is exp2(t·log2 β) with a poor
     // log2 near 1).
-    let mut e = st[0];
+    let mut e = step_number(count, st, local_id().x, workgroup_id().x, num_workgroups().x);
     let mut q1 = 1.0 - beta1;
     let mut q2 = 1.0 - beta2;
     let mut bc1 = 0.0;
@@ -125,20 +133,8 @@ pub fn sgd_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
-    if local_id().x == 0 {
-        let old = atomic_add(count, 0u32, 1u32);
-        let mut t = old / num_workgroups().x + 1u32;
-        if t > 1048576u32 {
-            atomic_sub(count, 0u32, 1u32);
-            t = 1048576u32;
-        }
-        if workgroup_id().x == 0 {
-            atomic_add(count, 1u32, 1u32);
-        }
-        st[0] = t;
-    }
-    barrier();
-    let first = st[0] == 1u32;
+    let step = step_number(count, st, local_id().x, workgroup_id().x, num_workgroups().x);
+    let first = step == 1u32;
     let n = p.len();
     let stride = global_size().x;
     let mut i = global_id().x;
@@ -173,16 +169,8 @@ pub fn clip_scale(max_norm: f32, partials: &[f32], g: &mut [f32], norm: &mut [f3
     let s = shared::<f32, 256>();
     let t = local_id().x;
     s[t] = if t < partials.len() { partials[t] } else { 0.0 };
-    barrier();
-    let mut h = 128u32;
-    while h > 0 {
-        if t < h {
-            s[t] = s[t] + s[t + h];
-        }
-        barrier();
-        h = h >> 1u32;
-    }
-    let total = sqrt(s[0]);
+    let sq = tree_sum(s, t);
+    let total = sqrt(sq);
     let coef = min(max_norm / (total + 0.000001), 1.0);
     if global_id().x == 0 {
         norm[0] = total;

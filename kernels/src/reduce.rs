@@ -108,6 +108,40 @@ pub(crate) fn combine(op: u32, a: f32, b: f32) -> f32 {
     }
 }
 
+/// Step 2 of the module's order over a workgroup of 256: once every invocation `t` wrote
+/// its partial result to `s[t]`, combines them by accumulation `op` as a tree (`h = 128, 64,
+/// …, 1`: slot `t < h` takes `s[t] ∘ s[t + h]`) and gives every invocation the total. Called
+/// by the whole workgroup together; `s` is only read after it, so a caller that writes `s`
+/// again puts a `barrier()` first.
+#[device]
+fn tree(op: u32, s: &mut [f32; 256], t: u32) -> f32 {
+    barrier();
+    let mut h = 128u32;
+    while h > 0 {
+        if t < h {
+            s[t] = combine(op, s[t], s[t + h]);
+        }
+        barrier();
+        h = h >> 1u32;
+    }
+    s[0]
+}
+
+/// The workgroup's total of `s[0..256]`, summed as a tree in the module's order (step 2),
+/// once every invocation `t` of the 256 wrote its partial sum to `s[t]`; every invocation
+/// gets it. It reaches barriers: call it where the whole workgroup is, and put a
+/// `barrier()` before writing `s` again.
+#[device]
+pub fn tree_sum(s: &mut [f32; 256], t: u32) -> f32 {
+    tree(0u32, s, t)
+}
+
+/// The workgroup's maximum of `s[0..256]`, as [`tree_sum`] sums it.
+#[device]
+pub fn tree_max(s: &mut [f32; 256], t: u32) -> f32 {
+    tree(2u32, s, t)
+}
+
 /// The result from the total `v`: post 0 as is, 1 times `scale`, 2 square root.
 #[device]
 pub(crate) fn finish(post: u32, scale: f32, v: f32) -> f32 {
@@ -136,17 +170,9 @@ pub fn reduce_all(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32]) {
         i += stride;
     }
     s[t] = acc;
-    barrier();
-    let mut h = 128u32;
-    while h > 0 {
-        if t < h {
-            s[t] = combine(op, s[t], s[t + h]);
-        }
-        barrier();
-        h = h >> 1u32;
-    }
+    let total = tree(op, s, t);
     if t == 0 {
-        out[workgroup_id().x] = finish(post, scale, s[0]);
+        out[workgroup_id().x] = finish(post, scale, total);
     }
 }
 
@@ -180,17 +206,9 @@ pub fn reduce_rows(
             c += 256u32;
         }
         s[t] = acc;
-        barrier();
-        let mut h = 128u32;
-        while h > 0 {
-            if t < h {
-                s[t] = combine(op, s[t], s[t + h]);
-            }
-            barrier();
-            h = h >> 1u32;
-        }
+        let total = tree(op, s, t);
         if t == 0 {
-            out[r] = finish(post, scale, s[0]);
+            out[r] = finish(post, scale, total);
         }
         barrier();
         r += num_workgroups().x;

@@ -277,8 +277,11 @@ struct KernelGen<'r> {
     /// (name, type) of scalar parameters.
     scalars: Vec<(String, &'static str)>,
     shared: Vec<(String, &'static str)>,
-    /// Workgroup arrays used only through atomics: (name, element).
+    /// Workgroup arrays used only through atomics: (name, element); 8 elements each.
     atomic_shared: Vec<(String, &'static str)>,
+    /// Workgroup arrays of 8 elements used plainly (those a helper's `&mut [T; 8]`
+    /// parameter takes): (name, element).
+    wg8: Vec<(String, &'static str)>,
     /// (name, element, length, mutable) of per-invocation arrays in scope.
     arrays: Vec<(String, &'static str, u32, bool)>,
     counter: usize,
@@ -527,6 +530,25 @@ impl KernelGen<'_> {
         let (name, params, _) = self.fns[i].clone();
         let mut args = Vec::new();
         for p in &params {
+            // A workgroup array `&mut [T; 8]` (`@` marks an atomic one): one of the caller's.
+            if let Some(rest) = p.strip_prefix("wg ") {
+                let (atomic, elem) = match rest.strip_prefix('@') {
+                    Some(e) => (true, e),
+                    None => (false, rest),
+                };
+                let pool = if atomic { &self.atomic_shared } else { &self.wg8 };
+                let fits: Vec<String> = pool
+                    .iter()
+                    .filter(|(_, t)| *t == elem)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                args.push(if fits.is_empty() || (!self.clean && self.rng.chance(10)) {
+                    self.leaf("u32")
+                } else {
+                    self.rng.pick(&fits).clone()
+                });
+                continue;
+            }
             let arg = if let Some(elem) = p.strip_prefix("&mut [").or(p.strip_prefix("&[")) {
                 let elem = elem.trim_end_matches(']');
                 let want_mut = p.starts_with("&mut");
@@ -783,9 +805,7 @@ impl KernelGen<'_> {
                 };
                 format!("let {v}{ann} = loop {{ if {cond} {{ break {early}; }} {body} break {last}; }};")
             }
-            // Helpers take no per-invocation arrays yet (an error the checker gives): clean
-            // helper bodies leave them out, so most helpers are still accepted.
-            9 | 10 if !(self.clean && self.device.is_some()) => self.array_decl(),
+            9 | 10 => self.array_decl(),
             _ => {
                 self.depth -= 1;
                 return self.simple_stmt();
@@ -863,7 +883,9 @@ impl KernelGen<'_> {
                 format!("{n} {op} {};", self.expr(rhs_t))
             }
             6..=8 => self.simple_stmt_write(),
-            9 if !self.clean || (self.depth == 0 && self.device.is_none()) => "barrier();".into(),
+            // A helper's barrier too: at its top level it is uniform unless an early return
+            // on a parameter came before (then an error, as for a kernel).
+            9 if !self.clean || self.depth == 0 => "barrier();".into(),
             10 if self.loops > 0 => (*self.rng.pick(&["break;", "continue;"])).into(),
             12 if !self.clean || (self.depth == 0 && self.device.is_none()) => {
                 self.subgroups = true;
@@ -1043,6 +1065,7 @@ fn random_kernel(rng: &mut Rng) -> (String, String) {
         scalars: Vec::new(),
         shared: Vec::new(),
         atomic_shared: Vec::new(),
+        wg8: Vec::new(),
         arrays: Vec::new(),
         counter: 0,
         depth: 0,
@@ -1791,6 +1814,7 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
             subgroups: false,
             arrays: Vec::new(),
             atomic_shared: Vec::new(),
+            wg8: Vec::new(),
         };
         let mut params = Vec::new();
         let mut kinds = Vec::new();
@@ -1807,6 +1831,19 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
             params.push(format!("q{i}: {ty}"));
             kinds.push(ty);
             g.slices.push((format!("q{i}"), t, w));
+        }
+        // Workgroup arrays: plain ones (indexed in the body) and atomic ones.
+        if g.rng.chance(40) {
+            let t = *g.rng.pick(&["f32", "i32", "u32"]);
+            params.push(format!("w{f}: &mut [{t}; 8]"));
+            kinds.push(format!("wg {t}"));
+            g.shared.push((format!("w{f}"), t));
+        }
+        if g.rng.chance(30) {
+            let t = *g.rng.pick(&["i32", "u32"]);
+            params.push(format!("a{f}: &mut [{t}; 8]"));
+            kinds.push(format!("wg @{t}"));
+            g.atomic_shared.push((format!("a{f}"), t));
         }
         let ret = if g.rng.chance(75) {
             Some(*g.rng.pick(TYS))
@@ -1842,6 +1879,7 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
         subgroups: false,
         arrays: Vec::new(),
         atomic_shared: Vec::new(),
+        wg8: Vec::new(),
     };
     let mut params = Vec::new();
     for i in 0..g.rng.below(3) {
@@ -1856,6 +1894,15 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
         g.slices.push((format!("b{i}"), t, w));
     }
     let mut body = String::new();
+    // Workgroup arrays of every element type, for the helpers' workgroup-array parameters.
+    for t in ["f32", "i32", "u32"] {
+        body.push_str(&format!("let kw_{t} = shared::<{t}, 8>();\n"));
+        g.wg8.push((format!("kw_{t}"), t));
+        if t != "f32" {
+            body.push_str(&format!("let ka_{t} = shared::<{t}, 8>();\n"));
+            g.atomic_shared.push((format!("ka_{t}"), t));
+        }
+    }
     for i in 0..g.fns.len() {
         // Every helper is called at least once, so every one is emitted.
         let call = g.call(i);

@@ -275,6 +275,20 @@ impl<T: Element> HostShared<T> {
         self.cell(i)?.set(v.to_bits());
         Ok(())
     }
+    /// A workgroup array holding `data`, for a `#[device]` function's Rust form.
+    pub fn from_values(data: &[T], kernel: &'static str, name: &'static str) -> Self {
+        HostShared {
+            cells: cells_of(data),
+            kernel,
+            name,
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    /// Writes the array back into `data` (same length), after a `#[device]` function ran.
+    pub fn copy_into(&self, data: &mut [T]) {
+        copy_back(&self.cells, data);
+    }
 }
 
 impl<T: AtomicElem> HostShared<T> {
@@ -363,6 +377,18 @@ impl Future for Barrier {
         } else {
             self.yielded = true;
             Poll::Pending
+        }
+    }
+}
+
+/// Runs one invocation alone to its end (a `#[device]` function's Rust form that reaches a
+/// barrier): with no other invocation to wait for, every barrier passes at once.
+pub fn run_alone<T>(f: impl Future<Output = Result<T, KernelFault>>) -> Result<T, KernelFault> {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(r) = f.as_mut().poll(&mut cx) {
+            return r;
         }
     }
 }

@@ -1,9 +1,12 @@
 use graphed::prelude::*;
 
+// A barrier under a condition on a parameter: callers may pass an invocation id.
 #[device]
-fn publish(y: &mut [f32], i: u32, v: f32) {
-    y[i] = v;
-    barrier();
+fn publish(s: &mut [f32; 64], i: u32, v: f32) {
+    s[i] = v;
+    if i < 32 {
+        barrier();
+    }
 }
 
 #[device]

@@ -24,9 +24,9 @@ use proc_macro2::{Delimiter, Literal, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, ToTokens};
 use syn::visit::Visit;
 
-use super::check::{Checker, Sig, DEFERRED};
+use super::check::{Checker, SharedParam, Sig, Slot, DEFERRED};
 use super::emit::host_device;
-use super::ir::{DeviceFn, IdBuiltin, Kernel, ParamKind, Ty};
+use super::ir::{DeviceFn, IdBuiltin, Kernel, ParamKind, Shared, Ty};
 use super::{combine, parse, Errors};
 
 const BUNDLE: &str = "__graphed_bundle";
@@ -304,9 +304,15 @@ fn parse_entries(body: TokenStream) -> syn::Result<Vec<Entry>> {
     Ok(out)
 }
 
-/// A helper's parameters and return type; errors for what a helper cannot be.
-fn signature(func: &syn::ItemFn, errors: &mut Errors) -> (Vec<super::ir::Param>, Option<Ty>) {
-    let sig = &func.sig;
+/// What a helper's signature declares: scalar and slice parameters, workgroup-array
+/// parameters, the return type.
+type Declared = (Vec<super::ir::Param>, Vec<SharedParam>, Option<Ty>);
+
+/// A helper's signature (`atomic`: the names its body, or a callee, uses atomically);
+/// errors for what a helper cannot be.
+fn signature(func: &syn::ItemFn, atomic: &[String], errors: &mut Errors) -> Declared {
+    let (sig, shared) = shared_params(&func.sig, atomic, errors);
+    let sig = &sig;
     let no = |errors: &mut Errors, node: &dyn ToTokens, what: &str| {
         errors.push(syn::Error::new_spanned(
             node,
@@ -348,7 +354,7 @@ fn signature(func: &syn::ItemFn, errors: &mut Errors) -> (Vec<super::ir::Param>,
         ));
     }
     let mut rejected = Vec::new();
-    let params = parse::params(sig, &[], errors, &mut rejected);
+    let params = parse::params(sig, atomic, errors, &mut rejected);
     let ret = match &sig.output {
         syn::ReturnType::Default => None,
         syn::ReturnType::Type(_, ty) => match parse::scalar_type(ty) {
@@ -362,7 +368,222 @@ fn signature(func: &syn::ItemFn, errors: &mut Errors) -> (Vec<super::ir::Param>,
             }
         },
     };
-    (params, ret)
+    (params, shared, ret)
+}
+
+/// The workgroup-array parameters (`s: &[f32; 256]`, `s: &mut [u32; 64]`) of `sig`, and
+/// `sig` without them.
+fn shared_params(
+    sig: &syn::Signature,
+    atomic: &[String],
+    errors: &mut Errors,
+) -> (syn::Signature, Vec<SharedParam>) {
+    let mut rest = sig.clone();
+    rest.inputs.clear();
+    let mut shared = Vec::new();
+    for (pos, input) in sig.inputs.iter().enumerate() {
+        let arr = match input {
+            syn::FnArg::Typed(pt) => match (&*pt.pat, &*pt.ty) {
+                (syn::Pat::Ident(id), syn::Type::Reference(r)) => match &*r.elem {
+                    syn::Type::Array(a) => Some((id, r, a)),
+                    _ => None,
+                },
+                _ => None,
+            },
+            syn::FnArg::Receiver(_) => None,
+        };
+        let Some((id, r, a)) = arr else {
+            rest.inputs.push(input.clone());
+            continue;
+        };
+        let name = id.ident.to_string();
+        let elem = parse::scalar_type(&a.elem).filter(|t| *t != Ty::Bool);
+        let size = match &a.len {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Int(n),
+                ..
+            }) => n.base10_parse::<u32>().ok().filter(|n| *n > 0),
+            _ => None,
+        };
+        if elem.is_none() || size.is_none() {
+            errors.push(syn::Error::new_spanned(
+                a,
+                "a workgroup-array parameter is `&[T; N]` or `&mut [T; N]` with `T` one of `f32`, `i32`, `u32` and `N` an integer literal above 0, e.g. `s: &mut [f32; 256]`",
+            ));
+        }
+        // A rejected one is still an array, of no known bound: its uses add no errors.
+        let (elem, size) = (elem.unwrap_or(Ty::F32), size.unwrap_or(u32::MAX));
+        if r.lifetime.is_some() || id.mutability.is_some() || id.by_ref.is_some() {
+            errors.push(syn::Error::new_spanned(
+                input,
+                format!("a workgroup-array parameter is a plain name and a type: `{name}: &mut [{}; {size}]`", elem.rust()),
+            ));
+        }
+        if !parse::target_name(&id.ident, "a `#[device]` function's parameter", errors) {
+            continue;
+        }
+        if atomic.contains(&name) && !elem.is_int() {
+            errors.push(syn::Error::new_spanned(
+                a,
+                format!("atomics act on `u32` or `i32`; `{name}` holds `{}`", elem.rust()),
+            ));
+        }
+        shared.push(SharedParam {
+            pos,
+            shared: Shared {
+                name,
+                elem,
+                size,
+                atomic: atomic.contains(&id.ident.to_string()),
+            },
+            mutable: r.mutability.is_some(),
+        });
+    }
+    (rest, shared)
+}
+
+/// The helper calls of `block`: each callee's path as written and its arguments' names
+/// (where an argument is a plain name).
+fn call_args(block: &syn::Block) -> Vec<(String, Vec<Option<String>>)> {
+    struct Calls(Vec<(String, Vec<Option<String>>)>);
+    impl<'ast> Visit<'ast> for Calls {
+        fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {
+            if let syn::Expr::Path(p) = &*c.func {
+                let args = c
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        syn::Expr::Path(ap) => ap.path.get_ident().map(|i| i.to_string()),
+                        _ => None,
+                    })
+                    .collect();
+                self.0.push((path_key(&p.path), args));
+            }
+            syn::visit::visit_expr_call(self, c);
+        }
+        fn visit_item(&mut self, _: &'ast syn::Item) {}
+    }
+    let mut c = Calls(Vec::new());
+    c.visit_block(block);
+    c.0
+}
+
+/// The names `block` passes where a callee (of `sigs`, by `names`) acts atomically: they
+/// are atomic in the caller too (WGSL types the memory `atomic<T>` in every function).
+pub fn atomic_args(
+    block: &syn::Block,
+    sigs: &[Sig],
+    names: &HashMap<String, usize>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (key, args) in call_args(block) {
+        let Some(sig) = names.get(&key).and_then(|&i| sigs.get(i)) else {
+            continue;
+        };
+        for (slot, a) in sig.slots().into_iter().zip(args) {
+            let atomic = match slot {
+                Slot::Param(j) => matches!(sig.params[j].kind, ParamKind::Slice { atomic: true, .. }),
+                Slot::Shared(j) => sig.shared[j].shared.atomic,
+            };
+            if let (true, Some(a)) = (atomic, a) {
+                out.push(a);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `block` calls `barrier()` itself.
+fn calls_barrier(block: &syn::Block) -> bool {
+    call_args(block).iter().any(|(k, _)| k == "barrier")
+}
+
+/// The signatures of `entries` (whose callees are `names`): which parameters are used
+/// atomically and whether a barrier is reached are carried from callees to callers.
+fn entry_sigs(entries: &[&Entry], names: &[HashMap<String, usize>], errors: &mut Errors) -> Vec<Sig> {
+    let own_atomic: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| super::atomic_params(&e.item.block))
+        .collect();
+    let sig_of = |e: &Entry, atomic: &[String], barrier: bool, errors: &mut Errors| {
+        let (params, shared, ret) = signature(&e.item, atomic, errors);
+        Sig {
+            id: e.id.clone(),
+            name: e.item.sig.ident.to_string(),
+            params,
+            shared,
+            ret,
+            has_barrier: barrier,
+        }
+    };
+    let mut atomic = own_atomic.clone();
+    let mut barrier: Vec<bool> = entries.iter().map(|e| calls_barrier(&e.item.block)).collect();
+    let mut sigs: Vec<Sig> = entries
+        .iter()
+        .zip(&atomic)
+        .zip(&barrier)
+        .map(|((e, a), b)| sig_of(e, a, *b, &mut Errors::new()))
+        .collect();
+    // Callees first or not, each round carries one more level; no chain is longer than
+    // the number of helpers.
+    for _ in 0..entries.len() {
+        let mut changed = false;
+        for (k, e) in entries.iter().enumerate() {
+            let mut a = own_atomic[k].clone();
+            a.extend(atomic_args(&e.item.block, &sigs, &names[k]));
+            let b = barrier[k] || names[k].values().any(|&c| sigs[c].has_barrier);
+            if b != barrier[k] || a.iter().any(|n| !atomic[k].contains(n)) {
+                changed = true;
+                barrier[k] = b;
+                atomic[k] = a;
+                sigs[k] = sig_of(e, &atomic[k], b, &mut Errors::new());
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    entries
+        .iter()
+        .zip(&atomic)
+        .zip(&barrier)
+        .map(|((e, a), b)| sig_of(e, a, *b, errors))
+        .collect()
+}
+
+/// Checks and lowers helper `func` of signature `sig`, which calls `sigs` by `names`.
+fn lower_helper(
+    func: &syn::ItemFn,
+    sig: &Sig,
+    sigs: Vec<Sig>,
+    names: HashMap<String, usize>,
+    errors: &mut Errors,
+) -> DeviceFn {
+    let mut atomic = super::atomic_params(&func.block);
+    atomic.extend(atomic_args(&func.block, &sigs, &names));
+    let barriers: Vec<Option<String>> = sigs
+        .iter()
+        .map(|s| s.has_barrier.then(|| s.name.clone()))
+        .collect();
+    let mut checker = Checker::new(errors, sig.name.clone(), sig.params.clone(), [1, 1, 1]);
+    checker.atomic_names(atomic);
+    checker.set_helpers(sigs, names);
+    checker.set_shared_params(&sig.shared);
+    let body = checker.device_body(&func.block, sig.ret);
+    let arrays = checker.arrays();
+    let (params, shared, has_barrier) = checker.finish();
+    let f = DeviceFn {
+        id: sig.id.clone(),
+        name: sig.name.clone(),
+        params,
+        ret: sig.ret,
+        body,
+        shared,
+        arrays,
+        has_barrier,
+    };
+    super::uniformity::check_helper(&f, &barriers, errors);
+    f
 }
 
 /// The helpers that `calls` (with their `bundles`) bring: `None` if one had errors.
@@ -387,34 +608,19 @@ fn resolve(
         names.insert(path_key(path), idx);
     }
     let index = |id: &str| entries.iter().position(|x| x.id == id);
-    let mut sigs = Vec::new();
-    for e in &entries {
-        let (params, ret) = signature(&e.item, errors);
-        sigs.push(Sig {
-            id: e.id.clone(),
-            name: e.item.sig.ident.to_string(),
-            params,
-            ret,
-        });
-    }
+    let own_names: Vec<HashMap<String, usize>> = entries
+        .iter()
+        .map(|e| {
+            e.callees
+                .iter()
+                .filter_map(|(k, id)| Some((k.clone(), index(id)?)))
+                .collect()
+        })
+        .collect();
+    let sigs = entry_sigs(&entries, &own_names, errors);
     let mut fns = Vec::new();
-    for (e, sig) in entries.iter().zip(&sigs) {
-        let own: HashMap<String, usize> = e
-            .callees
-            .iter()
-            .filter_map(|(k, id)| Some((k.clone(), index(id)?)))
-            .collect();
-        let mut checker = Checker::new(errors, sig.name.clone(), sig.params.clone(), [1, 1, 1]);
-        checker.set_helpers(sigs.clone(), own);
-        let body = checker.device_body(&e.item.block, sig.ret);
-        let (params, _, _) = checker.finish();
-        fns.push(DeviceFn {
-            id: e.id.clone(),
-            name: sig.name.clone(),
-            params,
-            ret: sig.ret,
-            body,
-        });
+    for ((e, sig), own) in entries.iter().zip(&sigs).zip(own_names) {
+        fns.push(lower_helper(&e.item, sig, sigs.clone(), own, errors));
     }
     let tokens = entries
         .iter()
@@ -486,10 +692,13 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     }
     // Every mistake but those of the calls is reported now, without the callees.
     let mut errors = Errors::new();
-    let (params, ret) = signature(&func, &mut errors);
+    let atomic = super::atomic_params(&func.block);
+    let (params, shared, ret) = signature(&func, &atomic, &mut errors);
     let h = Helpers::deferred(&calls);
     let mut checker = Checker::new(&mut errors, func.sig.ident.to_string(), params, [1, 1, 1]);
+    checker.atomic_names(atomic);
     checker.set_helpers(h.sigs, h.names);
+    checker.set_shared_params(&shared);
     checker.device_body(&func.block, ret);
     checker.finish();
     if !errors.is_empty() {
@@ -577,7 +786,6 @@ fn build(
     bundles: &[(TokenStream, Bundle)],
 ) -> Result<Built, Option<Errors>> {
     let mut errors = Errors::new();
-    let (params, ret) = signature(func, &mut errors);
     let Some((helpers, dep_tokens)) = resolve(calls, bundles, &mut errors) else {
         return Err(if errors.is_empty() {
             None
@@ -585,23 +793,31 @@ fn build(
             Some(errors)
         });
     };
-    let name = func.sig.ident.to_string();
-    let mut checker = Checker::new(&mut errors, name.clone(), params, [1, 1, 1]);
-    checker.set_helpers(helpers.sigs.clone(), helpers.names.clone());
-    let body = checker.device_body(&func.block, ret);
-    let (params, _, _) = checker.finish();
+    let deps: Vec<String> = helpers.sigs.iter().map(|s| s.id.clone()).collect();
+    let (id, mac) = unique(func, &deps);
+    let mut atomic = super::atomic_params(&func.block);
+    atomic.extend(atomic_args(&func.block, &helpers.sigs, &helpers.names));
+    let (params, shared, ret) = signature(func, &atomic, &mut errors);
+    let has_barrier = calls_barrier(&func.block)
+        || helpers.names.values().any(|&c| helpers.sigs[c].has_barrier);
+    let sig = Sig {
+        id: id.clone(),
+        name: func.sig.ident.to_string(),
+        params,
+        shared,
+        ret,
+        has_barrier,
+    };
+    let own = lower_helper(
+        func,
+        &sig,
+        helpers.sigs.clone(),
+        helpers.names.clone(),
+        &mut errors,
+    );
     if !errors.is_empty() {
         return Err(Some(errors));
     }
-    let deps: Vec<String> = helpers.sigs.iter().map(|s| s.id.clone()).collect();
-    let (id, mac) = unique(func, &deps);
-    let own = DeviceFn {
-        id: id.clone(),
-        name,
-        params,
-        ret,
-        body,
-    };
     let mut map = Vec::new();
     for (path, (_, b)) in calls.iter().zip(bundles) {
         if let Bundle::Ok(es) = b {
@@ -701,7 +917,26 @@ fn finish_device(
             }
         }
     }
+    for sh in &own.shared {
+        let user = idents
+            .get(&sh.name)
+            .cloned()
+            .unwrap_or_else(|| format_ident!("{}", sh.name));
+        let arr = format_ident!("gd_shared_{}", sh.name);
+        let (sname, t) = (&sh.name, format_ident!("{}", sh.elem.rust()));
+        prep.push(quote!(let #arr = gd::HostShared::<#t>::from_values(&#user[..], #name, #sname);));
+        args.push(quote!(&#arr));
+        if own_mutable(&func.sig, sname) {
+            back.push(quote!(#arr.copy_into(&mut #user[..]);));
+        }
+    }
     let own_fn = format_ident!("{}", id);
+    // A helper that reaches a barrier is a future on the host; alone, it never waits.
+    let run = if own.has_barrier {
+        quote!(gd::run_alone(#own_fn(#(#args),*)))
+    } else {
+        quote!(#own_fn(#(#args),*))
+    };
     let attrs = &func.attrs;
     let default_doc = if attrs.iter().any(|a| a.path().is_ident("doc")) {
         quote!()
@@ -719,7 +954,7 @@ fn finish_device(
             use ::graphed::__private as gd;
             #host
             #(#prep)*
-            let gd_r = #own_fn(#(#args),*);
+            let gd_r = #run;
             #(#back)*
             match gd_r {
                 ::core::result::Result::Ok(v) => v,
@@ -728,6 +963,17 @@ fn finish_device(
         }
         #exporter
     }
+}
+
+/// Whether parameter `name` of `sig` is a `&mut` reference.
+fn own_mutable(sig: &syn::Signature, name: &str) -> bool {
+    sig.inputs.iter().any(|i| match i {
+        syn::FnArg::Typed(pt) => {
+            matches!(&*pt.pat, syn::Pat::Ident(id) if id.ident == name)
+                && matches!(&*pt.ty, syn::Type::Reference(r) if r.mutability.is_some())
+        }
+        syn::FnArg::Receiver(_) => false,
+    })
 }
 
 /// The expansion without rustc, for tests and fuzzing: `helpers` (in an order where callees

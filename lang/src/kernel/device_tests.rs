@@ -241,19 +241,230 @@ fn recursion_is_an_error() {
 }
 
 #[test]
-fn helpers_cannot_use_ids_barriers_workgroup_memory_or_atomics() {
+fn helpers_cannot_use_ids_or_declare_workgroup_memory() {
     let e = helper_errors(&[quote! { fn f() -> u32 { global_id().x } }]);
     assert_one(
         &e,
         "`global_id()` is not available in a `#[device]` function",
     );
     assert!(e[0].contains("pass the value as a parameter"), "{e:?}");
-    let e = helper_errors(&[quote! { fn f(y: &mut [f32]) { barrier(); y[0] = 1.0; } }]);
-    assert_one(&e, "`barrier()` is not available in a `#[device]` function");
     let e = helper_errors(&[quote! { fn f() -> f32 { let t = shared::<f32, 4>(); 1.0 } }]);
     assert_one(&e, "cannot declare workgroup memory");
-    let e = helper_errors(&[quote! { fn f(y: &mut [u32]) { atomic_add(y, 0u32, 1u32); } }]);
-    assert_one(&e, "atomics are not supported in a `#[device]` function");
+    assert!(e[0].contains("`&mut [T; N]` parameter"), "{e:?}");
+}
+
+fn tree_sum() -> TokenStream {
+    quote! {
+        fn tree_sum(s: &mut [f32; 64], t: u32) -> f32 {
+            barrier();
+            let mut h = 32u32;
+            while h > 0 {
+                if t < h { s[t] = s[t] + s[t + h]; }
+                barrier();
+                h = h / 2;
+            }
+            s[0]
+        }
+    }
+}
+
+fn count() -> TokenStream {
+    quote! {
+        fn count(bins: &mut [u32; 64], v: u32) {
+            atomic_add(bins, v % 64, 1u32);
+        }
+    }
+}
+
+#[test]
+fn a_helper_takes_workgroup_memory_and_reaches_barriers() {
+    let k = kernel(
+        quote! {
+            pub fn total(x: &[f32], out: &mut [f32]) {
+                let s = shared::<f32, 64>();
+                let t = local_id().x;
+                s[t] = if t < x.len() { x[t] } else { 0.0 };
+                let v = tree_sum(s, t);
+                if t == 0 { out[0] = v; }
+            }
+        },
+        &[tree_sum()],
+    );
+    assert!(k.has_barrier, "a call of a helper that reaches a barrier");
+    let h = &k.helpers[0];
+    assert!(h.has_barrier);
+    assert_eq!(h.shared.len(), 1);
+    assert_eq!((h.shared[0].elem, h.shared[0].size), (Ty::F32, 64));
+    let wgsl = valid_wgsl(&k);
+    // The specialisation indexes the kernel's module-scope array and takes no parameter
+    // for it; no storage barrier (the only writable slice is written after the tree).
+    assert!(wgsl.contains(&format!("fn {}_s0(t_v: u32) -> f32", h.id)), "{wgsl}");
+    assert!(wgsl.contains("s_1[t_v]"), "{wgsl}");
+    assert!(!wgsl.contains("storageBarrier"), "{wgsl}");
+    let cuda = emit::cuda::emit(&k);
+    assert!(
+        cuda.contains(&format!("static __device__ float {}(gd_u32 t_p, float* s)", h.id)),
+        "{cuda}"
+    );
+    assert!(cuda.contains("__syncthreads();"), "{cuda}");
+    let checked = emit::cuda::emit_checked(&k, 7);
+    assert!(checked.contains("float* s, gd_u32 s_t, gd_u32* gd_fault"), "{checked}");
+    let host = emit::host::emit(&k);
+    assert!(
+        host.contains(&format!("async fn {}(t_p: u32, s: &gd::HostShared<f32>)", h.id)),
+        "{host}"
+    );
+    assert!(host.contains(").await?"), "{host}");
+    syn::parse_str::<syn::File>(&host)
+        .unwrap_or_else(|e| panic!("host form does not parse: {e}\n{host}"));
+}
+
+#[test]
+fn a_workgroup_array_a_helper_uses_atomically_is_atomic_in_the_kernel() {
+    let k = kernel(
+        quote! {
+            pub fn hist(x: &[u32], bins: &mut [u32]) {
+                let local = shared::<u32, 64>();
+                let mut i = global_id().x;
+                while i < x.len() { count(local, x[i]); i += global_size().x; }
+                barrier();
+                let c = atomic_load(local, local_id().x);
+                atomic_add(bins, local_id().x, c);
+            }
+        },
+        &[count()],
+    );
+    assert!(k.shared[0].atomic);
+    assert!(k.helpers[0].shared[0].atomic);
+    let wgsl = valid_wgsl(&k);
+    assert!(wgsl.contains("var<workgroup> local_1: array<atomic<u32>, 64>;"), "{wgsl}");
+    assert!(wgsl.contains("atomicAdd(&local_1["), "{wgsl}");
+    // Read non-atomically in the kernel: an error naming the helper's use.
+    let e = kernel_errors(
+        quote! {
+            pub fn hist(x: &[u32], bins: &mut [u32]) {
+                let local = shared::<u32, 64>();
+                count(local, x[0]);
+                barrier();
+                bins[0] = local[0];
+            }
+        },
+        &[count()],
+    );
+    assert_one(&e, "`local` is used with atomics, so every access to it is atomic");
+}
+
+#[test]
+fn a_helper_holds_per_invocation_arrays() {
+    let k = kernel(
+        quote! {
+            pub fn k(x: &[f32], y: &mut [f32]) {
+                let i = global_id().x;
+                if i < y.len() { y[i] = poly(x[i], i % 4); }
+            }
+        },
+        &[quote! {
+            fn poly(v: f32, j: u32) -> f32 {
+                let c = [1.0f32, 2.0, 3.0, 4.0];
+                let mut p = [0.0f32; 4];
+                for q in 0..4u32 { p[q] = c[q] * v; }
+                p[j]
+            }
+        }],
+    );
+    assert_eq!(k.helpers[0].arrays.len(), 2);
+    assert!(k.arrays.is_empty());
+    valid_wgsl(&k);
+    let checked = emit::wgsl::emit_checked(&k, 3);
+    naga::front::wgsl::parse_str(&checked).unwrap_or_else(|e| panic!("{}\n{checked}", e.emit_to_string(&checked)));
+    // Numbered after the kernel's targets, for the fault record.
+    assert_eq!(emit::bounds::targets(&k), ["x", "y", "c", "p"]);
+    let host = emit::host::emit(&k);
+    assert!(host.contains("let mut c_"), "{host}");
+    syn::parse_str::<syn::File>(&host).unwrap_or_else(|e| panic!("{e}\n{host}"));
+}
+
+#[test]
+fn a_helper_that_reaches_a_barrier_is_called_where_the_whole_workgroup_is() {
+    let e = kernel_errors(
+        quote! {
+            pub fn total(x: &[f32], out: &mut [f32]) {
+                let s = shared::<f32, 64>();
+                let t = local_id().x;
+                s[t] = x[t];
+                if t < 32 { let v = tree_sum(s, t); out[t] = v; }
+            }
+        },
+        &[tree_sum()],
+    );
+    assert_one(&e, "this call reaches a `barrier()` (in `tree_sum`)");
+    // Through a helper that calls it, and after an early return.
+    let outer = quote! {
+        fn outer(s: &mut [f32; 64], t: u32) -> f32 { let v = tree_sum(s, t); v * 2.0 }
+    };
+    let e = kernel_errors(
+        quote! {
+            pub fn total(x: &[f32], out: &mut [f32]) {
+                let s = shared::<f32, 64>();
+                let t = local_id().x;
+                if t >= x.len() { return; }
+                s[t] = x[t];
+                let v = outer(s, t);
+                out[t] = v;
+            }
+        },
+        &[tree_sum(), outer],
+    );
+    assert_one(&e, "(in `outer`), which every invocation of the workgroup must reach together, but it is after a `return`");
+    // In a helper, a barrier under a condition on a parameter.
+    let e = helper_errors(&[quote! {
+        fn f(s: &mut [f32; 64], t: u32) { if t < 4 { barrier(); } s[t] = 1.0; }
+    }]);
+    assert_one(&e, "`barrier()` must be reached by every invocation of the workgroup together");
+}
+
+#[test]
+fn workgroup_array_arguments_are_checked_at_the_call() {
+    let call = |arg: TokenStream, helper: TokenStream| {
+        kernel_errors(
+            quote! {
+                pub fn k(x: &mut [f32]) {
+                    let s = shared::<f32, 64>();
+                    let u = shared::<u32, 64>();
+                    let w = shared::<f32, 32>();
+                    s[0] = 0.0; u[0] = 0u32; w[0] = 0.0;
+                    let v = f(#arg);
+                    x[0] = v;
+                }
+            },
+            &[helper],
+        )
+    };
+    let f = quote! { fn f(a: &mut [f32; 64]) -> f32 { a[0] } };
+    assert_one(&call(quote!(w), f.clone()), "argument `a` of `f` is `&mut [f32; 64]`, found `w`, a workgroup array of 32 `f32`");
+    assert_one(&call(quote!(u), f.clone()), "found `u`, a workgroup array of 64 `u32`");
+    assert_one(&call(quote!(x), f.clone()), "is a workgroup array `&mut [f32; 64]`: pass a `shared::<f32, 64>()` array");
+    let g = quote! { fn f(a: &[f32]) -> f32 { a[0] } };
+    assert_one(&call(quote!(s), g), "`s` is a workgroup array, but argument `a` of `f` is a slice");
+    // A read-only one is read-only in the helper, and cannot be passed on as `&mut`.
+    let e = helper_errors(&[quote! { fn f(a: &[f32; 8]) { a[0] = 1.0; } }]);
+    assert_one(&e, "cannot write to `a`: it is a read-only `&[f32; 8]`; declare it `&mut [f32; 8]`");
+    let e = helper_errors(&[quote! { fn f(a: &[u32; 8]) { atomic_add(a, 0u32, 1u32); } }]);
+    assert_one(&e, "`a` is read-only here (`&[u32; 8]`)");
+    let e = helper_errors(&[quote! { fn f(a: &mut [f32; N]) { a[0] = 1.0; } }]);
+    assert_one(&e, "a workgroup-array parameter is `&[T; N]` or `&mut [T; N]`");
+    // A helper taking workgroup memory may write it: not inside a larger expression.
+    let e = kernel_errors(
+        quote! {
+            pub fn k(x: &mut [f32]) {
+                let s = shared::<f32, 64>();
+                s[0] = 1.0;
+                x[0] = f(s) + 1.0;
+            }
+        },
+        &[f],
+    );
+    assert_one(&e, "`f` writes memory (it takes the workgroup array `a`)");
 }
 
 #[test]

@@ -115,6 +115,14 @@ pub struct DeviceFn {
     pub params: Vec<Param>,
     pub ret: Option<Ty>,
     pub body: Vec<Stmt>,
+    /// The workgroup arrays it takes (`&[T; N]` / `&mut [T; N]` parameters), named as the
+    /// parameters; `Place::Shared` and `AtomicTarget::Shared` in its body index these. In
+    /// every emitted signature they come after `params`, as in `ExprKind::Call`'s arguments.
+    pub shared: Vec<Shared>,
+    /// Its per-invocation arrays, indexed by `Place::Array` and `Stmt::Array` in its body.
+    pub arrays: Vec<LocalArray>,
+    /// Whether it reaches a `barrier()`, itself or through a callee.
+    pub has_barrier: bool,
 }
 
 /// An argument of a helper call.
@@ -123,6 +131,9 @@ pub enum CallArg {
     Value(Expr),
     /// A slice parameter of the caller (a kernel's or a helper's), by index.
     Slice(usize),
+    /// A workgroup array of the caller (the kernel's, or a helper's workgroup-array
+    /// parameter), by index; these follow every `Value` and `Slice` argument.
+    Shared(usize),
 }
 
 /// Where a value is read from or written to.
@@ -350,8 +361,9 @@ pub enum ExprKind {
     /// `if c { a } else { b }` over pure expressions: only the taken branch is evaluated
     /// on host and CUDA; WGSL's `select` evaluates both, which is harmless for pure code.
     Cond(Box<Expr>, Box<Expr>, Box<Expr>),
-    /// A call of helper `Kernel::helpers[i]`.
-    Call(usize, Vec<CallArg>),
+    /// A call of helper `Kernel::helpers[i]`, spanned for the uniformity check of a helper
+    /// that reaches a barrier.
+    Call(usize, Vec<CallArg>, Span),
     /// A subgroup operation on its operands (see [`SubgroupOp`]); the span is the call's,
     /// for the uniformity check.
     Subgroup(SubgroupOp, Vec<Expr>, Span),

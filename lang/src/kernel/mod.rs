@@ -82,7 +82,8 @@ pub fn lower_with(
     let kargs = parse::args(args, &mut errors);
     parse::signature(&func.sig, &mut errors);
     parse::kernel_name(&func.sig.ident, &mut errors);
-    let atomic = atomic_params(&func.block);
+    let mut atomic = atomic_params(&func.block);
+    atomic.extend(device::atomic_args(&func.block, &helpers.sigs, &helpers.names));
     let mut rejected = Vec::new();
     let params = parse::params(&func.sig, &atomic, &mut errors, &mut rejected);
     let arg_words = params
@@ -131,7 +132,7 @@ pub fn lower_with(
 }
 
 /// Names of parameters passed as the first argument of an `atomic_*` call.
-fn atomic_params(block: &syn::Block) -> Vec<String> {
+pub(crate) fn atomic_params(block: &syn::Block) -> Vec<String> {
     struct Finder(Vec<String>);
     impl<'ast> Visit<'ast> for Finder {
         fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {

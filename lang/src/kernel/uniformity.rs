@@ -5,11 +5,14 @@
 //! invocations write (`&mut [T]` parameters, workgroup arrays, atomics), or on a local assigned
 //! from such a value or under non-uniform control flow. A barrier under a non-uniform `if`,
 //! loop, or after a non-uniform `return`/`break`/`continue` is an error (it deadlocks or is
-//! undefined on GPUs, and WGSL rejects it). So is a subgroup operation there, or in an arm of
-//! a conditional value or a `&&`/`||` operand evaluated only for some invocations; and the
-//! mask or delta of `subgroup_shuffle_xor/up/down` must be uniform (SPIR-V requires it).
-//! Uniform here means uniform over the workgroup, which is stricter than the subgroup and
-//! the same on every target.
+//! undefined on GPUs, and WGSL rejects it). A call of a `#[device]` helper that reaches a
+//! barrier counts as one. In a helper's own body every parameter counts as non-uniform
+//! (callers may pass an invocation id), so its barriers are checked for every call at once.
+//! A subgroup operation is an error in the same places, or in an arm of a conditional value
+//! or a `&&`/`||` operand evaluated only for some invocations; and the mask or delta of
+//! `subgroup_shuffle_xor/up/down` must be uniform (SPIR-V requires it). Uniform here means
+//! uniform over the workgroup, which is stricter than the subgroup and the same on every
+//! target.
 
 use std::collections::HashSet;
 
@@ -19,19 +22,43 @@ pub fn check(kernel: &Kernel, errors: &mut Vec<syn::Error>) {
     if !kernel.has_barrier && !kernel.has_subgroup {
         return;
     }
+    let barriers: Vec<Option<String>> = kernel
+        .helpers
+        .iter()
+        .map(|f| f.has_barrier.then(|| f.name.clone()))
+        .collect();
+    walk(&kernel.body, &barriers, true, kernel.has_subgroup, errors);
+}
+
+/// Checks the barriers of helper `f`; `barriers` names each callee that reaches one.
+pub fn check_helper(f: &DeviceFn, barriers: &[Option<String>], errors: &mut Vec<syn::Error>) {
+    if f.has_barrier {
+        walk(&f.body, barriers, false, false, errors);
+    }
+}
+
+fn walk(
+    body: &[Stmt],
+    barriers: &[Option<String>],
+    params_uniform: bool,
+    subgroups: bool,
+    errors: &mut Vec<syn::Error>,
+) {
     let mut a = Analysis {
-        kernel,
+        barriers,
+        params_uniform,
+        subgroups,
         tainted: HashSet::new(),
         changed: true,
         report: None,
     };
     while a.changed {
         a.changed = false;
-        a.block(&kernel.body, None);
+        a.block(body, None);
     }
     let mut found = Vec::new();
     a.report = Some(&mut found);
-    a.block(&kernel.body, None);
+    a.block(body, None);
     // The copies of an unrolled loop's body share their barriers' spans: one error each.
     let mut seen = HashSet::new();
     found.retain(|e| seen.insert((e.to_string(), format!("{:?}", e.span()))));
@@ -69,8 +96,21 @@ fn barrier_message(why: Why) -> &'static str {
     }
 }
 
+fn call_message(why: Why, callee: &str) -> String {
+    let place = match why {
+        Why::Condition => "inside an `if` or loop whose condition depends on the invocation id (or on memory that invocations write, or in a helper on a parameter)",
+        Why::EarlyExit => "after a `return`, `break` or `continue` that only some invocations may take",
+    };
+    format!("this call reaches a `barrier()` (in `{callee}`), which every invocation of the workgroup must reach together, but it is {place}; call it where the whole workgroup is, outside that `if`/loop")
+}
+
 struct Analysis<'k, 'e> {
-    kernel: &'k Kernel,
+    /// For each helper a call may name: its name, if it reaches a barrier.
+    barriers: &'k [Option<String>],
+    /// Whether scalar parameters are uniform (a kernel's are; a helper's may not be).
+    params_uniform: bool,
+    /// Whether the body uses subgroup operations (helpers may not).
+    subgroups: bool,
     tainted: HashSet<String>,
     changed: bool,
     report: Option<&'e mut Vec<syn::Error>>,
@@ -103,8 +143,23 @@ impl Analysis<'_, '_> {
         exits
     }
 
+    /// Reports calls in `e` of helpers that reach a barrier, under non-uniform control.
+    fn calls(&mut self, e: &Expr, nu: Nu) {
+        let Some(why) = nu else { return };
+        let mut found = Vec::new();
+        barrier_calls(e, self.barriers, &mut found);
+        if let Some(r) = self.report.as_deref_mut() {
+            for (name, span) in found {
+                r.push(syn::Error::new(span, call_message(why, &name)));
+            }
+        }
+    }
+
     fn stmt(&mut self, s: &Stmt, nu: Nu) -> Exits {
-        self.stmt_exprs(s, nu);
+        self.subgroup_stmt(s, nu);
+        for e in stmt_exprs(s) {
+            self.calls(e, nu);
+        }
         match s {
             Stmt::Let { name, init, .. } => {
                 if nu.is_some() || init.as_ref().is_some_and(|e| !self.uniform(e)) {
@@ -169,8 +224,12 @@ impl Analysis<'_, '_> {
             }
             Stmt::Barrier { span } => {
                 if let Some(why) = nu {
+                    let mut msg = barrier_message(why).to_string();
+                    if !self.params_uniform {
+                        msg.push_str(" (in a `#[device]` function every parameter counts as depending on the invocation id, since a caller may pass one)");
+                    }
                     if let Some(r) = self.report.as_deref_mut() {
-                        r.push(syn::Error::new(*span, barrier_message(why)));
+                        r.push(syn::Error::new(*span, msg));
                     }
                 }
             }
@@ -207,7 +266,8 @@ impl Analysis<'_, '_> {
             | ExprKind::LitU32(_)
             | ExprKind::LitBool(_) => true,
             ExprKind::Local(n) => !self.tainted.contains(n),
-            ExprKind::Scalar(_) | ExprKind::Len(_) => true,
+            ExprKind::Scalar(_) => self.params_uniform,
+            ExprKind::Len(_) => true,
             ExprKind::Id(b) => !matches!(b, IdBuiltin::GlobalId | IdBuiltin::LocalId),
             // Slices are `read_write` storage in WGSL, so every load is non-uniform there.
             ExprKind::Load(_) => false,
@@ -216,10 +276,10 @@ impl Analysis<'_, '_> {
             ExprKind::Binary(_, a, b) => self.uniform(a) && self.uniform(b),
             ExprKind::Math(_, args) => args.iter().all(|a| self.uniform(a)),
             ExprKind::Cond(c, a, b) => self.uniform(c) && self.uniform(a) && self.uniform(b),
-            // A helper cannot read an id; what it reads from a slice is not uniform.
-            ExprKind::Call(_, args) => args.iter().all(|a| match a {
+            // A helper cannot read an id; what it reads from memory is not uniform.
+            ExprKind::Call(_, args, _) => args.iter().all(|a| match a {
                 CallArg::Value(e) => self.uniform(e),
-                CallArg::Slice(_) => false,
+                CallArg::Slice(_) | CallArg::Shared(_) => false,
             }),
             // The size is the same everywhere; the rest differ between subgroups or lanes.
             ExprKind::Subgroup(op, ..) => *op == SubgroupOp::Size,
@@ -230,8 +290,8 @@ impl Analysis<'_, '_> {
 impl Analysis<'_, '_> {
     /// Checks the subgroup operations in the expressions statement `s` evaluates itself
     /// (not those of nested blocks, which `stmt` walks).
-    fn stmt_exprs(&mut self, s: &Stmt, nu: Nu) {
-        if !self.kernel.has_subgroup || self.report.is_none() {
+    fn subgroup_stmt(&mut self, s: &Stmt, nu: Nu) {
+        if !self.subgroups || self.report.is_none() {
             return;
         }
         fn place(p: &Place) -> Option<&Expr> {
@@ -326,7 +386,7 @@ impl Analysis<'_, '_> {
                 self.ops(&args[2], inner);
             }
             ExprKind::Math(_, args) => args.iter().for_each(|a| self.ops(a, nu)),
-            ExprKind::Call(_, args) => args.iter().for_each(|a| {
+            ExprKind::Call(_, args, _) => args.iter().for_each(|a| {
                 if let CallArg::Value(v) = a {
                     self.ops(v, nu)
                 }
@@ -344,5 +404,69 @@ impl Analysis<'_, '_> {
             | ExprKind::Len(_)
             | ExprKind::Id(_) => {}
         }
+    }
+}
+
+/// The expressions a statement evaluates itself (not those of nested blocks).
+fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
+    match s {
+        Stmt::Let { init, .. } => init.iter().collect(),
+        Stmt::Assign { value, place, .. } => {
+            let mut v = vec![value];
+            if let Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix) = place {
+                v.push(ix);
+            }
+            v
+        }
+        Stmt::If { cond, .. } | Stmt::While { cond, .. } => vec![cond],
+        Stmt::For {
+            start, end, step, ..
+        } => {
+            let mut v = vec![start, end];
+            v.extend(step.as_ref());
+            v
+        }
+        Stmt::ReturnValue(e) | Stmt::Call(e) => vec![e],
+        Stmt::Array { init, .. } => match init {
+            ArrayInit::Splat(v) => vec![v],
+            ArrayInit::List(vs) => vs.iter().collect(),
+        },
+        Stmt::Atomic {
+            index, operands, ..
+        } => std::iter::once(index).chain(operands).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The calls in `e` of helpers that reach a barrier: (the helper's name, span).
+fn barrier_calls(e: &Expr, barriers: &[Option<String>], out: &mut Vec<(String, proc_macro2::Span)>) {
+    match &e.kind {
+        ExprKind::Call(h, args, span) => {
+            if let Some(Some(name)) = barriers.get(*h) {
+                out.push((name.clone(), *span));
+            }
+            for a in args {
+                if let CallArg::Value(v) = a {
+                    barrier_calls(v, barriers, out);
+                }
+            }
+        }
+        ExprKind::Load(Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) => {
+            barrier_calls(ix, barriers, out)
+        }
+        ExprKind::Field(a, _) | ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => {
+            barrier_calls(a, barriers, out)
+        }
+        ExprKind::Binary(_, a, b) => {
+            barrier_calls(a, barriers, out);
+            barrier_calls(b, barriers, out);
+        }
+        ExprKind::Math(_, args) => args.iter().for_each(|a| barrier_calls(a, barriers, out)),
+        ExprKind::Cond(c, a, b) => {
+            barrier_calls(c, barriers, out);
+            barrier_calls(a, barriers, out);
+            barrier_calls(b, barriers, out);
+        }
+        _ => {}
     }
 }

@@ -36,14 +36,6 @@ impl Checker<'_> {
         if ann.is_none() && !matches!(init, Some(syn::Expr::Array(_) | syn::Expr::Repeat(_))) {
             return false;
         }
-        if self.device.is_some() {
-            self.error(
-                local,
-                "per-invocation arrays are not supported in `#[device]` helpers yet: declare the array in the kernel and pass its elements (or a slice parameter) to the helper",
-            );
-            self.poison(name);
-            return true;
-        }
         if self
             .array_decl(local, name, mutable, ann, init, out)
             .is_err()

@@ -18,10 +18,6 @@ impl Checker<'_> {
         };
         let name = p.path.get_ident()?.to_string();
         let op = AtomicOp::from_name(&name)?;
-        if self.device.is_some() {
-            self.error(call, format!("atomics are not supported in a `#[device]` function yet: do the `{name}` in the kernel (a helper can compute the index and the value)"));
-            return Some(Err(()));
-        }
         Some(self.atomic(call, op, &name))
     }
 
@@ -69,6 +65,11 @@ impl Checker<'_> {
                         elem.rust()
                     ),
                 );
+                return Err(());
+            }
+            if self.shared_readonly.contains(&s) {
+                let n = &self.shared[s].name;
+                self.error(buf, format!("`{n}` is read-only here (`&[{0}; {1}]`): an atomic writes it, so declare it `&mut [{0}; {1}]`", elem.rust(), self.shared[s].size));
                 return Err(());
             }
             (AtomicTarget::Shared(s), elem)

@@ -1,5 +1,6 @@
-//! `#[device]` helpers: their bodies (a return value, no ids, barriers, workgroup memory or
-//! atomics) and calls of them (argument count and types, slices passed by name).
+//! `#[device]` helpers: their bodies (a return value, no ids, no workgroup memory of their
+//! own) and calls of them (argument count and types, slices and workgroup arrays passed by
+//! name, a helper that reaches a barrier called where the whole workgroup is).
 
 use std::collections::HashMap;
 
@@ -12,21 +13,88 @@ pub struct Sig {
     pub id: String,
     /// The name in the source.
     pub name: String,
+    /// The scalar and slice parameters, in order.
     pub params: Vec<Param>,
+    /// The workgroup-array parameters (`&[T; N]`, `&mut [T; N]`).
+    pub shared: Vec<SharedParam>,
     pub ret: Option<Ty>,
+    /// Whether the helper reaches a `barrier()`, itself or through a callee.
+    pub has_barrier: bool,
+}
+
+/// A workgroup-array parameter of a helper.
+#[derive(Clone, Debug)]
+pub struct SharedParam {
+    /// Its position among all the arguments.
+    pub pos: usize,
+    /// The array as the helper's body sees it (named as the parameter).
+    pub shared: Shared,
+    pub mutable: bool,
+}
+
+/// What an argument of a helper call stands for.
+#[derive(Clone, Copy)]
+pub enum Slot {
+    /// `Sig::params[i]`.
+    Param(usize),
+    /// `Sig::shared[i]`.
+    Shared(usize),
 }
 
 impl Sig {
+    /// What each argument, in order, stands for.
+    pub fn slots(&self) -> Vec<Slot> {
+        let n = self.params.len() + self.shared.len();
+        let mut next = 0;
+        (0..n)
+            .map(|pos| match self.shared.iter().position(|s| s.pos == pos) {
+                Some(j) => Slot::Shared(j),
+                None => {
+                    next += 1;
+                    Slot::Param(next - 1)
+                }
+            })
+            .collect()
+    }
+
+    /// Whether a call may write memory: a `&mut` slice, a workgroup array or a barrier.
+    fn writes(&self) -> Option<String> {
+        if let Some(p) = self
+            .params
+            .iter()
+            .find(|p| matches!(p.kind, ParamKind::Slice { mutable: true, .. }))
+        {
+            return Some(format!("its parameter `{}` is a `&mut` slice", p.name));
+        }
+        if let Some(s) = self.shared.first() {
+            return Some(format!(
+                "it takes the workgroup array `{}`",
+                s.shared.name
+            ));
+        }
+        None
+    }
     /// `gelu(x: f32) -> f32`, for messages.
     pub fn shown(&self) -> String {
         let params: Vec<String> = self
-            .params
-            .iter()
-            .map(|p| match p.kind {
-                ParamKind::Scalar(t) => format!("{}: {}", p.name, t.rust()),
-                ParamKind::Slice { elem, mutable, .. } => {
-                    let m = if mutable { "mut " } else { "" };
-                    format!("{}: &{m}[{}]", p.name, elem.rust())
+            .slots()
+            .into_iter()
+            .map(|s| match s {
+                Slot::Param(i) => {
+                    let p = &self.params[i];
+                    match p.kind {
+                        ParamKind::Scalar(t) => format!("{}: {}", p.name, t.rust()),
+                        ParamKind::Slice { elem, mutable, .. } => {
+                            let m = if mutable { "mut " } else { "" };
+                            format!("{}: &{m}[{}]", p.name, elem.rust())
+                        }
+                    }
+                }
+                Slot::Shared(j) => {
+                    let s = &self.shared[j];
+                    let m = if s.mutable { "mut " } else { "" };
+                    let sh = &s.shared;
+                    format!("{}: &{m}[{}; {}]", sh.name, sh.elem.rust(), sh.size)
                 }
             })
             .collect();
@@ -57,6 +125,20 @@ impl Checker<'_> {
     pub fn set_helpers(&mut self, sigs: Vec<Sig>, names: HashMap<String, usize>) {
         self.sigs = sigs;
         self.fn_names = names;
+    }
+
+    /// The workgroup arrays a helper takes: its body indexes them by name (a `&[T; N]` one
+    /// is read-only there).
+    pub fn set_shared_params(&mut self, shared: &[SharedParam]) {
+        for p in shared {
+            let mut sh = p.shared.clone();
+            sh.atomic = self.atomic_names.contains(&sh.name);
+            self.shared_names.insert(sh.name.clone(), self.shared.len());
+            if !p.mutable {
+                self.shared_readonly.push(self.shared.len());
+            }
+            self.shared.push(sh);
+        }
     }
 
     /// Lowers the body of a helper returning `ret`; its tail expression is its value.
@@ -196,25 +278,22 @@ impl Checker<'_> {
         }
         let sig = self.sigs[i].clone();
         let name = &sig.name;
-        if c.args.len() != sig.params.len() {
+        let slots = sig.slots();
+        if c.args.len() != slots.len() {
             self.error(
                 c,
                 format!(
                     "`{name}` takes {} argument(s), found {}: `{}`",
-                    sig.params.len(),
+                    slots.len(),
                     c.args.len(),
                     sig.shown()
                 ),
             );
             return Err(());
         }
-        if let Some(p) = sig
-            .params
-            .iter()
-            .find(|p| matches!(p.kind, ParamKind::Slice { mutable: true, .. }))
-        {
+        if let Some(why) = sig.writes() {
             if !effect_ok {
-                self.error(c, format!("`{name}` writes memory (its parameter `{}` is a `&mut` slice), so it is called as a statement (`{name}(...);`), as a `let` initializer or as the value assigned to a local: inside a larger expression the order of its writes would differ between targets", p.name));
+                self.error(c, format!("`{name}` writes memory ({why}), so it is called as a statement (`{name}(...);`), as a `let` initializer or as the value assigned to a local: inside a larger expression the order of its writes would differ between targets"));
                 return Err(());
             }
         }
@@ -223,8 +302,19 @@ impl Checker<'_> {
             return Err(());
         }
         let mut args = Vec::new();
+        let mut shared = Vec::new();
         let mut failed = false;
-        for (a, p) in c.args.iter().zip(&sig.params) {
+        for (a, slot) in c.args.iter().zip(slots) {
+            let p = match slot {
+                Slot::Param(j) => &sig.params[j],
+                Slot::Shared(j) => {
+                    match self.shared_arg(a, &sig.shared[j], name) {
+                        Ok(s) => shared.push(CallArg::Shared(s)),
+                        Err(()) => failed = true,
+                    }
+                    continue;
+                }
+            };
             match p.kind {
                 ParamKind::Scalar(t) => match self.expr(a, Some(t)) {
                     Ok(v) if v.ty == t => args.push(CallArg::Value(v)),
@@ -234,21 +324,70 @@ impl Checker<'_> {
                     }
                     Err(()) => failed = true,
                 },
-                ParamKind::Slice { elem, mutable, .. } => {
-                    match self.slice_arg(a, p, elem, mutable, name) {
-                        Ok(s) => args.push(CallArg::Slice(s)),
-                        Err(()) => failed = true,
-                    }
-                }
+                ParamKind::Slice {
+                    elem,
+                    mutable,
+                    atomic,
+                } => match self.slice_arg(a, p, (elem, mutable, atomic), name) {
+                    Ok(s) => args.push(CallArg::Slice(s)),
+                    Err(()) => failed = true,
+                },
             }
         }
         if failed {
             return Err(());
         }
+        if sig.has_barrier {
+            self.has_barrier = true;
+        }
+        args.extend(shared);
         Ok(Expr {
-            kind: ExprKind::Call(i, args),
+            kind: ExprKind::Call(i, args, syn::spanned::Spanned::span(c)),
             ty: sig.ret.unwrap_or(Ty::Bool),
         })
+    }
+
+    /// A workgroup-array argument: a workgroup array of the caller, by name, of the
+    /// parameter's element type and length.
+    fn shared_arg(&mut self, a: &syn::Expr, p: &SharedParam, callee: &str) -> Res<usize> {
+        if self.is_poisoned(a) {
+            return Err(());
+        }
+        let sh = &p.shared;
+        let want = format!(
+            "&{}[{}; {}]",
+            if p.mutable { "mut " } else { "" },
+            sh.elem.rust(),
+            sh.size
+        );
+        let name = match a {
+            syn::Expr::Path(ep) => ep.path.get_ident().map(|id| id.to_string()),
+            _ => None,
+        };
+        let found = name
+            .as_ref()
+            .filter(|n| self.lookup(n).is_none())
+            .and_then(|n| self.shared_names.get(n).copied());
+        let (Some(s), Some(n)) = (found, name) else {
+            self.error(a, format!("argument `{}` of `{callee}` is a workgroup array `{want}`: pass a `shared::<{}, {}>()` array (or a workgroup-array parameter) by its name", sh.name, sh.elem.rust(), sh.size));
+            return Err(());
+        };
+        let got = self.shared[s].clone();
+        if got.elem != sh.elem || got.size != sh.size {
+            self.error(a, format!("argument `{}` of `{callee}` is `{want}`, found `{n}`, a workgroup array of {} `{}`", sh.name, got.size, got.elem.rust()));
+            return Err(());
+        }
+        if p.mutable && self.shared_readonly.contains(&s) {
+            self.error(a, format!("argument `{}` of `{callee}` is `{want}`, but `{n}` is read-only here: declare it `&mut [{}; {}]`", sh.name, sh.elem.rust(), sh.size));
+            return Err(());
+        }
+        // A callee's atomic parameter makes its argument atomic (the atomic pre-pass reads
+        // the callees' signatures), so only the other way round can mismatch.
+        if got.atomic && !sh.atomic {
+            self.error(a, format!("`{n}` is used with atomics, so every access to it is atomic, but `{callee}` accesses its `{}` without atomics: use atomics there too, or pass another array", sh.name));
+            return Err(());
+        }
+        Ok(s)
     }
 
     /// A slice argument: a slice parameter of the caller, by name.
@@ -256,8 +395,7 @@ impl Checker<'_> {
         &mut self,
         a: &syn::Expr,
         p: &Param,
-        elem: Ty,
-        mutable: bool,
+        (elem, mutable, want_atomic): (Ty, bool, bool),
         callee: &str,
     ) -> Res<usize> {
         if self.is_poisoned(a) {
@@ -273,7 +411,7 @@ impl Checker<'_> {
             return Err(());
         };
         if self.lookup(&name).is_none() && self.shared_names.contains_key(&name) {
-            self.error(a, format!("`{name}` is workgroup memory, which cannot be passed to a `#[device]` function (WGSL has no pointers to it in parameters here); use it in the kernel"));
+            self.error(a, format!("`{name}` is a workgroup array, but argument `{}` of `{callee}` is a slice `{want}`: declare the parameter `&mut [{}; N]` to take a workgroup array", p.name, elem.rust()));
             return Err(());
         }
         let slice = self
@@ -291,8 +429,8 @@ impl Checker<'_> {
             self.error(a, format!("argument `{}` of `{callee}` is a slice `{want}`: pass a slice parameter by its name", p.name));
             return Err(());
         };
-        if atomic {
-            self.error(a, format!("`{name}` is used with atomics, which a `#[device]` function cannot access; pass another slice or do the work in the kernel"));
+        if atomic && !want_atomic {
+            self.error(a, format!("`{name}` is used with atomics, so every access to it is atomic, but `{callee}` accesses its `{}` without atomics: use atomics there too, or pass another slice", p.name));
             return Err(());
         }
         if got != elem {

@@ -28,7 +28,7 @@ use consts::const_value;
 pub use consts::fold;
 use consts::Known;
 use control::if_is_pure;
-pub use device::{Sig, DEFERRED};
+pub use device::{SharedParam, Sig, Slot, DEFERRED};
 use expr::{compound_op, is_untyped_lit, mismatch};
 use place::Target;
 use stmt::macro_message;
@@ -57,6 +57,8 @@ pub struct Checker<'a> {
     params: Vec<Param>,
     shared: Vec<Shared>,
     shared_names: HashMap<String, usize>,
+    /// Workgroup arrays that are read-only here (a helper's `&[T; N]` parameters).
+    shared_readonly: Vec<usize>,
     consts: HashMap<String, (Ty, ExprKind)>,
     scopes: Vec<HashMap<String, Local>>,
     counter: usize,
@@ -106,6 +108,7 @@ impl<'a> Checker<'a> {
             params,
             shared: Vec::new(),
             shared_names: HashMap::new(),
+            shared_readonly: Vec::new(),
             consts: HashMap::new(),
             scopes: vec![HashMap::new()],
             counter: 0,

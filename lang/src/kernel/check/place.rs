@@ -79,6 +79,12 @@ impl Checker<'_> {
                         Ok((Place::Param(p, Box::new(index)), ty))
                     }
                     Target::Shared(s) => {
+                        if !writable {
+                            let (n, sh) = (crate::tokens::shown(&ix.expr), &self.shared[s]);
+                            let (t, len) = (sh.elem.rust(), sh.size);
+                            self.error(&ix.expr, format!("cannot write to `{n}`: it is a read-only `&[{t}; {len}]`; declare it `&mut [{t}; {len}]`"));
+                            return Err(());
+                        }
                         self.shared_atomic_plain(s, ix, true)?;
                         self.shared_index_in_bounds(s, &index, &ix.index)?;
                         Ok((Place::Shared(s, Box::new(index)), ty))
@@ -129,7 +135,8 @@ impl Checker<'_> {
                 let name = id.to_string();
                 if self.lookup(&name).is_none() {
                     if let Some(&s) = self.shared_names.get(&name) {
-                        return Ok((Target::Shared(s), self.shared[s].elem, true));
+                        let mutable = !self.shared_readonly.contains(&s);
+                        return Ok((Target::Shared(s), self.shared[s].elem, mutable));
                     }
                     if let Some(pi) = self.param_index(&name) {
                         if let ParamKind::Slice { elem, mutable, .. } = self.params[pi].kind {

@@ -100,7 +100,7 @@ impl Checker<'_> {
             // Workgroup memory.
             if let Some((elem, size)) = self.shared_decl(&init.expr) {
                 if self.device.is_some() {
-                    self.error(local, "a `#[device]` function cannot declare workgroup memory (WGSL declares it at module scope, for a kernel): declare it in the kernel and do the work that uses it there");
+                    self.error(local, "a `#[device]` function cannot declare workgroup memory (WGSL declares it at module scope, for a kernel): declare it in the kernel and pass it to the helper as a `&mut [T; N]` parameter");
                     self.poison(&name);
                     return;
                 }
@@ -390,10 +390,6 @@ impl Checker<'_> {
                 out.extend(stmts);
             }
             syn::Expr::Call(c) if is_path_call(c, "barrier") => {
-                if self.device.is_some() {
-                    self.error(c, "`barrier()` is not available in a `#[device]` function: the whole workgroup must reach a barrier together, which only the kernel's body can show; call `barrier()` in the kernel, between the helper calls");
-                    return;
-                }
                 if !c.args.is_empty() {
                     self.error(c, "`barrier()` takes no arguments");
                 }

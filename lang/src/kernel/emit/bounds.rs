@@ -10,7 +10,8 @@
 //! `barrier()` it reached before (an early return under an index check would be a barrier
 //! under divergent control flow). The runtime reads the record at the next synchronisation.
 //!
-//! Per-invocation arrays are numbered after the workgroup arrays in [`targets`]; their
+//! Per-invocation arrays are numbered after the workgroup arrays in [`targets`], the
+//! kernel's first and then each helper's ([`helper_array_base`]); their
 //! reads and writes go through each emitter's checked access (`checked_read` /
 //! `checked_write` in `wgsl.rs` and `cuda.rs`) as workgroup arrays do.
 
@@ -40,6 +41,11 @@ pub fn targets(k: &Kernel) -> Vec<String> {
         .map(|p| p.name.clone())
         .chain(k.shared.iter().map(|s| source_name(&s.name).to_string()))
         .chain(k.arrays.iter().map(|a| a.source.clone()))
+        .chain(
+            k.helpers
+                .iter()
+                .flat_map(|f| f.arrays.iter().map(|a| a.source.clone())),
+        )
         .collect()
 }
 
@@ -64,4 +70,10 @@ pub fn shared_target(k: &Kernel, s: usize) -> usize {
 /// The target number of per-invocation array `a` (after the workgroup arrays).
 pub fn array_target(k: &Kernel, a: usize) -> usize {
     k.params.len() + k.shared.len() + a
+}
+
+/// The target number of the first per-invocation array of helper `h` (after the kernel's
+/// and those of the helpers before it).
+pub fn helper_array_base(k: &Kernel, h: usize) -> usize {
+    array_target(k, k.arrays.len()) + k.helpers[..h].iter().map(|f| f.arrays.len()).sum::<usize>()
 }

@@ -62,6 +62,9 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         checked,
         tmp: 0,
         in_helper: false,
+        shared: &k.shared,
+        arrays: &k.arrays,
+        array_base: super::bounds::array_target(k, 0),
     };
     let mut head = String::new();
     writeln!(head, "// graphed kernel `{}`", k.name).unwrap();
@@ -197,6 +200,11 @@ pub(super) struct Cuda<'k> {
     /// Whether a helper's body is being emitted: its slices' target numbers are parameters
     /// (`x_t`) in the checked variant, since one helper serves every binding.
     pub in_helper: bool,
+    /// The workgroup arrays of the function being emitted (a helper's: its parameters).
+    pub shared: &'k [Shared],
+    /// Its per-invocation arrays, and the target number of the first in a checked variant.
+    pub arrays: &'k [LocalArray],
+    pub array_base: usize,
 }
 
 impl Cuda<'_> {
@@ -229,10 +237,10 @@ impl Cuda<'_> {
                 let n = &self.params[*i].name;
                 format!("{n}_p[{n}_off + {}]", self.expr(ix))
             }
-            Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
+            Place::Shared(i, ix) => format!("{}[{}]", self.shared[*i].name, self.expr(ix)),
             // Only in-bounds indices reach here (literals checked by the checker, run-time
             // indices guarded by the read in `expr` and by `Stmt::Assign`).
-            Place::Array(a, ix) => format!("{}[{}]", self.k.arrays[*a].name, self.expr(ix)),
+            Place::Array(a, ix) => format!("{}[{}]", self.arrays[*a].name, self.expr(ix)),
         }
     }
 
@@ -289,13 +297,13 @@ impl Cuda<'_> {
                     Place::Array(a, ix) if !is_literal(ix) => self.line(&format!(
                         "if ({} < {}u) {{ {assign} }}",
                         self.expr(ix),
-                        self.k.arrays[*a].len
+                        self.arrays[*a].len
                     )),
                     _ => self.line(&assign),
                 }
             }
             Stmt::Array { array, init } => {
-                let arr = &self.k.arrays[*array];
+                let arr = &self.arrays[*array];
                 let (name, n, t) = (arr.name.clone(), arr.len, ty(arr.elem));
                 match init {
                     ArrayInit::Splat(v) if is_zero(v) => {
@@ -439,24 +447,34 @@ impl Cuda<'_> {
         match p {
             Place::Param(i, _) => self.param_target(*i),
             Place::Shared(s, _) => {
-                let sh = &self.k.shared[*s];
+                let sh = &self.shared[*s];
                 (
                     sh.name.clone(),
                     "0u".into(),
                     format!("{}u", sh.size),
-                    format!("{}u", super::bounds::shared_target(self.k, *s)),
+                    self.shared_target(*s),
                 )
             }
             Place::Array(a, _) => {
-                let arr = &self.k.arrays[*a];
+                let arr = &self.arrays[*a];
                 (
                     arr.name.clone(),
                     "0u".into(),
                     format!("{}u", arr.len),
-                    format!("{}u", super::bounds::array_target(self.k, *a)),
+                    format!("{}u", self.array_base + *a),
                 )
             }
             Place::Local(_) => unreachable!("locals are not indexed"),
+        }
+    }
+
+    /// The target number of workgroup array `s` (in a helper, the caller passes it as
+    /// `s_t`).
+    pub(super) fn shared_target(&self, s: usize) -> String {
+        if self.in_helper {
+            format!("{}_t", self.shared[s].name)
+        } else {
+            format!("{}u", super::bounds::shared_target(self.k, s))
         }
     }
 
@@ -482,12 +500,12 @@ impl Cuda<'_> {
         match *t {
             AtomicTarget::Param(i) => self.param_target(i),
             AtomicTarget::Shared(s) => {
-                let sh = &self.k.shared[s];
+                let sh = &self.shared[s];
                 (
                     sh.name.clone(),
                     "0u".into(),
                     format!("{}u", sh.size),
-                    format!("{}u", super::bounds::shared_target(self.k, s)),
+                    self.shared_target(s),
                 )
             }
         }
@@ -558,13 +576,13 @@ impl Cuda<'_> {
             ExprKind::Local(n) => n.clone(),
             ExprKind::Scalar(i) => format!("{}_p", self.params[*i].name),
             ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
-            ExprKind::Call(h, args) => self.call(*h, args),
+            ExprKind::Call(h, args, _) => self.call(*h, args),
             ExprKind::Load(p) => match (self.checked, p) {
                 (Some(id), Place::Param(..) | Place::Shared(..)) => self.checked_read(p, id),
                 (Some(id), Place::Array(_, ix)) if !is_literal(ix) => self.checked_read(p, id),
                 // A run-time index at or past a per-invocation array's length reads zero.
                 (None, Place::Array(a, ix)) if !is_literal(ix) => {
-                    let arr = &self.k.arrays[*a];
+                    let arr = &self.arrays[*a];
                     format!(
                         "({} < {}u ? {}[{}] : {})",
                         self.expr(ix),

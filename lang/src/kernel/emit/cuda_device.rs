@@ -1,5 +1,6 @@
 //! `#[device]` helpers in CUDA C: `static __device__` functions, declared before the kernel;
-//! a slice parameter is a pointer to the whole binding with the view's offset and length.
+//! a slice parameter is a pointer to the whole binding with the view's offset and length, a
+//! workgroup-array parameter a pointer to the kernel's `__shared__` array.
 
 use std::fmt::Write;
 
@@ -21,6 +22,10 @@ impl Cuda<'_> {
                     let n = &self.params[*i].name;
                     format!("{n}_p, {n}_off, {n}_len")
                 }
+                CallArg::Shared(s) if self.checked.is_some() => {
+                    format!("{}, {}", self.shared[*s].name, self.shared_target(*s))
+                }
+                CallArg::Shared(s) => self.shared[*s].name.clone(),
             })
             .chain(self.checked.map(|_| "gd_fault".to_string()))
             .collect();
@@ -50,6 +55,15 @@ fn signature(f: &DeviceFn, checked: bool) -> String {
                 )
             }
         })
+        .chain(f.shared.iter().map(|s| {
+            // The checked variant passes the array's target number, as for slices.
+            let target = if checked {
+                format!(", gd_u32 {}_t", s.name)
+            } else {
+                String::new()
+            };
+            format!("{}* {}{target}", ty(s.elem), s.name)
+        }))
         .collect();
     if checked {
         params.push("gd_u32* gd_fault".into());
@@ -64,7 +78,7 @@ pub(super) fn emit_helpers(k: &Kernel, checked: Option<u32>, out: &mut String) {
     for f in &k.helpers {
         writeln!(out, "{};", signature(f, checked.is_some())).unwrap();
     }
-    for f in &k.helpers {
+    for (h, f) in k.helpers.iter().enumerate() {
         let mut c = Cuda {
             k,
             params: &f.params,
@@ -73,6 +87,9 @@ pub(super) fn emit_helpers(k: &Kernel, checked: Option<u32>, out: &mut String) {
             checked,
             tmp: 0,
             in_helper: true,
+            shared: &f.shared,
+            arrays: &f.arrays,
+            array_base: super::bounds::helper_array_base(k, h),
         };
         c.block_pub(&f.body);
         writeln!(

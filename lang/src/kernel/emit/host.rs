@@ -14,6 +14,8 @@ pub fn emit(k: &Kernel) -> String {
     let mut h = Host {
         k,
         params: &k.params,
+        shared: &k.shared,
+        arrays: &k.arrays,
         fault: &k.name,
         out: String::new(),
     };
@@ -95,6 +97,10 @@ pub(super) struct Host<'k> {
     pub k: &'k Kernel,
     /// The parameters of the function being emitted (the kernel's or a helper's).
     pub params: &'k [Param],
+    /// Its workgroup arrays (a helper's: its workgroup-array parameters).
+    pub shared: &'k [Shared],
+    /// Its per-invocation arrays.
+    pub arrays: &'k [LocalArray],
     /// The kernel a fault names.
     pub fault: &'k str,
     pub out: String,
@@ -170,7 +176,7 @@ impl Host<'_> {
                         }
                     },
                     Place::Array(a, ix) => {
-                        let arr = &self.k.arrays[*a];
+                        let arr = &self.arrays[*a];
                         let (kernel, source) = (&self.k.name, &arr.source);
                         let name = arr.name.clone();
                         let ix = self.expr(ix);
@@ -261,7 +267,7 @@ impl Host<'_> {
                 self.line("} }");
             }
             Stmt::Array { array, init } => {
-                let arr = &self.k.arrays[*array];
+                let arr = &self.arrays[*array];
                 let (name, n, t) = (arr.name.clone(), arr.len, arr.elem.rust());
                 let v = match init {
                     ArrayInit::Splat(v) => format!("[{}; {n}]", self.expr(v)),
@@ -297,7 +303,7 @@ impl Host<'_> {
             } => {
                 let n = match target {
                     AtomicTarget::Param(p) => format!("{}_p", self.params[*p].name),
-                    AtomicTarget::Shared(s) => self.k.shared[*s].name.clone(),
+                    AtomicTarget::Shared(s) => self.shared[*s].name.clone(),
                 };
                 let ix = self.expr(index);
                 let ops: Vec<String> = operands.iter().map(|o| self.expr(o)).collect();
@@ -328,7 +334,7 @@ impl Host<'_> {
     fn target(&self, p: &Place) -> (String, String) {
         match p {
             Place::Param(i, ix) => (format!("{}_p", self.params[*i].name), self.expr(ix)),
-            Place::Shared(i, ix) => (self.k.shared[*i].name.clone(), self.expr(ix)),
+            Place::Shared(i, ix) => (self.shared[*i].name.clone(), self.expr(ix)),
             Place::Local(_) | Place::Array(..) => unreachable!(),
         }
     }
@@ -343,7 +349,7 @@ impl Host<'_> {
             ExprKind::Scalar(i) => format!("{}_p", self.params[*i].name),
             ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
             ExprKind::Load(Place::Array(a, ix)) => {
-                let arr = &self.k.arrays[*a];
+                let arr = &self.arrays[*a];
                 match ix.kind {
                     // In bounds: the checker rejects literals past the end.
                     ExprKind::LitU32(i) => format!("{}[{i}usize]", arr.name),
@@ -356,7 +362,7 @@ impl Host<'_> {
                     ),
                 }
             }
-            ExprKind::Call(h, args) => self.call(*h, args),
+            ExprKind::Call(h, args, _) => self.call(*h, args),
             ExprKind::Load(p) => {
                 let (t, ix) = self.target(p);
                 format!("{t}.get({ix})?")

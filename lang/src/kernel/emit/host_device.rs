@@ -1,6 +1,8 @@
 //! `#[device]` helpers in the host form: Rust functions nested in the kernel's host
 //! function, taking the kernel's checked slices, so an out-of-bounds access in a helper is
-//! the same `KernelFault` (naming the kernel and its slice) as one in the kernel's body.
+//! the same `KernelFault` (naming the kernel and its slice) as one in the kernel's body. A
+//! workgroup-array parameter is the kernel's `HostShared`; a helper that reaches a barrier
+//! is an `async fn`, awaited by the invocation that calls it.
 
 use std::fmt::Write;
 
@@ -15,9 +17,15 @@ impl Host<'_> {
             .map(|a| match a {
                 CallArg::Value(e) => self.expr(e),
                 CallArg::Slice(i) => format!("{}_p", self.params[*i].name),
+                CallArg::Shared(s) => self.shared[*s].name.clone(),
             })
             .collect();
-        format!("{}({})?", self.k.helpers[h].id, a.join(", "))
+        let wait = if self.k.helpers[h].has_barrier {
+            ".await"
+        } else {
+            ""
+        };
+        format!("{}({}){wait}?", self.k.helpers[h].id, a.join(", "))
     }
 }
 
@@ -28,6 +36,8 @@ pub fn helper_fn(k: &Kernel, f: &DeviceFn, fault: &str) -> String {
     let mut h = Host {
         k,
         params: &f.params,
+        shared: &f.shared,
+        arrays: &f.arrays,
         fault,
         out: String::new(),
     };
@@ -40,12 +50,19 @@ pub fn helper_fn(k: &Kernel, f: &DeviceFn, fault: &str) -> String {
                 format!("{}_p: gd::HostSlice<'_, {}>", p.name, elem.rust())
             }
         })
+        .chain(
+            f.shared
+                .iter()
+                .map(|s| format!("{}: &gd::HostShared<{}>", s.name, s.elem.rust())),
+        )
         .collect();
     let ret = f.ret.map(Ty::rust).unwrap_or("()");
+    // One that reaches a barrier is a future, awaited by its caller's invocation.
+    let asyncness = if f.has_barrier { "async " } else { "" };
     let mut s = String::new();
     writeln!(
         s,
-        "#[allow(unused, unreachable_code, non_snake_case, clippy::all)]\nfn {}({}) -> ::core::result::Result<{ret}, ::graphed::KernelFault> {{",
+        "#[allow(unused, unreachable_code, non_snake_case, clippy::all)]\n{asyncness}fn {}({}) -> ::core::result::Result<{ret}, ::graphed::KernelFault> {{",
         f.id,
         params.join(", ")
     )

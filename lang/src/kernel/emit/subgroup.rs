@@ -92,7 +92,7 @@ fn expr(e: &Expr, f: &mut impl FnMut(&Expr)) {
             expr(a, f);
             expr(b, f);
         }
-        ExprKind::Call(_, args) => args.iter().for_each(|a| {
+        ExprKind::Call(_, args, _) => args.iter().for_each(|a| {
             if let CallArg::Value(v) = a {
                 expr(v, f);
             }

@@ -23,21 +23,26 @@ pub fn emit_checked(k: &Kernel, id: u32) -> String {
 }
 
 fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
+    let (storage, helper_storage) = storage_barriers(k);
     let module = Module {
         checked,
+        helper_storage,
         ..Module::default()
     };
     let mut w = Wgsl {
         k,
         params: &k.params,
         globals: k.params.iter().map(|p| p.name.clone()).collect(),
+        shared_ix: (0..k.shared.len()).collect(),
+        arrays: &k.arrays,
+        array_base: bounds::array_target(k, 0),
         scalar_suffix: "p",
         module: &module,
         out: String::new(),
         indent: 1,
         tmp: 0,
         opaque: Cell::new(false),
-        storage_barriers: storage_barriers(k),
+        storage_barriers: storage,
         barriers: 0,
         checked,
         guards: RefCell::new(Vec::new()),
@@ -221,7 +226,11 @@ fn helper_source(name: &str) -> &'static str {
 /// same launch may overlap them (the launcher checks). naga gives `storageBarrier` device
 /// memory scope, which a GPU compiler may turn into a device-wide fence per barrier — in a
 /// tiled matrix product's inner loop, where only workgroup memory is shared.
-fn storage_barriers(k: &Kernel) -> Vec<bool> {
+///
+/// The second value: whether the barriers of helpers must order storage memory too. They
+/// must where a call of a helper that reaches a barrier needs it as a barrier would, or
+/// passes the helper a writable slice.
+fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
     struct Walk<'k> {
         k: &'k Kernel,
         pos: usize,
@@ -233,6 +242,10 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
         open: Vec<usize>,
         /// Each barrier's position and enclosing loops.
         barriers: Vec<(usize, Vec<usize>)>,
+        /// The same for calls of helpers that reach a barrier.
+        calls: Vec<(usize, Vec<usize>)>,
+        /// Whether such a call passes a writable slice.
+        calls_write: bool,
     }
     impl Walk<'_> {
         fn param(&mut self, i: usize) {
@@ -272,10 +285,18 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
                     self.expr(b);
                 }
                 // A slice passed to a helper may be accessed there.
-                ExprKind::Call(_, args) => args.iter().for_each(|a| match a {
-                    CallArg::Value(e) => self.expr(e),
-                    CallArg::Slice(i) => self.param(*i),
-                }),
+                ExprKind::Call(h, args, _) => {
+                    let touched = self.touches.len();
+                    args.iter().for_each(|a| match a {
+                        CallArg::Value(e) => self.expr(e),
+                        CallArg::Slice(i) => self.param(*i),
+                        CallArg::Shared(_) => {}
+                    });
+                    if self.k.helpers[*h].has_barrier {
+                        self.calls.push((self.pos, self.open.clone()));
+                        self.calls_write |= self.touches.len() > touched;
+                    }
+                }
                 _ => {}
             }
         }
@@ -351,20 +372,21 @@ fn storage_barriers(k: &Kernel) -> Vec<bool> {
         loops: Vec::new(),
         open: Vec::new(),
         barriers: Vec::new(),
+        calls: Vec::new(),
+        calls_write: false,
     };
     w.block(&k.body);
-    w.barriers
-        .iter()
-        .map(|(at, open)| {
-            let in_loop = |p: usize| {
-                open.iter()
-                    .any(|&l| (w.loops[l].0..=w.loops[l].1).contains(&p))
-            };
-            let before = w.touches.iter().any(|&p| p < *at || in_loop(p));
-            let after = w.touches.iter().any(|&p| p > *at || in_loop(p));
-            before && after
-        })
-        .collect()
+    let needs = |(at, open): &(usize, Vec<usize>)| {
+        let in_loop = |p: usize| {
+            open.iter()
+                .any(|&l| (w.loops[l].0..=w.loops[l].1).contains(&p))
+        };
+        let before = w.touches.iter().any(|&p| p < *at || in_loop(p));
+        let after = w.touches.iter().any(|&p| p > *at || in_loop(p));
+        before && after
+    };
+    let helpers = w.calls_write || w.calls.iter().any(needs);
+    (w.barriers.iter().map(needs).collect(), helpers)
 }
 
 /// Whether `e` is built from literals only, so naga would evaluate it at shader creation.
@@ -437,6 +459,9 @@ pub(super) struct Module {
     pub specs: RefCell<Vec<(usize, Vec<String>)>>,
     /// The kernel id of the checked variant ([`bounds`]); `None` for the unchecked one.
     pub checked: Option<u32>,
+    /// Whether the barriers in helpers also order storage memory (where one call of a
+    /// helper that reaches a barrier needs it, every such helper's barriers do).
+    pub helper_storage: bool,
     /// Checked read helpers by name (one per slice or workgroup array read), from the
     /// kernel's body and its helpers' alike.
     pub loads: RefCell<BTreeMap<String, String>>,
@@ -448,6 +473,12 @@ pub(super) struct Wgsl<'k> {
     pub params: &'k [Param],
     /// For each parameter, the name of the global binding a slice indexes (`x` of `x_p`).
     pub globals: Vec<String>,
+    /// For each workgroup array of the function being emitted, the kernel's array it is (a
+    /// helper's workgroup-array parameters name module-scope arrays).
+    pub shared_ix: Vec<usize>,
+    /// Its per-invocation arrays, and the target number of the first in a checked variant.
+    pub arrays: &'k [LocalArray],
+    pub array_base: usize,
     /// The suffix of scalar parameters: `p` in the kernel, `v` in helpers, so a helper's
     /// parameter never shadows a global binding `x_p`.
     pub scalar_suffix: &'static str,
@@ -472,17 +503,22 @@ pub(super) struct Wgsl<'k> {
 }
 
 impl<'k> Wgsl<'k> {
-    /// An emitter for the body of a helper (no barriers, no ids).
+    /// An emitter for the body of helper `h` (no ids), specialised for the kernel's
+    /// bindings `globals` and workgroup arrays `shared_ix`.
     pub(super) fn for_helper(
         k: &'k Kernel,
-        f: &'k DeviceFn,
+        (h, f): (usize, &'k DeviceFn),
         globals: Vec<String>,
+        shared_ix: Vec<usize>,
         module: &'k Module,
     ) -> Self {
         Wgsl {
             k,
             params: &f.params,
             globals,
+            shared_ix,
+            arrays: &f.arrays,
+            array_base: bounds::helper_array_base(k, h),
             scalar_suffix: "v",
             module,
             out: String::new(),
@@ -527,16 +563,16 @@ impl Wgsl<'_> {
                 let (g, n) = (&self.globals[*i], &self.params[*i].name);
                 format!("{g}_p[{n}_off + {}]", self.expr(ix))
             }
-            Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[*i].name, self.expr(ix)),
+            Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[self.shared_ix[*i]].name, self.expr(ix)),
             // Only in-bounds indices reach here (literals checked by the checker, run-time
             // indices guarded by `array_read` and `Stmt::Assign`).
-            Place::Array(a, ix) => format!("{}[{}]", self.k.arrays[*a].name, self.expr(ix)),
+            Place::Array(a, ix) => format!("{}[{}]", self.arrays[*a].name, self.expr(ix)),
         }
     }
 
     /// A read of a per-invocation array: a run-time index at or past the length reads zero.
     fn array_read(&self, a: usize, ix: &Expr) -> String {
-        let arr = &self.k.arrays[a];
+        let arr = &self.arrays[a];
         if is_literal(ix) {
             return format!("{}[{}]", arr.name, self.expr(ix));
         }
@@ -598,7 +634,7 @@ impl Wgsl<'_> {
                     Place::Array(a, ix) if !is_literal(ix) => Some(format!(
                         "if ({} < {}u) {{",
                         self.expr(ix),
-                        self.k.arrays[*a].len
+                        self.arrays[*a].len
                     )),
                     _ => None,
                 };
@@ -624,7 +660,7 @@ impl Wgsl<'_> {
                 }
             }
             Stmt::Array { array, init } => {
-                let arr = &self.k.arrays[*array];
+                let arr = &self.arrays[*array];
                 let (name, n, t) = (arr.name.clone(), arr.len, ty(arr.elem));
                 match init {
                     // Function-scope variables start zeroed.
@@ -766,7 +802,11 @@ impl Wgsl<'_> {
                 self.line("return;")
             }
             Stmt::Barrier { .. } => {
-                let storage = self.storage_barriers[self.barriers];
+                let storage = self
+                    .storage_barriers
+                    .get(self.barriers)
+                    .copied()
+                    .unwrap_or(self.module.helper_storage);
                 self.barriers += 1;
                 if storage {
                     self.line("storageBarrier();");
@@ -869,21 +909,21 @@ impl Wgsl<'_> {
         match p {
             Place::Param(i, _) => self.param_target(*i),
             Place::Shared(s, _) => {
-                let sh = &self.k.shared[*s];
+                let sh = &self.k.shared[self.shared_ix[*s]];
                 (
                     sh.name.clone(),
                     String::new(),
                     format!("{}u", sh.size),
-                    format!("{}u", bounds::shared_target(self.k, *s)),
+                    format!("{}u", bounds::shared_target(self.k, self.shared_ix[*s])),
                 )
             }
             Place::Array(a, _) => {
-                let arr = &self.k.arrays[*a];
+                let arr = &self.arrays[*a];
                 (
                     arr.name.clone(),
                     String::new(),
                     format!("{}u", arr.len),
-                    format!("{}u", bounds::array_target(self.k, *a)),
+                    format!("{}u", self.array_base + *a),
                 )
             }
             Place::Local(_) => unreachable!("locals are not indexed"),
@@ -914,12 +954,12 @@ impl Wgsl<'_> {
         match *t {
             AtomicTarget::Param(i) => self.param_target(i),
             AtomicTarget::Shared(s) => {
-                let sh = &self.k.shared[s];
+                let sh = &self.k.shared[self.shared_ix[s]];
                 (
                     sh.name.clone(),
                     String::new(),
                     format!("{}u", sh.size),
-                    format!("{}u", bounds::shared_target(self.k, s)),
+                    format!("{}u", bounds::shared_target(self.k, self.shared_ix[s])),
                 )
             }
         }
@@ -948,8 +988,8 @@ impl Wgsl<'_> {
                 ParamKind::Slice { elem, .. } => elem,
                 ParamKind::Scalar(t) => t,
             },
-            Place::Shared(s, _) => self.k.shared[*s].elem,
-            Place::Array(a, _) => self.k.arrays[*a].elem,
+            Place::Shared(s, _) => self.k.shared[self.shared_ix[*s]].elem,
+            Place::Array(a, _) => self.arrays[*a].elem,
             Place::Local(_) => unreachable!(),
         };
         let t = ty(elem);
@@ -964,7 +1004,7 @@ impl Wgsl<'_> {
             }
             // A per-invocation array is a function variable of `main`: passed by pointer.
             Place::Array(a, _) => {
-                let n = self.k.arrays[*a].len;
+                let n = self.arrays[*a].len;
                 self.module.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
                     "fn {name}(gd_a: ptr<function, array<{t}, {n}>>, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < {len};\n    gd_note({target}, gd_i, {len}, !gd_ok && gd_live);\n    return select({z}, (*gd_a)[select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
                 ));
@@ -1114,7 +1154,7 @@ impl Wgsl<'_> {
             ExprKind::Local(n) => n.clone(),
             ExprKind::Scalar(i) => format!("{}_{}", self.params[*i].name, self.scalar_suffix),
             ExprKind::Len(i) => format!("{}_len", self.params[*i].name),
-            ExprKind::Call(h, args) => self.call(*h, args),
+            ExprKind::Call(h, args, _) => self.call(*h, args),
             ExprKind::Load(p) => match (self.checked, p) {
                 (Some(_), Place::Param(..) | Place::Shared(..)) => self.checked_read(p),
                 (Some(_), Place::Array(_, ix)) if !is_literal(ix) => self.checked_read(p),

@@ -1,7 +1,9 @@
 //! `#[device]` helpers in WGSL. A WGSL function cannot take a pointer into storage memory
 //! as a parameter (without an extension), so a helper is emitted once per distinct binding
 //! of its slice parameters: its body indexes the kernel's global binding directly, and a
-//! slice parameter becomes two `u32` parameters, the view's offset and length.
+//! slice parameter becomes two `u32` parameters, the view's offset and length. Workgroup
+//! memory is module-scope in WGSL too, so a workgroup-array parameter is no parameter at
+//! all: the specialisation indexes the kernel's array that its call passed.
 
 use std::fmt::Write;
 
@@ -9,9 +11,10 @@ use super::wgsl::{ty, Module, Wgsl};
 use crate::kernel::ir::*;
 
 fn has_slices(f: &DeviceFn) -> bool {
-    f.params
-        .iter()
-        .any(|p| matches!(p.kind, ParamKind::Slice { .. }))
+    !f.shared.is_empty()
+        || f.params
+            .iter()
+            .any(|p| matches!(p.kind, ParamKind::Slice { .. }))
 }
 
 /// The name of helper `h`'s specialisation for `globals`, requesting it if new.
@@ -36,25 +39,29 @@ fn name(f: &DeviceFn, spec: usize) -> String {
 }
 
 impl Wgsl<'_> {
-    /// A call of helper `h`: a slice argument passes its offset and length.
+    /// A call of helper `h`: a slice argument passes its offset and length, a workgroup
+    /// array nothing (the specialisation names it).
     pub(super) fn call(&self, h: usize, args: &[CallArg]) -> String {
         let f = &self.k.helpers[h];
+        // The key: each slice's binding, then each workgroup array's kernel index.
         let globals = args
             .iter()
             .map(|a| match a {
                 CallArg::Slice(i) => self.globals[*i].clone(),
                 CallArg::Value(_) => String::new(),
+                CallArg::Shared(s) => self.shared_ix[*s].to_string(),
             })
             .collect();
         let name = specialisation(self.module, f, h, globals);
         let a: Vec<String> = args
             .iter()
-            .map(|a| match a {
-                CallArg::Value(e) => self.expr(e),
+            .filter_map(|a| match a {
+                CallArg::Value(e) => Some(self.expr(e)),
                 CallArg::Slice(i) => {
                     let n = &self.params[*i].name;
-                    format!("{n}_off, {n}_len")
+                    Some(format!("{n}_off, {n}_len"))
                 }
+                CallArg::Shared(_) => None,
             })
             .collect();
         format!("{name}({})", a.join(", "))
@@ -69,7 +76,12 @@ pub(super) fn emit_specialisations(k: &Kernel, module: &Module, out: &mut String
             break;
         };
         let f = &k.helpers[h];
-        let mut w = Wgsl::for_helper(k, f, globals, module);
+        let n = f.params.len();
+        let shared_ix = globals[n..]
+            .iter()
+            .map(|s| s.parse().expect("a workgroup array's kernel index"))
+            .collect();
+        let mut w = Wgsl::for_helper(k, (h, f), globals[..n].to_vec(), shared_ix, module);
         w.block_pub(&f.body);
         let params: Vec<String> = f
             .params

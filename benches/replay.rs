@@ -112,7 +112,11 @@ fn bind_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
                 steps,
                 || {
                     flip = !flip;
-                    let x = if variant == "input rebound" && flip { &b } else { &a };
+                    let x = if variant == "input rebound" && flip {
+                        &b
+                    } else {
+                        &a
+                    };
                     step.call(x).unwrap();
                 },
                 sync,
@@ -163,7 +167,11 @@ fn update_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()>
                 steps,
                 || {
                     flip = !flip;
-                    let y = if variant != "replay" && flip { &mut b } else { &mut a };
+                    let y = if variant != "replay" && flip {
+                        &mut b
+                    } else {
+                        &mut a
+                    };
                     step.call(y, 0.999, n).unwrap();
                 },
                 sync,

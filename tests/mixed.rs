@@ -12,6 +12,7 @@ mod common;
 
 use common::{on_every_backend, rng};
 use graphed::blas::{reference, GemmTypes, Math, Sgemm};
+use graphed::cast::cast;
 use graphed::kernels::matmul::{matmul_half, Gemm};
 use graphed::kernels::optim::{AdamW, COUNTER_WORDS};
 use graphed::kernels::scaler::{LossScaler, ScalerConfig};
@@ -471,5 +472,67 @@ fn scaling_the_loss_gradient_reads_the_scale_from_the_device() {
         };
         let e = LossScaler::new(dev, bad).unwrap_err();
         assert!(e.to_string().contains("backoff 1.5 in (0, 1)"), "{e}");
+    });
+}
+
+/// f32 values that exercise every rounding case of both 16-bit types: random magnitudes over
+/// the whole f32 range, ties and near-ties of both, f16's subnormals and overflow edge, ±0,
+/// ±∞ and NaNs.
+fn cast_inputs(r: &mut impl Rng, n: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = vec![
+        0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MAX, f32::MIN,
+        f32::MIN_POSITIVE, 65504.0, 65519.99, 65520.0, -65520.0, 1.0 + 2f32.powi(-8),
+        1.0 + 3.0 * 2f32.powi(-8), 1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11),
+        2f32.powi(-24), 2f32.powi(-25), 1.5 * 2f32.powi(-25), 2f32.powi(-26), 3.0 * 2f32.powi(-25),
+        f32::from_bits(0x7f80_0001), f32::from_bits(0xff80_4000), f32::from_bits(0x3380_0000),
+    ];
+    while v.len() < n {
+        v.push(match r.random_range(0..3) {
+            0 => f32::from_bits(r.random()),
+            1 => r.random_range(-70000.0f32..70000.0),
+            _ => r.random_range(-1e-4f32..1e-4),
+        });
+    }
+    v
+}
+
+#[test]
+fn casts_round_to_nearest_even_bitwise_alike_on_every_backend() {
+    on_every_backend(|dev| {
+        let mut r = rng("casts_round_to_nearest_even");
+        let x = cast_inputs(&mut r, 1001);
+        let src = dev.upload(&x).unwrap();
+        // Odd length: the last word's other half belongs to no element and is kept.
+        let mut h = dev.upload(&vec![f16::from_bits(0x7e5a); x.len() + 1]).unwrap();
+        let mut view = h.slice(0..x.len()).unwrap();
+        cast(dev, &src, &mut view).unwrap();
+        let got = h.to_host().unwrap();
+        for (i, (&v, g)) in x.iter().zip(&got).enumerate() {
+            assert_eq!(g.to_bits(), f16::from_f32(v).to_bits(), "{}: f16 of {v:e} (element {i})", dev.kind());
+        }
+        assert_eq!(got[x.len()].to_bits(), 0x7e5a, "{}: the neighbour's half changed", dev.kind());
+        let mut b = dev.upload(&vec![bf16::from_bits(0x7e5a); x.len()]).unwrap();
+        cast(dev, &src, &mut b).unwrap();
+        for (&v, g) in x.iter().zip(&b.to_host().unwrap()) {
+            assert_eq!(g.to_bits(), bf16::from_f32(v).to_bits(), "{}: bf16 of {v:e}", dev.kind());
+        }
+        // Widening is exact, for every 16-bit pattern (NaNs quietened as `half` does).
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let mut wide = graphed::testing::poisoned(dev, all.len());
+        cast(dev, &dev.upload(&all.iter().map(|&b| f16::from_bits(b)).collect::<Vec<_>>()).unwrap(), &mut wide).unwrap();
+        for (&b, w) in all.iter().zip(&wide.to_host().unwrap()) {
+            assert_eq!(w.to_bits(), f16::from_bits(b).to_f32().to_bits(), "{}: f32 of f16 {b:#06x}", dev.kind());
+        }
+        cast(dev, &dev.upload(&all.iter().map(|&b| bf16::from_bits(b)).collect::<Vec<_>>()).unwrap(), &mut wide).unwrap();
+        for (&b, w) in all.iter().zip(&wide.to_host().unwrap()) {
+            assert_eq!(w.to_bits(), bf16::from_bits(b).to_f32().to_bits(), "{}: f32 of bf16 {b:#06x}", dev.kind());
+        }
+        // Refused by name: an odd start, other types, other lengths.
+        let e = cast(dev, &src.slice(0..3).unwrap(), &mut h.slice(1..4).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("starts at element 1, inside a 32-bit word"), "{e}");
+        let e = cast(dev, &src, &mut dev.alloc::<u32>(x.len()).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("casts go between f32 and f16 or bf16"), "{e}");
+        let e = cast(dev, &src, &mut b.slice(0..4).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("the lengths differ"), "{e}");
     });
 }

@@ -18,6 +18,7 @@ mod backend;
 pub mod blas;
 mod buffer;
 mod builtin;
+pub mod cast;
 mod checked;
 mod device;
 #[cfg(feature = "nccl")]

@@ -115,10 +115,13 @@ impl Checker<'_> {
         let Some(ty) = a.first().map(|v| v.ty) else {
             return Err(());
         };
-        if f.float_only() && ty != Ty::F32 {
+        if f.float_only() && !ty.is_float() {
             self.error(
                 node,
-                format!("`{name}` is defined on `f32`, found `{}`", ty.rust()),
+                format!(
+                    "`{name}` is defined on floats (`f32`, `f16`, `bf16`), found `{}`",
+                    ty.rust()
+                ),
             );
             return Err(());
         }

@@ -106,10 +106,10 @@ macro_rules! arith_kernel {
                 out[o + 2] = p;
                 out[o + 3] = x / y;
                 out[o + 4] = -x;
-                out[o + 5] = min(x, y);
+                out[o + 5] = min(x, y) * 1.0;
                 out[o + 6] = max(x, y);
                 out[o + 7] = abs(x);
-                out[o + 8] = sqrt(abs(x)) * 1.0;
+                out[o + 8] = sqrt(abs(x)) * max(1.0, 0.5);
                 let mut f = 0u32;
                 if x < y {
                     f = f | 1u32;
@@ -708,5 +708,62 @@ fn the_definition_is_correctly_rounded() {
                 "bf16 {x:#06x} {y:#06x}"
             );
         }
+    }
+}
+
+/// `y[i] = x[at]` for `i` of the view, 16-bit both (checked mode's reads and writes).
+#[kernel(workgroup = 64)]
+pub fn gather16(x: &[bf16], at: u32, h: &[f16], y: &mut [bf16], z: &mut [f16]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = x[at];
+        z[at] = h[i];
+    }
+}
+
+#[test]
+fn checked_mode_covers_16_bit_slices() {
+    common::assert_wgsl_valid(&[&gather16::DEF]);
+    common::assert_cuda_compiles(&[&gather16::DEF]);
+    for d in graphed::testing::backends() {
+        let dev = Device::open_new_with(d.kind(), graphed::DeviceOptions { checked: true }).unwrap();
+        let k = dev.kind();
+        let xb: Vec<u16> = (0..9).map(|i| 0x3f80 + i).collect();
+        let hb: Vec<u16> = (0..9).map(|i| 0x3c00 + i).collect();
+        let x = dev.upload(&bf16s(&xb)).unwrap();
+        let h = dev.upload(&f16s(&hb)).unwrap();
+        let big = dev.upload(&bf16s(&[POISON16; 8])).unwrap();
+        let zbig = dev.upload(&f16s(&[POISON16; 8])).unwrap();
+        // Views from odd elements: index 4 lies inside the buffer but outside the view.
+        let (xv, hv) = (x.slice(1..5).unwrap(), h.slice(1..5).unwrap());
+        let mut yv = big.slice(1..4).unwrap();
+        let mut zv = zbig.slice(3..7).unwrap();
+        // In range: bitwise the unchecked results.
+        gather16::launch(&dev, 3, &xv, 2u32, &hv, &mut yv, &mut zv).unwrap();
+        dev.synchronize().unwrap();
+        let y = bits16(&big.to_host().unwrap());
+        assert_eq!(y, [POISON16, xb[3], xb[3], xb[3], POISON16, POISON16, POISON16, POISON16], "{k}");
+        // The last of the invocations writes z[2]; all three write it (a race of equal
+        // values would still be one of them).
+        assert!(hb[1..4].contains(&bits16(&zbig.to_host().unwrap())[5]), "{k}");
+        let got = gather16::launch(&dev, 3, &xv, 4u32, &hv, &mut yv, &mut zv)
+            .and_then(|()| dev.synchronize());
+        match got {
+            Err(graphed::Error::Fault(f)) => {
+                assert_eq!(f.kernel, "gather16", "{k}: {f}");
+                assert!(
+                    matches!(f.kind, graphed::FaultKind::OutOfBounds { index: 4, len: 4 }),
+                    "{k}: {f}"
+                );
+                assert_eq!(f.target, "x", "{k}: {f}");
+            }
+            other => panic!("{k}: expected a fault of x[4], got {other:?}"),
+        }
+        dev.synchronize().expect("a fault is reported once");
+        // The writes past the views were dropped: the neighbours keep their bits.
+        let y = bits16(&big.to_host().unwrap());
+        assert_eq!((y[0], y[4]), (POISON16, POISON16), "{k}: y outside the view");
+        let z = bits16(&zbig.to_host().unwrap());
+        assert_eq!((z[2], z[7]), (POISON16, POISON16), "{k}: z outside the view");
     }
 }

@@ -625,7 +625,7 @@ pub(super) fn is_untyped_lit(e: &syn::Expr) -> bool {
 }
 
 /// An unsuffixed float literal (`0.5`, `-1.0`): `f32` unless the context is `f16`/`bf16`.
-fn is_float_lit(e: &syn::Expr) -> bool {
+pub(super) fn is_float_lit(e: &syn::Expr) -> bool {
     match e {
         syn::Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Float(f),

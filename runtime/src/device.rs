@@ -329,12 +329,13 @@ impl Device {
 
     /// Whether kernels that compute with `dtype` run on this device. Buffers of every type
     /// work everywhere (upload, download, fill, copy); what differs is arithmetic: `f16`
-    /// kernels need WGSL's `shader-f16` on wgpu (asked for whenever the adapter has it), and
-    /// `bf16` kernels run on the CUDA and host backends only (WGSL has no `bf16`).
+    /// kernels with `f16` slices need WGSL's `shader-f16` on wgpu (asked for whenever the
+    /// adapter has it: the slices are `array<f16>`), and `bf16` kernels run everywhere (WGSL
+    /// has no `bf16`: the kernel language keeps it in 32-bit words, see the README).
     pub fn supports_kernels_of(&self, dtype: DType) -> bool {
         match dtype {
             DType::F16 => self.inner.backend.shader_f16(),
-            DType::BF16 => self.kind() != BackendKind::Wgpu,
+            DType::BF16 => true,
             DType::F32 | DType::I32 | DType::U32 | DType::Bool => true,
         }
     }

@@ -692,7 +692,7 @@ fn finish_device(
                 let cells = format_ident!("gd_cells_{}", p.name);
                 let pname = &p.name;
                 prep.push(quote!(let #cells = gd::cells_of(&*#user);));
-                args.push(quote!(gd::HostSlice::from_cells(&#cells, #name, #pname)));
+                args.push(quote!(gd::HostSlice::from_cells(&#cells, #user.len(), #name, #pname)));
                 if mutable {
                     back.push(quote!(gd::copy_back(&#cells, #user);));
                 }
@@ -715,6 +715,7 @@ fn finish_device(
         #default_doc
         #vis #sig {
             use ::graphed::__private as gd;
+            use ::graphed::{bf16, f16};
             #host
             #(#prep)*
             let gd_r = #own_fn(#(#args),*);

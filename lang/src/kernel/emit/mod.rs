@@ -7,3 +7,4 @@ pub mod host;
 pub mod host_device;
 pub mod wgsl;
 mod wgsl_device;
+mod wgsl_half;

@@ -457,14 +457,25 @@ fn mixed_workload(
     use graphed::nn::mixed::MixedTrainStep;
     use graphed::train::Classifier;
     let sizes: [(&str, usize, Vec<usize>); 2] = [
-        ("mixed-M", 512, vec![1024; 5].into_iter().chain([10]).collect()),
-        ("mixed-L", 4096, vec![4096; 4].into_iter().chain([10]).collect()),
+        (
+            "mixed-M",
+            512,
+            vec![1024; 5].into_iter().chain([10]).collect(),
+        ),
+        (
+            "mixed-L",
+            4096,
+            vec![4096; 4].into_iter().chain([10]).collect(),
+        ),
     ];
     for (name, batch, widths) in sizes.iter() {
-        if only.is_some_and(|o| o != *name) || (dev.kind() != BackendKind::Cuda && *name == "mixed-L") {
+        if only.is_some_and(|o| o != *name)
+            || (dev.kind() != BackendKind::Cuda && *name == "mixed-L")
+        {
             continue;
         }
-        let flops = 6.0 * *batch as f64 * widths.windows(2).map(|w| (w[0] * w[1]) as f64).sum::<f64>();
+        let flops =
+            6.0 * *batch as f64 * widths.windows(2).map(|w| (w[0] * w[1]) as f64).sum::<f64>();
         let steps = match (dev.kind(), *name) {
             (BackendKind::Cuda, "mixed-M") => 200,
             (BackendKind::Cuda, _) => 30,
@@ -499,18 +510,24 @@ fn mixed_workload(
                 .last_record
                 .zip(st.last_lower)
                 .map(|(r, l)| (r + l).as_secs_f64() * 1e3);
-            eprintln!("{name} {} on {}: eager {us:.1} us/step, {:.1} TFLOP/s", p.name(), dev.kind(), flops / us / 1e6);
-            rows.push(Row {
+            eprintln!(
+                "{name} {} on {}: eager {us:.1} us/step, {:.1} TFLOP/s",
+                p.name(),
+                dev.kind(),
+                flops / us / 1e6
+            );
+            let row = |variant: &str, (us, lo, hi, cpu): (f64, f64, f64, f64), record_ms| Row {
                 workload: name.to_string(),
                 backend: dev.kind().to_string(),
-                variant: format!("eager-{}", p.name()),
+                variant: format!("{variant}-{}", p.name()),
                 n: kernels,
                 us_step: us,
                 spread: (lo, hi),
                 cpu_us: cpu,
                 nodes: kernels,
-                record_ms: None,
-            });
+                record_ms,
+            };
+            rows.push(row("eager", (us, lo, hi, cpu), None));
             let (us, lo, hi, cpu) = measure(
                 steps * 3,
                 || {
@@ -525,17 +542,7 @@ fn mixed_workload(
                 flops / us / 1e6,
                 step.plan().map_or(0, |pl| pl.library_calls())
             );
-            rows.push(Row {
-                workload: name.to_string(),
-                backend: dev.kind().to_string(),
-                variant: format!("replay-{}", p.name()),
-                n: kernels,
-                us_step: us,
-                spread: (lo, hi),
-                cpu_us: cpu,
-                nodes: kernels,
-                record_ms: rec,
-            });
+            rows.push(row("replay", (us, lo, hi, cpu), rec));
         }
     }
     Ok(())

@@ -486,7 +486,8 @@ pub fn run(opts: &Options) -> std::result::Result<Report, String> {
     }
     let mut model = Classifier::new(&device, &sizes, opts.seed).map_err(e)?;
     let initial = model.duplicate().map_err(e)?;
-    let mut trainer = Trainer::new(&device, opts.accumulate, opts.eager, opts.precision).map_err(e)?;
+    let mut trainer =
+        Trainer::new(&device, opts.accumulate, opts.eager, opts.precision).map_err(e)?;
 
     let mut order: Vec<usize> = (0..n_train).collect();
     let mut mix = Mix(opts.seed ^ 0x5EED);
@@ -544,7 +545,8 @@ pub fn run(opts: &Options) -> std::result::Result<Report, String> {
     // The other mode, from the same initial weights, for a short comparison in this run.
     let compare = opts.steps.clamp(1, 100);
     let mut other = initial;
-    let mut other_trainer = Trainer::new(&device, opts.accumulate, !opts.eager, opts.precision).map_err(e)?;
+    let mut other_trainer =
+        Trainer::new(&device, opts.accumulate, !opts.eager, opts.precision).map_err(e)?;
     let t = Instant::now();
     for _ in 0..compare {
         next_batch(&mut xb, &mut yb);

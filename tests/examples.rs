@@ -64,7 +64,11 @@ fn train_mlp_learns_in_16_bits_where_half_products_run() {
             let r = train_mlp::run(&opts).unwrap();
             let (first, last) = (r.losses.first().unwrap().1, r.losses.last().unwrap().1);
             assert!(last < 0.5 * first, "{case}: loss went {first} -> {last}");
-            assert!(r.test_accuracy > 0.5, "{case}: accuracy {}", r.test_accuracy);
+            assert!(
+                r.test_accuracy > 0.5,
+                "{case}: accuracy {}",
+                r.test_accuracy
+            );
             assert_eq!(r.recordings, 1, "{case}: one recording");
         }
     });
@@ -83,9 +87,15 @@ fn train_mlp_rejects_bad_arguments() {
         "{err}"
     );
     let err = parse(&["--precision", "f8"]);
-    assert!(err.contains("unknown precision f8 (f32, tf32, bf16 or f16)"), "{err}");
+    assert!(
+        err.contains("unknown precision f8 (f32, tf32, bf16 or f16)"),
+        "{err}"
+    );
     let err = parse(&["--precision", "bf16", "--accumulate", "2"]);
-    assert!(err.contains("--precision bf16 trains whole batches"), "{err}");
+    assert!(
+        err.contains("--precision bf16 trains whole batches"),
+        "{err}"
+    );
     let err = parse(&["--backend", "tpu"]);
     assert!(err.contains("unknown backend tpu"), "{err}");
     let err = parse(&["--steps"]);

@@ -726,7 +726,8 @@ fn checked_mode_covers_16_bit_slices() {
     common::assert_wgsl_valid(&[&gather16::DEF]);
     common::assert_cuda_compiles(&[&gather16::DEF]);
     for d in graphed::testing::backends() {
-        let dev = Device::open_new_with(d.kind(), graphed::DeviceOptions { checked: true }).unwrap();
+        let dev =
+            Device::open_new_with(d.kind(), graphed::DeviceOptions { checked: true }).unwrap();
         let k = dev.kind();
         let xb: Vec<u16> = (0..9).map(|i| 0x3f80 + i).collect();
         let hb: Vec<u16> = (0..9).map(|i| 0x3c00 + i).collect();
@@ -742,10 +743,17 @@ fn checked_mode_covers_16_bit_slices() {
         gather16::launch(&dev, 3, &xv, 2u32, &hv, &mut yv, &mut zv).unwrap();
         dev.synchronize().unwrap();
         let y = bits16(&big.to_host().unwrap());
-        assert_eq!(y, [POISON16, xb[3], xb[3], xb[3], POISON16, POISON16, POISON16, POISON16], "{k}");
+        assert_eq!(
+            y,
+            [POISON16, xb[3], xb[3], xb[3], POISON16, POISON16, POISON16, POISON16],
+            "{k}"
+        );
         // The last of the invocations writes z[2]; all three write it (a race of equal
         // values would still be one of them).
-        assert!(hb[1..4].contains(&bits16(&zbig.to_host().unwrap())[5]), "{k}");
+        assert!(
+            hb[1..4].contains(&bits16(&zbig.to_host().unwrap())[5]),
+            "{k}"
+        );
         let got = gather16::launch(&dev, 3, &xv, 4u32, &hv, &mut yv, &mut zv)
             .and_then(|()| dev.synchronize());
         match got {
@@ -762,8 +770,16 @@ fn checked_mode_covers_16_bit_slices() {
         dev.synchronize().expect("a fault is reported once");
         // The writes past the views were dropped: the neighbours keep their bits.
         let y = bits16(&big.to_host().unwrap());
-        assert_eq!((y[0], y[4]), (POISON16, POISON16), "{k}: y outside the view");
+        assert_eq!(
+            (y[0], y[4]),
+            (POISON16, POISON16),
+            "{k}: y outside the view"
+        );
         let z = bits16(&zbig.to_host().unwrap());
-        assert_eq!((z[2], z[7]), (POISON16, POISON16), "{k}: z outside the view");
+        assert_eq!(
+            (z[2], z[7]),
+            (POISON16, POISON16),
+            "{k}: z outside the view"
+        );
     }
 }

@@ -26,33 +26,22 @@ trait Half: Element {
     fn value(self) -> f32;
     const TOL: f64;
 }
-impl Half for bf16 {
-    fn of(v: f32) -> Self {
-        bf16::from_f32(v)
-    }
-    fn value(self) -> f32 {
-        self.to_f32()
-    }
-    const TOL: f64 = 4e-3;
+macro_rules! half {
+    ($t:ty, $of:expr, $value:expr, $tol:expr) => {
+        impl Half for $t {
+            fn of(v: f32) -> Self {
+                ($of)(v)
+            }
+            fn value(self) -> f32 {
+                ($value)(self)
+            }
+            const TOL: f64 = $tol;
+        }
+    };
 }
-impl Half for f16 {
-    fn of(v: f32) -> Self {
-        f16::from_f32(v)
-    }
-    fn value(self) -> f32 {
-        self.to_f32()
-    }
-    const TOL: f64 = 5e-4;
-}
-impl Half for f32 {
-    fn of(v: f32) -> Self {
-        v
-    }
-    fn value(self) -> f32 {
-        self
-    }
-    const TOL: f64 = 1e-5;
-}
+half!(bf16, bf16::from_f32, bf16::to_f32, 4e-3);
+half!(f16, f16::from_f32, f16::to_f32, 5e-4);
+half!(f32, |v| v, |v| v, 1e-5);
 
 fn bits<T: Element>(v: &[T]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -480,11 +469,31 @@ fn scaling_the_loss_gradient_reads_the_scale_from_the_device() {
 /// ±∞ and NaNs.
 fn cast_inputs(r: &mut impl Rng, n: usize) -> Vec<f32> {
     let mut v: Vec<f32> = vec![
-        0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MAX, f32::MIN,
-        f32::MIN_POSITIVE, 65504.0, 65519.99, 65520.0, -65520.0, 1.0 + 2f32.powi(-8),
-        1.0 + 3.0 * 2f32.powi(-8), 1.0 + 2f32.powi(-11), 1.0 + 3.0 * 2f32.powi(-11),
-        2f32.powi(-24), 2f32.powi(-25), 1.5 * 2f32.powi(-25), 2f32.powi(-26), 3.0 * 2f32.powi(-25),
-        f32::from_bits(0x7f80_0001), f32::from_bits(0xff80_4000), f32::from_bits(0x3380_0000),
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MAX,
+        f32::MIN,
+        f32::MIN_POSITIVE,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1.0 + 2f32.powi(-8),
+        1.0 + 3.0 * 2f32.powi(-8),
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        2f32.powi(-24),
+        2f32.powi(-25),
+        1.5 * 2f32.powi(-25),
+        2f32.powi(-26),
+        3.0 * 2f32.powi(-25),
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xff80_4000),
+        f32::from_bits(0x3380_0000),
     ];
     while v.len() < n {
         v.push(match r.random_range(0..3) {
@@ -503,35 +512,82 @@ fn casts_round_to_nearest_even_bitwise_alike_on_every_backend() {
         let x = cast_inputs(&mut r, 1001);
         let src = dev.upload(&x).unwrap();
         // Odd length: the last word's other half belongs to no element and is kept.
-        let h = dev.upload(&vec![f16::from_bits(0x7e5a); x.len() + 1]).unwrap();
+        let h = dev
+            .upload(&vec![f16::from_bits(0x7e5a); x.len() + 1])
+            .unwrap();
         let mut view = h.slice(0..x.len()).unwrap();
         cast(dev, &src, &mut view).unwrap();
         let got = h.to_host().unwrap();
         for (i, (&v, g)) in x.iter().zip(&got).enumerate() {
-            assert_eq!(g.to_bits(), f16::from_f32(v).to_bits(), "{}: f16 of {v:e} (element {i})", dev.kind());
+            assert_eq!(
+                g.to_bits(),
+                f16::from_f32(v).to_bits(),
+                "{}: f16 of {v:e} (element {i})",
+                dev.kind()
+            );
         }
-        assert_eq!(got[x.len()].to_bits(), 0x7e5a, "{}: the neighbour's half changed", dev.kind());
+        assert_eq!(
+            got[x.len()].to_bits(),
+            0x7e5a,
+            "{}: the neighbour's half changed",
+            dev.kind()
+        );
         let mut b = dev.upload(&vec![bf16::from_bits(0x7e5a); x.len()]).unwrap();
         cast(dev, &src, &mut b).unwrap();
         for (&v, g) in x.iter().zip(&b.to_host().unwrap()) {
-            assert_eq!(g.to_bits(), bf16::from_f32(v).to_bits(), "{}: bf16 of {v:e}", dev.kind());
+            assert_eq!(
+                g.to_bits(),
+                bf16::from_f32(v).to_bits(),
+                "{}: bf16 of {v:e}",
+                dev.kind()
+            );
         }
         // Widening is exact, for every 16-bit pattern (NaNs quietened as `half` does).
         let all: Vec<u16> = (0..=u16::MAX).collect();
         let mut wide = graphed::testing::poisoned(dev, all.len());
-        cast(dev, &dev.upload(&all.iter().map(|&b| f16::from_bits(b)).collect::<Vec<_>>()).unwrap(), &mut wide).unwrap();
+        cast(
+            dev,
+            &dev.upload(&all.iter().map(|&b| f16::from_bits(b)).collect::<Vec<_>>())
+                .unwrap(),
+            &mut wide,
+        )
+        .unwrap();
         for (&b, w) in all.iter().zip(&wide.to_host().unwrap()) {
-            assert_eq!(w.to_bits(), f16::from_bits(b).to_f32().to_bits(), "{}: f32 of f16 {b:#06x}", dev.kind());
+            assert_eq!(
+                w.to_bits(),
+                f16::from_bits(b).to_f32().to_bits(),
+                "{}: f32 of f16 {b:#06x}",
+                dev.kind()
+            );
         }
-        cast(dev, &dev.upload(&all.iter().map(|&b| bf16::from_bits(b)).collect::<Vec<_>>()).unwrap(), &mut wide).unwrap();
+        cast(
+            dev,
+            &dev.upload(&all.iter().map(|&b| bf16::from_bits(b)).collect::<Vec<_>>())
+                .unwrap(),
+            &mut wide,
+        )
+        .unwrap();
         for (&b, w) in all.iter().zip(&wide.to_host().unwrap()) {
-            assert_eq!(w.to_bits(), bf16::from_bits(b).to_f32().to_bits(), "{}: f32 of bf16 {b:#06x}", dev.kind());
+            assert_eq!(
+                w.to_bits(),
+                bf16::from_bits(b).to_f32().to_bits(),
+                "{}: f32 of bf16 {b:#06x}",
+                dev.kind()
+            );
         }
         // Refused by name: an odd start, other types, other lengths.
         let e = cast(dev, &src.slice(0..3).unwrap(), &mut h.slice(1..4).unwrap()).unwrap_err();
-        assert!(e.to_string().contains("starts at element 1, inside a 32-bit word"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("starts at element 1, inside a 32-bit word"),
+            "{e}"
+        );
         let e = cast(dev, &src, &mut dev.alloc::<u32>(x.len()).unwrap()).unwrap_err();
-        assert!(e.to_string().contains("casts go between f32 and f16 or bf16"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("casts go between f32 and f16 or bf16"),
+            "{e}"
+        );
         let e = cast(dev, &src, &mut b.slice(0..4).unwrap()).unwrap_err();
         assert!(e.to_string().contains("the lengths differ"), "{e}");
     });
@@ -595,8 +651,18 @@ fn sixteen_bit_steps_follow_the_fp32_oracle_and_replay_bitwise_like_eager() {
     let (x, y) = batch(&mut r);
     let mut oracle = oracle_model.duplicate().unwrap();
     let mut f32_step = MixedTrainStep::new(&host).unwrap();
-    let want_loss = f32_step.eager(&mut oracle, &x[..], &y[..], 1e-3, Precision::F32).unwrap().to_host().unwrap()[0];
-    let want_grads: Vec<f64> = oracle.grads.to_host().unwrap().iter().map(|&v| v as f64).collect();
+    let want_loss = f32_step
+        .eager(&mut oracle, &x[..], &y[..], 1e-3, Precision::F32)
+        .unwrap()
+        .to_host()
+        .unwrap()[0];
+    let want_grads: Vec<f64> = oracle
+        .grads
+        .to_host()
+        .unwrap()
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
     on_every_backend(|dev| {
         for ((precision, ltol), (_, gtol)) in LOSS_TOL.into_iter().zip(GRAD_TOL) {
             let case = format!("{} {}", dev.kind(), precision.name());
@@ -610,33 +676,81 @@ fn sixteen_bit_steps_follow_the_fp32_oracle_and_replay_bitwise_like_eager() {
             let mut step = MixedTrainStep::new(dev).unwrap();
             let mut eager = MixedTrainStep::new(dev).unwrap();
             if dev.kind() == BackendKind::Wgpu {
-                let e = eager.eager(&mut eag, &x[..], &y[..], 1e-3, precision).unwrap_err();
-                assert!(matches!(e, Error::Unsupported { kernel: "matmul_half", .. }), "{case}: {e}");
+                let e = eager
+                    .eager(&mut eag, &x[..], &y[..], 1e-3, precision)
+                    .unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        Error::Unsupported {
+                            kernel: "matmul_half",
+                            ..
+                        }
+                    ),
+                    "{case}: {e}"
+                );
                 continue;
             }
             for s in 0..3 {
-                let (bx, by) = if s == 0 { (x.clone(), y.clone()) } else { batch(&mut r) };
-                let l1 = step.call(&mut rep, &bx[..], &by[..], 1e-3, precision).unwrap().to_host().unwrap();
-                let l2 = eager.eager(&mut eag, &bx[..], &by[..], 1e-3, precision).unwrap().to_host().unwrap();
+                let (bx, by) = if s == 0 {
+                    (x.clone(), y.clone())
+                } else {
+                    batch(&mut r)
+                };
+                let l1 = step
+                    .call(&mut rep, &bx[..], &by[..], 1e-3, precision)
+                    .unwrap()
+                    .to_host()
+                    .unwrap();
+                let l2 = eager
+                    .eager(&mut eag, &bx[..], &by[..], 1e-3, precision)
+                    .unwrap()
+                    .to_host()
+                    .unwrap();
                 assert_eq!(bits(&l1), bits(&l2), "{case} step {s}: loss replay ≠ eager");
-                assert!(model_bits(&rep) == model_bits(&eag), "{case} step {s}: state replay ≠ eager");
+                assert!(
+                    model_bits(&rep) == model_bits(&eag),
+                    "{case} step {s}: state replay ≠ eager"
+                );
                 if s == 0 {
                     let e = (l1[0] as f64 - want_loss as f64).abs() / want_loss as f64;
-                    assert!(e <= ltol, "{case}: loss {} vs fp32 {want_loss}: {e:.2e} > {ltol:.0e}", l1[0]);
+                    assert!(
+                        e <= ltol,
+                        "{case}: loss {} vs fp32 {want_loss}: {e:.2e} > {ltol:.0e}",
+                        l1[0]
+                    );
                     let g = rep.grads.to_host().unwrap();
-                    graphed::testing::assert_close(&format!("{case} gradients"), &g, &want_grads, gtol);
+                    graphed::testing::assert_close(
+                        &format!("{case} gradients"),
+                        &g,
+                        &want_grads,
+                        gtol,
+                    );
                 }
             }
             let st = step.stats();
-            assert_eq!((st.recordings, st.replays, st.eager_calls), (1, 3, 0), "{case}: {st:?}");
+            assert_eq!(
+                (st.recordings, st.replays, st.eager_calls),
+                (1, 3, 0),
+                "{case}: {st:?}"
+            );
             // 5L + 2 launches and 3L − 1 products for L = 3 layers, 3 more launches for f16.
             let plan = step.plan().unwrap();
             let extra = if precision == Precision::F16 { 3 } else { 0 };
-            assert_eq!((plan.launch_count(), plan.library_calls()), (17 + extra, 8), "{case}");
+            assert_eq!(
+                (plan.launch_count(), plan.library_calls()),
+                (17 + extra, 8),
+                "{case}"
+            );
             // Another precision is another recording.
             let mut other = upload(&oracle_model);
-            step.call(&mut other, &x[..], &y[..], 1e-3, Precision::F32).unwrap();
-            assert_eq!(step.stats().recordings, 2, "{case}: switching precision must record");
+            step.call(&mut other, &x[..], &y[..], 1e-3, Precision::F32)
+                .unwrap();
+            assert_eq!(
+                step.stats().recordings,
+                2,
+                "{case}: switching precision must record"
+            );
         }
     });
 }
@@ -662,31 +776,55 @@ fn an_f16_overflow_skips_the_update_inside_the_step_and_halves_the_scale() {
             }
             let before = model_bits(&rep);
             let (x, y) = batch(&mut r);
-            step.call(&mut rep, &x[..], &y[..], 1e-3, Precision::F16).unwrap();
-            eager.eager(&mut eag, &x[..], &y[..], 1e-3, Precision::F16).unwrap();
+            step.call(&mut rep, &x[..], &y[..], 1e-3, Precision::F16)
+                .unwrap();
+            eager
+                .eager(&mut eag, &x[..], &y[..], 1e-3, Precision::F16)
+                .unwrap();
             let after = model_bits(&rep);
             assert!(after == model_bits(&eag), "{case} step {s}: replay ≠ eager");
             let scale = rep.scale.to_host().unwrap()[0];
             let good = rep.good_steps.to_host().unwrap()[0];
             let count = rep.count.to_host().unwrap();
             if s == 2 {
-                assert!(after[0] == before[0], "{case}: the overflowed step changed the weights");
-                assert!(after[2] == before[2], "{case}: the overflowed step changed the moments");
+                assert!(
+                    after[0] == before[0],
+                    "{case}: the overflowed step changed the weights"
+                );
+                assert!(
+                    after[2] == before[2],
+                    "{case}: the overflowed step changed the moments"
+                );
                 assert_eq!(after[3], before[3], "{case}: the overflowed step counted");
-                assert_eq!((scale, good), (2f32.powi(99), 0), "{case}: the scale must halve");
+                assert_eq!(
+                    (scale, good),
+                    (2f32.powi(99), 0),
+                    "{case}: the scale must halve"
+                );
                 // 2⁹⁹ still overflows: back to a scale that does not, on both runs.
                 for m in [&rep, &eag] {
                     m.scale.write(&[1024.0]).unwrap();
                 }
             } else {
-                assert!(after[0] != before[0], "{case} step {s}: a good step must update");
+                assert!(
+                    after[0] != before[0],
+                    "{case} step {s}: a good step must update"
+                );
                 let taken = if s < 2 { s as u32 + 1 } else { s as u32 };
                 assert_eq!(count[1..], [taken, 0], "{case} step {s}: [steps, skip]");
-                let (want_scale, want_good) = if s < 2 { (65536.0, s as u32 + 1) } else { (1024.0, 1) };
+                let (want_scale, want_good) = if s < 2 {
+                    (65536.0, s as u32 + 1)
+                } else {
+                    (1024.0, 1)
+                };
                 assert_eq!((scale, good), (want_scale, want_good), "{case} step {s}");
             }
         }
         let st = step.stats();
-        assert_eq!((st.recordings, st.replays, st.eager_calls), (1, 4, 0), "{case}: {st:?}");
+        assert_eq!(
+            (st.recordings, st.replays, st.eager_calls),
+            (1, 4, 0),
+            "{case}: {st:?}"
+        );
     });
 }

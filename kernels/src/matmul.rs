@@ -495,6 +495,19 @@ impl Gemm {
         Gemm { math, ..self }
     }
 
+    /// The vendor-BLAS call of this product.
+    fn blas(&self, accumulate: ScalarArg<bool>) -> Sgemm {
+        Sgemm {
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            ta: self.ta,
+            tb: self.tb,
+            accumulate,
+            math: self.math,
+        }
+    }
+
     /// The tiling a launch of this product uses ([`Tile::Auto`] resolved).
     pub fn resolved_tile(&self) -> Tile {
         match self.tile {
@@ -574,16 +587,7 @@ pub fn matmul_half<C: Launch + ?Sized, I: Element, O: Element>(
     c: &mut Buffer<O>,
     accumulate: impl IntoScalarArg<bool>,
 ) -> Result<()> {
-    let call = Sgemm {
-        m: g.m,
-        n: g.n,
-        k: g.k,
-        ta: g.ta,
-        tb: g.tb,
-        accumulate: accumulate.into_scalar_arg(),
-        math: g.math,
-    };
-    if graphed_runtime::blas::product(cx, &call, a, b, c)? {
+    if graphed_runtime::blas::product(cx, &g.blas(accumulate.into_scalar_arg()), a, b, c)? {
         return Ok(());
     }
     let device = a.device();
@@ -854,16 +858,7 @@ fn vendor<'d, C: Launch + ?Sized>(
     if g.m == 0 || g.n == 0 || g.k == 0 || (transforms && !never_accumulates) {
         return Ok(Routed::Declined(db));
     }
-    let call = Sgemm {
-        m: g.m,
-        n: g.n,
-        k: g.k,
-        ta: g.ta,
-        tb: g.tb,
-        accumulate,
-        math: g.math,
-    };
-    if !graphed_runtime::blas::product(cx, &call, a, b, c)? {
+    if !graphed_runtime::blas::product(cx, &g.blas(accumulate), a, b, c)? {
         return Ok(Routed::Declined(db));
     }
     if let Some(db) = db {

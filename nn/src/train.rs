@@ -218,7 +218,15 @@ pub fn micro_step(
 ) -> Result<Output<f32>> {
     let m = model;
     forward_backward(
-        cx, &m.sizes, &m.params, &m.grads, x, labels, accumulate, grad_scale, Math::F32,
+        cx,
+        &m.sizes,
+        &m.params,
+        &m.grads,
+        x,
+        labels,
+        accumulate,
+        grad_scale,
+        Math::F32,
     )
 }
 

@@ -40,10 +40,15 @@ pub fn cast<C: Launch + ?Sized, S: Element, D: Element>(
         return fail("the views overlap".into());
     }
     let half = match (s.dtype, d.dtype) {
-        (DType::F32, h @ (DType::F16 | DType::BF16)) | (h @ (DType::F16 | DType::BF16), DType::F32) => h,
+        (DType::F32, h @ (DType::F16 | DType::BF16))
+        | (h @ (DType::F16 | DType::BF16), DType::F32) => h,
         _ => return fail("casts go between f32 and f16 or bf16".into()),
     };
-    let (wide, narrow) = if s.dtype == DType::F32 { (&s, &d) } else { (&d, &s) };
+    let (wide, narrow) = if s.dtype == DType::F32 {
+        (&s, &d)
+    } else {
+        (&d, &s)
+    };
     if narrow.offset % 2 != 0 {
         return fail(format!(
             "the {} view starts at element {}, inside a 32-bit word (take an even offset)",
@@ -59,7 +64,10 @@ pub fn cast<C: Launch + ?Sized, S: Element, D: Element>(
         ..wide.clone()
     };
     let words = narrow.covering_words();
-    let flag = KernelArg::Scalar(ErasedScalar::Const(DType::Bool, (half == DType::BF16) as u32));
+    let flag = KernelArg::Scalar(ErasedScalar::Const(
+        DType::Bool,
+        (half == DType::BF16) as u32,
+    ));
     if s.dtype == DType::F32 {
         let len = u32::try_from(s.len)
             .map_err(|_| Error::Shape(format!("cast of {} elements: at most 2^32 - 1", s.len)))?;

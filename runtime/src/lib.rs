@@ -64,6 +64,8 @@ pub use step::{Input, Output, Scalar, Step};
 pub mod __private {
     // Without `testing`, `mutation` is a constant `false` (graphed-nn calls it on a step's
     // path; the call folds away).
+    /// The runtime's cast kernels, for graphed's own NVRTC and naga checks.
+    pub use crate::builtin::{cast_f32_to_half, cast_half_to_f32};
     pub use crate::faults::mutation;
     #[cfg(feature = "testing")]
     pub use crate::faults::{
@@ -72,8 +74,6 @@ pub mod __private {
         inject_replay_drift, inject_slot_alloc_failure,
     };
     pub use crate::host_exec::*;
-    /// The runtime's cast kernels, for graphed's own NVRTC and naga checks.
-    pub use crate::builtin::{cast_f32_to_half, cast_half_to_f32};
     /// The steps of `#[kernel]`'s and `#[device]`'s expansion that receive a callee's
     /// definition (a `#[device]` function's macro calls them back).
     pub use graphed_macros::{__device_resume as device_resume, __kernel_resume as kernel_resume};

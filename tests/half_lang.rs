@@ -674,40 +674,33 @@ fn per_launch_bf16_scalar_through_a_device_helper() {
 #[test]
 fn the_definition_is_correctly_rounded() {
     let mut rng = rng("half_correct_rounding");
+    // Both types alike: the f32 operation rounded, against the exact result rounded once.
+    macro_rules! check {
+        ($t:ident, $x:expr, $y:expr) => {{
+            let (a, b) = ($t::from_bits($x), $t::from_bits($y));
+            let (af, bf_, ad, bd) = (a.to_f32(), b.to_f32(), a.to_f64(), b.to_f64());
+            for (via_f32, exact) in [
+                (af + bf_, ad + bd),
+                (af - bf_, ad - bd),
+                (af * bf_, ad * bd),
+                (af / bf_, ad / bd),
+                (af.sqrt(), ad.sqrt()),
+            ] {
+                let (g, w) = ($t::from_f32(via_f32), $t::from_f64(exact));
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{} {:#06x} {:#06x}",
+                    stringify!($t),
+                    $x,
+                    $y
+                );
+            }
+        }};
+    }
     for _ in 0..200_000 {
         let (x, y) = (rng.random::<u16>(), rng.random::<u16>());
-        let (a, b) = (f16::from_bits(x), f16::from_bits(y));
-        let (af, bf_) = (a.to_f32(), b.to_f32());
-        let (ad, bd) = (a.to_f64(), b.to_f64());
-        for (via_f32, exact) in [
-            (af + bf_, ad + bd),
-            (af - bf_, ad - bd),
-            (af * bf_, ad * bd),
-            (af / bf_, ad / bd),
-            (af.sqrt(), ad.sqrt()),
-        ] {
-            let (g, w) = (f16::from_f32(via_f32), f16::from_f64(exact));
-            assert!(
-                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                "f16 {x:#06x} {y:#06x}"
-            );
-        }
-        let (a, b) = (bf16::from_bits(x), bf16::from_bits(y));
-        let (af, bf_) = (a.to_f32(), b.to_f32());
-        let (ad, bd) = (a.to_f64(), b.to_f64());
-        for (via_f32, exact) in [
-            (af + bf_, ad + bd),
-            (af - bf_, ad - bd),
-            (af * bf_, ad * bd),
-            (af / bf_, ad / bd),
-            (af.sqrt(), ad.sqrt()),
-        ] {
-            let (g, w) = (bf16::from_f32(via_f32), bf16::from_f64(exact));
-            assert!(
-                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                "bf16 {x:#06x} {y:#06x}"
-            );
-        }
+        check!(f16, x, y);
+        check!(bf16, x, y);
     }
 }
 
@@ -726,7 +719,8 @@ fn checked_mode_covers_16_bit_slices() {
     common::assert_wgsl_valid(&[&gather16::DEF]);
     common::assert_cuda_compiles(&[&gather16::DEF]);
     for d in graphed::testing::backends() {
-        let dev = Device::open_new_with(d.kind(), graphed::DeviceOptions { checked: true }).unwrap();
+        let dev =
+            Device::open_new_with(d.kind(), graphed::DeviceOptions { checked: true }).unwrap();
         let k = dev.kind();
         let xb: Vec<u16> = (0..9).map(|i| 0x3f80 + i).collect();
         let hb: Vec<u16> = (0..9).map(|i| 0x3c00 + i).collect();
@@ -742,10 +736,17 @@ fn checked_mode_covers_16_bit_slices() {
         gather16::launch(&dev, 3, &xv, 2u32, &hv, &mut yv, &mut zv).unwrap();
         dev.synchronize().unwrap();
         let y = bits16(&big.to_host().unwrap());
-        assert_eq!(y, [POISON16, xb[3], xb[3], xb[3], POISON16, POISON16, POISON16, POISON16], "{k}");
+        assert_eq!(
+            y,
+            [POISON16, xb[3], xb[3], xb[3], POISON16, POISON16, POISON16, POISON16],
+            "{k}"
+        );
         // The last of the invocations writes z[2]; all three write it (a race of equal
         // values would still be one of them).
-        assert!(hb[1..4].contains(&bits16(&zbig.to_host().unwrap())[5]), "{k}");
+        assert!(
+            hb[1..4].contains(&bits16(&zbig.to_host().unwrap())[5]),
+            "{k}"
+        );
         let got = gather16::launch(&dev, 3, &xv, 4u32, &hv, &mut yv, &mut zv)
             .and_then(|()| dev.synchronize());
         match got {
@@ -762,8 +763,16 @@ fn checked_mode_covers_16_bit_slices() {
         dev.synchronize().expect("a fault is reported once");
         // The writes past the views were dropped: the neighbours keep their bits.
         let y = bits16(&big.to_host().unwrap());
-        assert_eq!((y[0], y[4]), (POISON16, POISON16), "{k}: y outside the view");
+        assert_eq!(
+            (y[0], y[4]),
+            (POISON16, POISON16),
+            "{k}: y outside the view"
+        );
         let z = bits16(&zbig.to_host().unwrap());
-        assert_eq!((z[2], z[7]), (POISON16, POISON16), "{k}: z outside the view");
+        assert_eq!(
+            (z[2], z[7]),
+            (POISON16, POISON16),
+            "{k}: z outside the view"
+        );
     }
 }

@@ -540,7 +540,9 @@ impl KernelGen<'_> {
                 format!("({a} {op} {b})")
             }
             2 => {
-                let f = *self.rng.pick(&["abs", "floor", "sqrt", "exp", "tanh", "round"]);
+                let f = *self
+                    .rng
+                    .pick(&["abs", "floor", "sqrt", "exp", "tanh", "round"]);
                 format!("{f}({a})")
             }
             3 => format!("max({a}, min({b}, 0.5))"),

@@ -674,40 +674,33 @@ fn per_launch_bf16_scalar_through_a_device_helper() {
 #[test]
 fn the_definition_is_correctly_rounded() {
     let mut rng = rng("half_correct_rounding");
+    // Both types alike: the f32 operation rounded, against the exact result rounded once.
+    macro_rules! check {
+        ($t:ident, $x:expr, $y:expr) => {{
+            let (a, b) = ($t::from_bits($x), $t::from_bits($y));
+            let (af, bf_, ad, bd) = (a.to_f32(), b.to_f32(), a.to_f64(), b.to_f64());
+            for (via_f32, exact) in [
+                (af + bf_, ad + bd),
+                (af - bf_, ad - bd),
+                (af * bf_, ad * bd),
+                (af / bf_, ad / bd),
+                (af.sqrt(), ad.sqrt()),
+            ] {
+                let (g, w) = ($t::from_f32(via_f32), $t::from_f64(exact));
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{} {:#06x} {:#06x}",
+                    stringify!($t),
+                    $x,
+                    $y
+                );
+            }
+        }};
+    }
     for _ in 0..200_000 {
         let (x, y) = (rng.random::<u16>(), rng.random::<u16>());
-        let (a, b) = (f16::from_bits(x), f16::from_bits(y));
-        let (af, bf_) = (a.to_f32(), b.to_f32());
-        let (ad, bd) = (a.to_f64(), b.to_f64());
-        for (via_f32, exact) in [
-            (af + bf_, ad + bd),
-            (af - bf_, ad - bd),
-            (af * bf_, ad * bd),
-            (af / bf_, ad / bd),
-            (af.sqrt(), ad.sqrt()),
-        ] {
-            let (g, w) = (f16::from_f32(via_f32), f16::from_f64(exact));
-            assert!(
-                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                "f16 {x:#06x} {y:#06x}"
-            );
-        }
-        let (a, b) = (bf16::from_bits(x), bf16::from_bits(y));
-        let (af, bf_) = (a.to_f32(), b.to_f32());
-        let (ad, bd) = (a.to_f64(), b.to_f64());
-        for (via_f32, exact) in [
-            (af + bf_, ad + bd),
-            (af - bf_, ad - bd),
-            (af * bf_, ad * bd),
-            (af / bf_, ad / bd),
-            (af.sqrt(), ad.sqrt()),
-        ] {
-            let (g, w) = (bf16::from_f32(via_f32), bf16::from_f64(exact));
-            assert!(
-                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
-                "bf16 {x:#06x} {y:#06x}"
-            );
-        }
+        check!(f16, x, y);
+        check!(bf16, x, y);
     }
 }
 

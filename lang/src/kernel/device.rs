@@ -355,7 +355,7 @@ fn signature(func: &syn::ItemFn, errors: &mut Errors) -> (Vec<super::ir::Param>,
             None => {
                 errors.push(syn::Error::new_spanned(
                     ty,
-                    format!("a `#[device]` function returns `f32`, `i32`, `u32` or `bool`, or nothing; not `{}` (write other results into a `&mut [T]` parameter)", crate::tokens::shown(ty)),
+                    format!("a `#[device]` function returns `f32`, `f16`, `bf16`, `i32`, `u32` or `bool`, or nothing; not `{}` (write other results into a `&mut [T]` parameter)", crate::tokens::shown(ty)),
                 ));
                 None
             }

@@ -40,7 +40,8 @@ impl Checker<'_> {
                 &args.args[0],
                 super::half::no_half("workgroup arrays", elem),
             );
-            return Some((Ty::F32, 1));
+            // Its element type, so its uses add no errors (nothing is emitted).
+            return Some((elem, 1));
         }
         let size_expr: Option<syn::Expr> = match &args.args[1] {
             syn::GenericArgument::Const(c) => Some(c.clone()),

@@ -1,4 +1,5 @@
-//! The benchmark harness: `cargo bench --bench replay -- [launch] [mlp|mlp-S|mlp-M] [sampler] [reduce]
+//! The benchmark harness: `cargo bench --bench replay -- [launch] [mlp|mlp-S|mlp-M]
+//! [mixed|mixed-M|mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce]
 //! [--backend host|wgpu|cuda] [--checked] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]`
 //! redraws the chart of an earlier run.
 //!
@@ -11,7 +12,10 @@
 //! small elementwise kernel (1024 floats), as our eager launches, our replay, and (on CUDA)
 //! raw cudarc launches with and without a hand-made CUDA graph, side by side in one run.
 //! Workload `mlp`: the training step of `graphed::train` on the MLP-S and MLP-M shapes of
-//! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them). Workload `sampler`: one timestep of `graphed::sample`
+//! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them). Workload `mixed`:
+//! `graphed::nn::mixed`'s step on the MLP-M and MLP-L shapes of
+//! `shared/bench/torch_mixed_step.py` (`mixed-M`, `mixed-L`; MLP-L on CUDA only) at each
+//! `--precision` given (default bf16), with each step's achieved TFLOP/s. Workload `sampler`: one timestep of `graphed::sample`
 //! (the `sampler` example's step). Each runs eagerly and replayed on every backend asked for.
 //! Workload `bind`: replay time against a device input's size (1 KiB to 64 MiB), the input
 //! copied into its slot (as before) beside bound by address and re-pointed every call.
@@ -112,7 +116,11 @@ fn bind_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
                 steps,
                 || {
                     flip = !flip;
-                    let x = if variant == "input rebound" && flip { &b } else { &a };
+                    let x = if variant == "input rebound" && flip {
+                        &b
+                    } else {
+                        &a
+                    };
                     step.call(x).unwrap();
                 },
                 sync,
@@ -163,7 +171,11 @@ fn update_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()>
                 steps,
                 || {
                     flip = !flip;
-                    let y = if variant != "replay" && flip { &mut b } else { &mut a };
+                    let y = if variant != "replay" && flip {
+                        &mut b
+                    } else {
+                        &mut a
+                    };
                     step.call(y, 0.999, n).unwrap();
                 },
                 sync,
@@ -454,6 +466,113 @@ mod raw {
         });
         Ok(())
     }
+}
+
+/// The mixed-precision workloads of `shared/bench/torch_mixed_step.py`: MLP-M (batch 512,
+/// 1024×5 → 10) and MLP-L (batch 4096, 4096×4 → 10), one step = forward, mean softmax
+/// cross-entropy, backward, AdamW (lr 1e-3, weight decay 0.01) on fp32 master weights, at each
+/// precision of `precisions` (`graphed::nn::mixed`), eagerly and replayed. Prints each step's
+/// achieved TFLOP/s of its products (forward + two backward products per layer), as the
+/// PyTorch script does. `only`: "mixed-M" or "mixed-L".
+fn mixed_workload(
+    dev: &Device,
+    quick: bool,
+    only: Option<&str>,
+    precisions: &[graphed::nn::mixed::Precision],
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    use graphed::nn::mixed::MixedTrainStep;
+    use graphed::train::Classifier;
+    let sizes: [(&str, usize, Vec<usize>); 2] = [
+        (
+            "mixed-M",
+            512,
+            vec![1024; 5].into_iter().chain([10]).collect(),
+        ),
+        (
+            "mixed-L",
+            4096,
+            vec![4096; 4].into_iter().chain([10]).collect(),
+        ),
+    ];
+    for (name, batch, widths) in sizes.iter() {
+        if only.is_some_and(|o| o != *name)
+            || (dev.kind() != BackendKind::Cuda && *name == "mixed-L")
+        {
+            continue;
+        }
+        let flops =
+            6.0 * *batch as f64 * widths.windows(2).map(|w| (w[0] * w[1]) as f64).sum::<f64>();
+        let steps = match (dev.kind(), *name) {
+            (BackendKind::Cuda, "mixed-M") => 200,
+            (BackendKind::Cuda, _) => 30,
+            _ => 2,
+        };
+        let steps = if quick { (steps / 5).max(2) } else { steps };
+        let x: Vec<f32> = (0..batch * widths[0])
+            .map(|i| ((i * 2654435761usize) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let labels: Vec<u32> = (0..*batch).map(|i| ((i * 7) % 10) as u32).collect();
+        let (x, labels) = (dev.upload(&x)?, dev.upload(&labels)?);
+        for &p in precisions {
+            let mut model = Classifier::new(dev, widths, 0)?;
+            let mut eager_model = model.duplicate()?;
+            let mut step = MixedTrainStep::new(dev)?;
+            let sync = || dev.synchronize().unwrap();
+            if let Err(e) = step.eager(&mut eager_model, &x, &labels, 1e-3, p) {
+                eprintln!("{name} {} on {}: {e}; skipped", p.name(), dev.kind());
+                continue;
+            }
+            let (us, lo, hi, cpu) = measure(
+                steps,
+                || {
+                    step.eager(&mut eager_model, &x, &labels, 1e-3, p).unwrap();
+                },
+                sync,
+            );
+            step.call(&mut model, &x, &labels, 1e-3, p)?;
+            let st = step.stats();
+            let kernels = st.launches_per_replay;
+            let rec = st
+                .last_record
+                .zip(st.last_lower)
+                .map(|(r, l)| (r + l).as_secs_f64() * 1e3);
+            eprintln!(
+                "{name} {} on {}: eager {us:.1} us/step, {:.1} TFLOP/s",
+                p.name(),
+                dev.kind(),
+                flops / us / 1e6
+            );
+            let row = |variant: &str, (us, lo, hi, cpu): (f64, f64, f64, f64), record_ms| Row {
+                workload: name.to_string(),
+                backend: dev.kind().to_string(),
+                variant: format!("{variant}-{}", p.name()),
+                n: kernels,
+                us_step: us,
+                spread: (lo, hi),
+                cpu_us: cpu,
+                nodes: kernels,
+                record_ms,
+            };
+            rows.push(row("eager", (us, lo, hi, cpu), None));
+            let (us, lo, hi, cpu) = measure(
+                steps * 3,
+                || {
+                    step.call(&mut model, &x, &labels, 1e-3, p).unwrap();
+                },
+                sync,
+            );
+            eprintln!(
+                "{name} {} on {}: replay {us:.1} us/step, {:.1} TFLOP/s ({kernels} kernels + {} library calls per step)",
+                p.name(),
+                dev.kind(),
+                flops / us / 1e6,
+                step.plan().map_or(0, |pl| pl.library_calls())
+            );
+            rows.push(row("replay", (us, lo, hi, cpu), rec));
+        }
+    }
+    Ok(())
 }
 
 /// The reference MLP workloads of `shared/bench/torch_mlp_step.py`: one step = forward, mean
@@ -807,7 +926,7 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [sampler] [reduce] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
+    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [mixed | mixed-M | mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -819,6 +938,7 @@ fn main() {
     let mut workloads: Vec<String> = Vec::new();
     let mut out_dir = std::path::PathBuf::from("target/bench");
     let mut chart_of = None;
+    let mut precisions = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -845,6 +965,14 @@ fn main() {
                         .unwrap_or_else(|| usage("--chart needs a CSV file"))
                         .clone(),
                 )
+            }
+            "--precision" => {
+                let v = it
+                    .next()
+                    .unwrap_or_else(|| usage("--precision needs a value"));
+                precisions.push(graphed::nn::mixed::Precision::parse(v).unwrap_or_else(|| {
+                    usage(&format!("unknown precision {v} (f32, tf32, bf16 or f16)"))
+                }));
             }
             "--help" | "-h" => usage(""),
             "--quick" | "--bench" | "--checked" => {}
@@ -910,6 +1038,15 @@ fn main() {
                             }
                         }
                     }
+                }
+                "mixed" | "mixed-M" | "mixed-L" => {
+                    let only = (w != "mixed").then_some(w.as_str());
+                    let p = if precisions.is_empty() {
+                        vec![graphed::nn::mixed::Precision::Bf16]
+                    } else {
+                        precisions.clone()
+                    };
+                    mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
                 }
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),
                 "reduce" => reduce_workload(&dev, quick, &mut rows).unwrap(),

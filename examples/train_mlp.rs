@@ -4,6 +4,7 @@
 //! cargo run --release --example train_mlp                       # 8×8 digits, best backend
 //! cargo run --release --example train_mlp -- --backend wgpu --steps 2000 --accumulate 4
 //! cargo run --release --example train_mlp -- --data ~/mnist --plot loss.svg
+//! cargo run --release --features cuda --example train_mlp -- --precision bf16   # or f16, tf32
 //! ```
 //!
 //! Data: the 8×8 optical digits that ship with this repository (`examples/data/digits.u8`,
@@ -17,6 +18,7 @@
 use std::io::Write as _;
 use std::time::Instant;
 
+use graphed::nn::mixed::{MixedTrainStep, Precision};
 use graphed::train::{ApplyStep, Classifier, MicroStep, TrainStep};
 use graphed::{BackendKind, Device, Result};
 
@@ -45,6 +47,8 @@ pub struct Options {
     pub quiet: bool,
     /// `--min-accuracy`: exit with an error below this test accuracy.
     pub min_accuracy: Option<f64>,
+    /// `--precision`: of the products and activations (default f32).
+    pub precision: Precision,
 }
 
 impl Default for Options {
@@ -61,6 +65,7 @@ impl Default for Options {
             plot: None,
             quiet: false,
             min_accuracy: None,
+            precision: Precision::F32,
         }
     }
 }
@@ -123,6 +128,14 @@ struct Cli {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Products and activations: f32, tf32 (f32 with TF32 cuBLAS products), bf16 or f16
+    /// (16-bit operands, f32 accumulation and master weights; f16 with dynamic loss scaling).
+    #[arg(long, value_name = "P", default_value = "f32", value_parser = precision)]
+    precision: Precision,
+}
+
+fn precision(s: &str) -> std::result::Result<Precision, String> {
+    Precision::parse(s).ok_or_else(|| format!("unknown precision {s} (f32, tf32, bf16 or f16)"))
 }
 
 fn backend(s: &str) -> std::result::Result<BackendKind, String> {
@@ -162,6 +175,15 @@ fn fraction(s: &str) -> std::result::Result<f64, String> {
 pub fn parse(args: impl IntoIterator<Item = String>) -> std::result::Result<Options, clap::Error> {
     use clap::{CommandFactory, Parser};
     let c = Cli::try_parse_from(std::iter::once("train_mlp".to_string()).chain(args))?;
+    if c.precision != Precision::F32 && c.accumulate != 1 {
+        return Err(Cli::command().error(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "--precision {} trains whole batches: leave --accumulate at 1",
+                c.precision.name()
+            ),
+        ));
+    }
     if c.batch % c.accumulate != 0 {
         return Err(Cli::command().error(
             clap::error::ErrorKind::ArgumentConflict,
@@ -183,6 +205,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> std::result::Result<Opti
         plot: c.plot,
         quiet: c.quiet,
         min_accuracy: c.min_accuracy,
+        precision: c.precision,
     })
 }
 
@@ -339,16 +362,20 @@ pub fn mnist(dir: &std::path::Path) -> std::result::Result<Data, String> {
 struct Trainer {
     k: usize,
     eager: bool,
+    precision: Precision,
+    mixed: MixedTrainStep,
     full: TrainStep,
     micro: MicroStep,
     apply: ApplyStep,
 }
 
 impl Trainer {
-    fn new(device: &Device, k: usize, eager: bool) -> Result<Trainer> {
+    fn new(device: &Device, k: usize, eager: bool, precision: Precision) -> Result<Trainer> {
         Ok(Trainer {
             k,
             eager,
+            precision,
+            mixed: MixedTrainStep::new(device)?,
             full: TrainStep::new(device)?,
             micro: MicroStep::new(device)?,
             apply: ApplyStep::new(device)?,
@@ -364,6 +391,19 @@ impl Trainer {
         lr: f32,
         want_loss: bool,
     ) -> Result<Option<f32>> {
+        if self.precision != Precision::F32 {
+            let p = self.precision;
+            let loss = if self.eager {
+                self.mixed.eager(&mut *m, x, y, lr, p)?
+            } else {
+                self.mixed.call(&mut *m, x, y, lr, p)?
+            };
+            return if want_loss {
+                Ok(Some(loss.to_host()?[0]))
+            } else {
+                Ok(None)
+            };
+        }
         if self.k == 1 {
             let loss = if self.eager {
                 self.full.eager(&mut *m, x, y, lr)?
@@ -403,7 +443,10 @@ impl Trainer {
     }
 
     fn recordings(&self) -> u64 {
-        self.full.stats().recordings + self.micro.stats().recordings + self.apply.stats().recordings
+        self.full.stats().recordings
+            + self.micro.stats().recordings
+            + self.apply.stats().recordings
+            + self.mixed.stats().recordings
     }
 }
 
@@ -443,7 +486,8 @@ pub fn run(opts: &Options) -> std::result::Result<Report, String> {
     }
     let mut model = Classifier::new(&device, &sizes, opts.seed).map_err(e)?;
     let initial = model.duplicate().map_err(e)?;
-    let mut trainer = Trainer::new(&device, opts.accumulate, opts.eager).map_err(e)?;
+    let mut trainer =
+        Trainer::new(&device, opts.accumulate, opts.eager, opts.precision).map_err(e)?;
 
     let mut order: Vec<usize> = (0..n_train).collect();
     let mut mix = Mix(opts.seed ^ 0x5EED);
@@ -501,7 +545,8 @@ pub fn run(opts: &Options) -> std::result::Result<Report, String> {
     // The other mode, from the same initial weights, for a short comparison in this run.
     let compare = opts.steps.clamp(1, 100);
     let mut other = initial;
-    let mut other_trainer = Trainer::new(&device, opts.accumulate, !opts.eager).map_err(e)?;
+    let mut other_trainer =
+        Trainer::new(&device, opts.accumulate, !opts.eager, opts.precision).map_err(e)?;
     let t = Instant::now();
     for _ in 0..compare {
         next_batch(&mut xb, &mut yb);

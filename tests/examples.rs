@@ -44,6 +44,37 @@ fn train_mlp_learns_briefly_and_records_once() {
 }
 
 #[test]
+fn train_mlp_learns_in_16_bits_where_half_products_run() {
+    use graphed::nn::mixed::Precision;
+    on_every_backend(|dev| {
+        for precision in [Precision::Bf16, Precision::F16, Precision::Tf32] {
+            let opts = train_mlp::Options {
+                backend: Some(dev.kind()),
+                steps: 40,
+                quiet: true,
+                precision,
+                ..Default::default()
+            };
+            let case = format!("{} {}", dev.kind(), precision.name());
+            if dev.kind() == graphed::BackendKind::Wgpu && precision != Precision::Tf32 {
+                let err = train_mlp::run(&opts).unwrap_err();
+                assert!(err.contains("kernel `matmul_half` needs"), "{case}: {err}");
+                continue;
+            }
+            let r = train_mlp::run(&opts).unwrap();
+            let (first, last) = (r.losses.first().unwrap().1, r.losses.last().unwrap().1);
+            assert!(last < 0.5 * first, "{case}: loss went {first} -> {last}");
+            assert!(
+                r.test_accuracy > 0.5,
+                "{case}: accuracy {}",
+                r.test_accuracy
+            );
+            assert_eq!(r.recordings, 1, "{case}: one recording");
+        }
+    });
+}
+
+#[test]
 fn train_mlp_rejects_bad_arguments() {
     let parse = |args: &[&str]| {
         train_mlp::parse(args.iter().map(|a| a.to_string()))
@@ -53,6 +84,16 @@ fn train_mlp_rejects_bad_arguments() {
     let err = parse(&["--batch", "10", "--accumulate", "3"]);
     assert!(
         err.contains("--batch (10) must be a multiple of --accumulate (3)"),
+        "{err}"
+    );
+    let err = parse(&["--precision", "f8"]);
+    assert!(
+        err.contains("unknown precision f8 (f32, tf32, bf16 or f16)"),
+        "{err}"
+    );
+    let err = parse(&["--precision", "bf16", "--accumulate", "2"]);
+    assert!(
+        err.contains("--precision bf16 trains whole batches"),
         "{err}"
     );
     let err = parse(&["--backend", "tpu"]);

@@ -91,7 +91,10 @@ fn workspaces_live_at_disjoint_times_share_memory() {
             let s = 1.0 + i as f32 * 0.125;
             let y1 = rep.call(&x[..], s).unwrap().to_host().unwrap();
             let y2 = eag.eager(&x[..], s).unwrap().to_host().unwrap();
-            assert!(bitwise_eq(&y1, &y2), "replay differs from eager at call {i}");
+            assert!(
+                bitwise_eq(&y1, &y2),
+                "replay differs from eager at call {i}"
+            );
         }
         // Input slot n words apart; a (n) and c (2n) share [0, 2n), b and y share [2n, 3n).
         let plan = rep.plan().unwrap();
@@ -152,8 +155,15 @@ fn check_against_fresh(
     let mut fv = dev.upload(&v.to_host().unwrap()).unwrap();
     let y = step.call(u, v, x, a).unwrap().to_host().unwrap();
     let mut fresh = TwoStatesStep::new(dev).unwrap();
-    let fy = fresh.call(&mut fu, &mut fv, x, a).unwrap().to_host().unwrap();
-    assert!(bitwise_eq(&y, &fy), "output differs from a fresh recording's");
+    let fy = fresh
+        .call(&mut fu, &mut fv, x, a)
+        .unwrap()
+        .to_host()
+        .unwrap();
+    assert!(
+        bitwise_eq(&y, &fy),
+        "output differs from a fresh recording's"
+    );
     assert!(bitwise_eq(&u.to_host().unwrap(), &fu.to_host().unwrap()));
     assert!(bitwise_eq(&v.to_host().unwrap(), &fv.to_host().unwrap()));
 }
@@ -218,7 +228,11 @@ fn one_buffer_as_two_states_stays_an_error_and_sharing_patterns_are_keys() {
                 "{err:?}"
             );
         }
-        assert_eq!(c.to_host().unwrap(), c_host, "state written by a refused call");
+        assert_eq!(
+            c.to_host().unwrap(),
+            c_host,
+            "state written by a refused call"
+        );
         let s = step.stats();
         assert_eq!((s.recordings, s.updates), (1, 0), "{s:?}");
         // Disjoint slices of one allocation: a key of their own (v 2n after u) ...
@@ -229,13 +243,30 @@ fn one_buffer_as_two_states_stays_an_error_and_sharing_patterns_are_keys() {
         // ... which another allocation with the same pattern updates, computing what eager does.
         let other = dev.upload(&big.to_host().unwrap()).unwrap();
         let mirror = dev.upload(&big.to_host().unwrap()).unwrap();
-        let (mut t0, mut t1) = (other.slice(0..n).unwrap(), other.slice(2 * n..3 * n).unwrap());
-        let (mut m0, mut m1) = (mirror.slice(0..n).unwrap(), mirror.slice(2 * n..3 * n).unwrap());
-        let y = step.call(&mut t0, &mut t1, &x[..], 0.5).unwrap().to_host().unwrap();
+        let (mut t0, mut t1) = (
+            other.slice(0..n).unwrap(),
+            other.slice(2 * n..3 * n).unwrap(),
+        );
+        let (mut m0, mut m1) = (
+            mirror.slice(0..n).unwrap(),
+            mirror.slice(2 * n..3 * n).unwrap(),
+        );
+        let y = step
+            .call(&mut t0, &mut t1, &x[..], 0.5)
+            .unwrap()
+            .to_host()
+            .unwrap();
         let mut eager = TwoStatesStep::new(dev).unwrap();
-        let ye = eager.eager(&mut m0, &mut m1, &x[..], 0.5).unwrap().to_host().unwrap();
+        let ye = eager
+            .eager(&mut m0, &mut m1, &x[..], 0.5)
+            .unwrap()
+            .to_host()
+            .unwrap();
         assert!(bitwise_eq(&y, &ye));
-        assert!(bitwise_eq(&other.to_host().unwrap(), &mirror.to_host().unwrap()));
+        assert!(bitwise_eq(
+            &other.to_host().unwrap(),
+            &mirror.to_host().unwrap()
+        ));
         let s = step.stats();
         assert_eq!((s.recordings, s.updates), (2, 1), "{s:?}");
         // The same allocation at another distance (v n after u) is a third key.
@@ -258,13 +289,21 @@ fn a_state_at_another_offset_is_an_update_with_its_offsets_patched() {
             let mut v = big.slice(q * n..(q + 1) * n).unwrap();
             let x = floats(&mut r, n, -1.0, 1.0);
             let before = big.to_host().unwrap();
-            let y = step.call(&mut u, &mut v, &x[..], 1.0).unwrap().to_host().unwrap();
+            let y = step
+                .call(&mut u, &mut v, &x[..], 1.0)
+                .unwrap()
+                .to_host()
+                .unwrap();
             // The reference: eager on a copy of the whole allocation, same slices.
             let copy = dev.upload(&before).unwrap();
             let mut cu = copy.slice(p * n..(p + 1) * n).unwrap();
             let mut cv = copy.slice(q * n..(q + 1) * n).unwrap();
             let mut eager = TwoStatesStep::new(dev).unwrap();
-            let ye = eager.eager(&mut cu, &mut cv, &x[..], 1.0).unwrap().to_host().unwrap();
+            let ye = eager
+                .eager(&mut cu, &mut cv, &x[..], 1.0)
+                .unwrap()
+                .to_host()
+                .unwrap();
             assert!(bitwise_eq(&y, &ye), "call {i}");
             assert!(
                 bitwise_eq(&big.to_host().unwrap(), &copy.to_host().unwrap()),
@@ -298,7 +337,10 @@ fn device_inputs_are_bound_by_address_and_rebinds_are_counted() {
         for (i, &k) in order.iter().enumerate() {
             let a = 0.5 + i as f32;
             let y = step.call(&bufs[k], a).unwrap().to_host().unwrap();
-            assert!(bitwise_eq(&y, &expect(&mut host_step, &xs[k], a)), "call {i}");
+            assert!(
+                bitwise_eq(&y, &expect(&mut host_step, &xs[k], a)),
+                "call {i}"
+            );
             if k != last {
                 rebinds += 1;
                 last = k;
@@ -306,7 +348,10 @@ fn device_inputs_are_bound_by_address_and_rebinds_are_counted() {
             assert_eq!(step.stats().rebinds, rebinds, "call {i}");
             // The plan reads the caller's buffer itself.
             let input = &step.plan().unwrap().buffers()[0];
-            assert_eq!((input.role, input.id), (BufferRole::Input, bufs[k].buffer_id()));
+            assert_eq!(
+                (input.role, input.id),
+                (BufferRole::Input, bufs[k].buffer_id())
+            );
         }
         // Nothing but the output is the recording's: the input is the caller's buffer.
         assert_eq!(step.stats().static_bytes, 4 * n as u64);
@@ -336,13 +381,20 @@ fn a_dropped_handle_to_a_bound_buffer_stays_alive_until_released() {
         step.call(&xd, 2.0).unwrap();
         let held = dev.allocated_bytes();
         drop(xd);
-        assert_eq!(dev.allocated_bytes(), held, "the recording must pin the bound input");
+        assert_eq!(
+            dev.allocated_bytes(),
+            held,
+            "the recording must pin the bound input"
+        );
         // Rebound to host data (a slot made for it): the old buffer waits for a drain, it is
         // not freed now.
         let y = step.call(&x[..], 2.0).unwrap().to_host().unwrap();
         assert_eq!(dev.allocated_bytes(), held + bytes);
         let mut host = ScaleStep::new(dev).unwrap();
-        assert!(bitwise_eq(&y, &host.call(&x[..], 2.0).unwrap().to_host().unwrap()));
+        assert!(bitwise_eq(
+            &y,
+            &host.call(&x[..], 2.0).unwrap().to_host().unwrap()
+        ));
         drop(host);
         // The same for state: a dropped handle to an updated state is kept, then released.
         let mut u = dev.upload(&floats(&mut r, n, -1.0, 1.0)).unwrap();
@@ -354,7 +406,11 @@ fn a_dropped_handle_to_a_bound_buffer_stays_alive_until_released() {
         two.call(&mut u2, &mut v, &x[..], 1.0).unwrap();
         drop(u);
         drop(u2);
-        assert_eq!(dev.allocated_bytes(), before, "old and new bindings both held");
+        assert_eq!(
+            dev.allocated_bytes(),
+            before,
+            "old and new bindings both held"
+        );
         assert_eq!(two.stats().updates, 1);
         // clear() drains and releases the recordings, the old bindings and the dropped buffers.
         two.clear().unwrap();
@@ -407,7 +463,10 @@ fn a_holder_rebinds_on_another_thread() {
         let mut host = ScaleStep::new(dev).unwrap();
         for (b, x) in bufs.iter().zip(&xs) {
             let y = step.call(b, 1.5).unwrap().to_host().unwrap();
-            assert!(bitwise_eq(&y, &host.call(&x[..], 1.5).unwrap().to_host().unwrap()));
+            assert!(bitwise_eq(
+                &y,
+                &host.call(&x[..], 1.5).unwrap().to_host().unwrap()
+            ));
         }
         assert_eq!(step.stats().recordings, 1);
     });

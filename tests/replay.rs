@@ -83,7 +83,10 @@ fn keys_scalars_shapes_and_state_identity() {
         let mut fresh = DeepStep::new(dev).unwrap();
         let (y_fresh, _) = fresh.call(&mut w_fresh, &x[..], 0.1, 0.0).unwrap();
         assert!(bitwise_eq(&y, &y_fresh.to_host().unwrap()));
-        assert!(bitwise_eq(&w_copy.to_host().unwrap(), &w_fresh.to_host().unwrap()));
+        assert!(bitwise_eq(
+            &w_copy.to_host().unwrap(),
+            &w_fresh.to_host().unwrap()
+        ));
         // The original state, unchanged by that call: another update back.
         assert_eq!(w.to_host().unwrap(), w_host);
         step.call(&mut w, &x[..], 0.1, 0.0).unwrap();

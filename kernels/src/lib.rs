@@ -27,6 +27,7 @@
 //! | [`matmul`] | `matmul_t64` (64×64 tiles, 4×4 per invocation on register arrays), `matmul_t16` (16×16 tiles), `matmul_split_sum`, `gemm_epilogue`, `gemm_row_sums` | `C = A·B`, `A·Bᵀ`, `Aᵀ·B` with bias, activation, activation-derivative gate, accumulation, and row sums of `op(A)` (a bias gradient) in the epilogue — 1 (2 for `k` past `SPLIT_K`) |
 //! | [`loss`] | `softmax_xent_narrow`, `softmax_xent_wide`, `mse_pass`, `mse_grad` | `softmax_cross_entropy` (mean loss and its gradient in one pass; 1, or 2 for more than 4096 rows of ≤ 64 classes or any batch of wider rows), `mse`, `mse_with_grad`, `mse_backward` |
 //! | [`optim`] | `adam_step`, `sgd_step`, `clip_scale` | `Adam`, `AdamW`, `Sgd` (`step`: 1 launch for all parameters, step counter advanced on the device), `GradClip::clip` (2) |
+//! | [`scaler`] | `scale_by`, `unscale_check`, `scale_update` | `LossScaler::{scale, unscale, update}` (1 each): dynamic loss scaling inside a recorded step, an overflow skipping the optimizer update through its counter's skip word |
 //! | [`helpers`] | — (`#[device]` functions for kernels of any crate) | `gelu`, `gelu_grad`, `gelu_scale`, `sigmoid`, `activate`, `activate_backward`, `activate_grad` (an activation chosen by its [`Act::code`](elementwise::Act::code)): the one copy of each activation and derivative, which the elementwise kernels and the matrix-product epilogues call |
 //! | [`rng`] | `philox_fill`, `philox_advance` | `Philox::{uniform, normal, dropout}` (2: draw, advance the offset), `dropout_backward` (1) |
 //!
@@ -89,6 +90,7 @@ pub mod optim;
 pub mod reduce;
 pub mod reduce_subgroup;
 pub mod rng;
+pub mod scaler;
 
 /// Every op of the library in one namespace: `ops::relu(cx, &x, &mut y)?`.
 pub mod ops {

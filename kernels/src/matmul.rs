@@ -18,8 +18,8 @@
 //! while WGSL lets an implementation round twice, so backends agree within tolerances.
 
 use graphed_macros::{device, kernel};
-use graphed_runtime::blas::Sgemm;
-use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
+use graphed_runtime::blas::{Math, Sgemm};
+use graphed_runtime::{Buffer, Element, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::elementwise::Act;
 use crate::helpers::{activate, activate_backward};
@@ -460,6 +460,9 @@ pub struct Gemm {
     pub tb: bool,
     /// The tiling.
     pub tile: Tile,
+    /// How the vendor BLAS multiplies `f32` inputs: [`Math::Tf32`] is an explicit opt-in to
+    /// the tensor cores' TF32 (cuBLAS only; the DSL kernels always compute full `f32`).
+    pub math: Math,
 }
 
 impl Gemm {
@@ -472,6 +475,7 @@ impl Gemm {
             ta: false,
             tb: false,
             tile: Tile::Auto,
+            math: Math::F32,
         }
     }
     /// `C = A·Bᵀ`: `A` is `m × k`, `B` is `n × k`.
@@ -483,6 +487,7 @@ impl Gemm {
             ta: false,
             tb: true,
             tile: Tile::Auto,
+            math: Math::F32,
         }
     }
     /// `C = Aᵀ·B`: `A` is `k × m`, `B` is `k × n`.
@@ -494,11 +499,30 @@ impl Gemm {
             ta: true,
             tb: false,
             tile: Tile::Auto,
+            math: Math::F32,
         }
     }
     /// The same product with tiling `tile`.
     pub fn with_tile(self, tile: Tile) -> Gemm {
         Gemm { tile, ..self }
+    }
+
+    /// The same product with `f32` inputs multiplied as `math` ([`Math::Tf32`]: an opt-in).
+    pub fn with_math(self, math: Math) -> Gemm {
+        Gemm { math, ..self }
+    }
+
+    /// The vendor-BLAS call of this product.
+    fn blas(&self, accumulate: ScalarArg<bool>) -> Sgemm {
+        Sgemm {
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            ta: self.ta,
+            tb: self.tb,
+            accumulate,
+            math: self.math,
+        }
     }
 
     /// The tiling a launch of this product uses ([`Tile::Auto`] resolved).
@@ -561,10 +585,42 @@ impl<'a> Epilogue<'a> {
     }
 }
 
+/// `C = op(A)·op(B)` (plus `C` when `accumulate`, a constant or a per-step scalar) of
+/// half-precision inputs (`f16` or `bf16`) with `f32` accumulation, into `C` of the inputs'
+/// type or `f32`: one product op through the vendor BLAS (cuBLAS's `cublasGemmEx` on the
+/// tensor cores inside the capture, like [`matmul`]'s vendor route), or on the host the
+/// rounding reference [`graphed_runtime::blas::reference`] (f32 sums in order of `k`, one
+/// round to nearest even into `C`). `g.tile` is ignored; `g.math` must be [`Math::F32`].
+///
+/// # Errors
+/// [`Error::Unsupported`] on wgpu (no half-precision product kernel in the kernel language
+/// yet) and on CUDA with the vendor BLAS off or `libcublas` missing; [`Error::Launch`] for
+/// types or lengths that make no product.
+pub fn matmul_half<C: Launch + ?Sized, I: Element, O: Element>(
+    cx: &C,
+    g: Gemm,
+    a: &Buffer<I>,
+    b: &Buffer<I>,
+    c: &mut Buffer<O>,
+    accumulate: impl IntoScalarArg<bool>,
+) -> Result<()> {
+    if graphed_runtime::blas::product(cx, &g.blas(accumulate.into_scalar_arg()), a, b, c)? {
+        return Ok(());
+    }
+    let device = a.device();
+    Err(Error::Unsupported {
+        kernel: "matmul_half",
+        backend: device.kind().name(),
+        adapter: device.adapter(),
+        feature: "a half-precision matrix product (cuBLAS on CUDA, the reference on the host)",
+        instead: "run it on the CUDA backend with the vendor BLAS on (or on the host), or convert the inputs to f32 and use `matmul`",
+    })
+}
+
 /// `C = op(A)·op(B)` with `epi`. Shapes: `A` has `m·k` elements, `B` `k·n`, `C` `m·n`.
 ///
 /// With [`Tile::Vendor`], or [`Tile::Auto`] and at least [`VENDOR_MIN_MACS`] multiply-adds, on
-/// a device whose vendor BLAS is on ([`Launch::sgemm`]: cuBLAS on CUDA), the product goes there, followed by one [`gemm_epilogue`](mod@gemm_epilogue)
+/// a device whose vendor BLAS is on ([`Launch::gemm`]: cuBLAS on CUDA), the product goes there, followed by one [`gemm_epilogue`](mod@gemm_epilogue)
 /// launch when there is a bias, activation or gate (and one [`gemm_row_sums`](mod@gemm_row_sums)
 /// launch for [`matmul_row_sums`]); an epilogue that both transforms and accumulates stays
 /// with the DSL kernel. Everywhere else it is one launch of [`matmul_t64`] or
@@ -819,15 +875,7 @@ fn vendor<'d, C: Launch + ?Sized>(
     if g.m == 0 || g.n == 0 || g.k == 0 || (transforms && !never_accumulates) {
         return Ok(Routed::Declined(db));
     }
-    let call = Sgemm {
-        m: g.m,
-        n: g.n,
-        k: g.k,
-        ta: g.ta,
-        tb: g.tb,
-        accumulate,
-    };
-    if !cx.sgemm(&call, a, b, c)? {
+    if !graphed_runtime::blas::product(cx, &g.blas(accumulate), a, b, c)? {
         return Ok(Routed::Declined(db));
     }
     if let Some(db) = db {

@@ -5,7 +5,9 @@
 //!
 //! Each optimizer keeps its step count in device memory, so a recorded step replays with the
 //! right bias corrections. One launch both advances it and updates every parameter. The
-//! count is two `u32` words, `[arrivals, steps]`. The optimizer always launches the same
+//! count is three `u32` words, `[arrivals, steps, skip]`; while `skip` is not 0 an update
+//! changes nothing (parameters, moments and count stay as they are): a loss scaler's overflow
+//! check sets it inside the recorded step and its update clears it ([`crate::scaler`]). The optimizer always launches the same
 //! number `G ≤ 1024` of workgroups (fixed at construction); invocation 0 of each adds 1 to
 //! `arrivals` atomically and takes `t = old / G + 1`. All `G` adds of step `s` return values
 //! in `[(s−1)·G, s·G)`, whatever their order, so every workgroup agrees on `t = s`. Past
@@ -23,8 +25,8 @@ use graphed_runtime::{Buffer, Device, Error, Grid, IntoScalarArg, Launch, Result
 use crate::reduce::{first_pass_groups, reduce_all, tree_sum};
 use crate::shape::{expect_len, groups, u32_of};
 
-/// Words of an optimizer's step counter: `[arrivals, steps]` (module docs).
-pub const COUNTER_WORDS: usize = 2;
+/// Words of an optimizer's step counter: `[arrivals, steps, skip]` (module docs).
+pub const COUNTER_WORDS: usize = 3;
 
 /// Most workgroups an optimizer launch uses (each invocation then loops over its share).
 const MAX_OPT_GROUPS: usize = 1024;
@@ -32,9 +34,14 @@ const MAX_OPT_GROUPS: usize = 1024;
 /// Advances the step counter `count` (module docs) and gives every invocation of the
 /// workgroup the step number `t`: invocation `lid == 0` of workgroup `wid` of `groups` takes
 /// it and shares it through `st`. Called by the whole workgroup together, once per launch.
+/// Where the counter's skip word is set (an overflow found by the loss scaler), it advances
+/// nothing and gives 0: the launch must change nothing.
 #[device]
 fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, wid: u32, groups: u32) -> u32 {
-    if lid == 0 {
+    // The skip word does not change during the launch: every invocation reads one value.
+    let skip_word = atomic_load(count, 2u32);
+    let skip = skip_word != 0u32;
+    if lid == 0 && !skip {
         let old = atomic_add(count, 0u32, 1u32);
         let mut t = old / groups + 1u32;
         if t > 1048576u32 {
@@ -47,7 +54,11 @@ fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, wid: u32, groups:
         st[0] = t;
     }
     barrier();
-    st[0]
+    let mut t = 0u32;
+    if !skip {
+        t = st[0];
+    }
+    t
 }
 
 /// The fixed workgroup count of an optimizer over `n` parameters.
@@ -75,11 +86,15 @@ pub fn adam_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
+    let t = step_number(count, st, local_id().x, workgroup_id().x, num_workgroups().x);
+    if t == 0u32 {
+        return; // the skip word is set: this step changes nothing
+    }
     // Bias corrections 1 − βᵗ by binary powering of (1 − β): with q = 1 − βᵏ,
     // 1 − β²ᵏ = q(2 − q) and 1 − βᵃ⁺ᵇ = qa + qb(1 − qa), which never subtract nearly equal
     // numbers (1 − pow(β, t) loses digits, and GPU `pow` is exp2(t·log2 β) with a poor
     // log2 near 1).
-    let mut e = step_number(count, st, local_id().x, workgroup_id().x, num_workgroups().x);
+    let mut e = t;
     let mut q1 = 1.0 - beta1;
     let mut q2 = 1.0 - beta2;
     let mut bc1 = 0.0;
@@ -134,6 +149,9 @@ pub fn sgd_step(
 ) {
     let st = shared::<u32, 1>();
     let step = step_number(count, st, local_id().x, workgroup_id().x, num_workgroups().x);
+    if step == 0u32 {
+        return; // the skip word is set: this step changes nothing
+    }
     let first = step == 1u32;
     let n = p.len();
     let stride = global_size().x;
@@ -263,7 +281,8 @@ impl Adam {
         })
     }
 
-    /// An optimizer over existing state (`moments`: `m` then `v`, `2·n`; `count`: 2 words),
+    /// An optimizer over existing state (`moments`: `m` then `v`, `2·n`; `count`:
+    /// [`COUNTER_WORDS`] words),
     /// e.g. a step's `#[state]` buffers.
     pub fn from_state(
         config: AdamConfig,
@@ -299,7 +318,7 @@ impl Adam {
         &self.moments
     }
 
-    /// The step counter, `[arrivals, steps]` (module docs).
+    /// The step counter, `[arrivals, steps, skip]` (module docs).
     pub fn count(&self) -> &Buffer<u32> {
         &self.count
     }
@@ -438,7 +457,7 @@ impl Sgd {
         })
     }
 
-    /// SGD over existing state (`momentum`: `n`; `count`: 2 words).
+    /// SGD over existing state (`momentum`: `n`; `count`: [`COUNTER_WORDS`] words).
     pub fn from_state(config: SgdConfig, momentum: Buffer<f32>, count: Buffer<u32>) -> Result<Sgd> {
         expect_len("Sgd", "count", count.len(), COUNTER_WORDS)?;
         let n = momentum.len();

@@ -9,9 +9,9 @@ pub(crate) const WG: u32 = 256;
 /// Most workgroups an elementwise (grid-stride) launch uses; past that each invocation loops.
 pub(crate) const MAX_GROUPS: u32 = 4096;
 
-/// Workgroups for a grid-stride launch over `n` elements: enough to cover them, at most
-/// [`MAX_GROUPS`], at least one (a launch over zero elements still runs, and does nothing).
-pub(crate) fn groups(n: usize) -> u32 {
+/// Workgroups of 256 for a grid-stride launch over `n` elements: enough to cover them, at
+/// most 4096, at least one (a launch over zero elements still runs, and does nothing).
+pub fn groups(n: usize) -> u32 {
     (n.div_ceil(WG as usize) as u64).clamp(1, MAX_GROUPS as u64) as u32
 }
 

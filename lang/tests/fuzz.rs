@@ -462,6 +462,7 @@ impl KernelGen<'_> {
                         self.expr("f32")
                     )
                 }
+                5 if self.rng.chance(50) => self.half_expr(),
                 5 => {
                     let from = *self.rng.pick(&["i32", "u32", "f32"]);
                     format!("({} as f32)", self.expr(from))
@@ -526,6 +527,43 @@ impl KernelGen<'_> {
 
     /// A call of `fns[i]`: arguments of the parameters' types (a slice of the same element
     /// type when there is one), now and then of others or one too many.
+    /// An `f32` computed in `f16` or `bf16`: arithmetic, builtins, comparisons, literals and
+    /// casts from every type, widened back at the end (16-bit values live inside it only).
+    fn half_expr(&mut self) -> String {
+        let h = *self.rng.pick(&["f16", "bf16"]);
+        let v = |g: &mut Self| {
+            let from = *g.rng.pick(&["f32", "f32", "i32", "u32"]);
+            let other = if h == "f16" { "bf16" } else { "f16" };
+            match g.rng.below(4) {
+                0 => format!("({} as {other} as {h})", g.expr("f32")),
+                _ => format!("({} as {h})", g.expr(from)),
+            }
+        };
+        let (a, b) = (v(self), v(self));
+        let e = match self.rng.below(7) {
+            0 | 1 => {
+                let op = *self.rng.pick(&["+", "-", "*", "/", "%"]);
+                format!("({a} {op} {b})")
+            }
+            2 => {
+                let f = *self
+                    .rng
+                    .pick(&["abs", "floor", "sqrt", "exp", "tanh", "round"]);
+                format!("{f}({a})")
+            }
+            3 => format!("max({a}, min({b}, 0.5))"),
+            4 => format!("select({a} < {b}, {a}, -{b})"),
+            5 => format!("({a} * 2.0 + 1.0)"),
+            _ => format!("if {a} >= {b} {{ {a} }} else {{ {b} }}"),
+        };
+        let to = *self.rng.pick(&["f32", "f32", "i32", "u32"]);
+        if to == "f32" {
+            format!("({e} as f32)")
+        } else {
+            format!("(({e} as {to}) as f32)")
+        }
+    }
+
     fn call(&mut self, i: usize) -> String {
         let (name, params, _) = self.fns[i].clone();
         let mut args = Vec::new();
@@ -1362,6 +1400,8 @@ fn random_step(rng: &mut Rng) -> (String, String) {
 // Token-tree mutation.
 
 const SEEDS: &[&str] = &[
+    "pub fn haxpy(a: f16, x: &[f16], y: &mut [f16]) { let i = global_id().x; if i < y.len() { y[i] = a * x[i] + y[i]; } }",
+    "fn bdot(x: &[bf16], y: &[bf16], w: &mut [bf16], o: &mut [f32]) { let i = global_id().x; let mut acc = 0.0f32; for k in 0..x.len() { acc += x[k] as f32 * y[k] as f32; } let mut h: bf16 = 0.5; h *= w[i]; w[i] = if acc > 0.0 { h } else { -h }; o[i] = acc + (h as i32) as f32; }",
     "pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) { let i = global_id().x; if i < y.len() { y[i] = a * x[i] + y[i]; } }",
     "fn reduce(x: &[f32], y: &mut [f32]) { let t = shared::<f32, 64>(); let l = local_id().x; t[l] = x[global_id().x]; barrier(); let mut s = 32u32; while s > 0u32 { if l < s { t[l] += t[l + s]; } barrier(); s = s >> 1u32; } if l == 0u32 { y[workgroup_id().x] = t[0u32]; } }",
     "fn hist(x: &[u32], h: &mut [u32]) { let i = global_id().x; if i < x.len() { let old = atomic_add(h, x[i] % h.len(), 1u32); } }",
@@ -1399,6 +1439,8 @@ fn random_leaf(rng: &mut Rng) -> TokenTree {
                 "return",
                 "as",
                 "f32",
+                "f16",
+                "bf16",
                 "i32",
                 "u32",
                 "bool",

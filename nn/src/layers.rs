@@ -10,6 +10,7 @@
 use graphed_kernels::elementwise::{self, Act};
 use graphed_kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm};
 use graphed_kernels::rng::uniform_range_host;
+use graphed_runtime::blas::Math;
 use graphed_runtime::{Buffer, Device, Error, IntoScalarArg, Launch, Result};
 
 use graphed_kernels::shape::{expect_len, u32_of};
@@ -29,6 +30,8 @@ pub struct Linear {
     pub outputs: usize,
     /// The activation after the affine map.
     pub act: Act,
+    /// How vendor-BLAS products multiply (TF32 is an opt-in; the DSL kernels are full f32).
+    pub math: Math,
 }
 
 impl Linear {
@@ -38,6 +41,7 @@ impl Linear {
             inputs,
             outputs,
             act,
+            math: Math::F32,
         }
     }
 
@@ -65,7 +69,7 @@ impl Linear {
         y: &mut Buffer<f32>,
     ) -> Result<()> {
         let batch = self.batch("forward", "x", x.len(), self.inputs)?;
-        let g = Gemm::nt(batch, self.outputs, self.inputs);
+        let g = Gemm::nt(batch, self.outputs, self.inputs).with_math(self.math);
         matmul(cx, g, x, w, y, &Epilogue::bias_act(b, self.act))
     }
 
@@ -81,7 +85,7 @@ impl Linear {
         gate: Option<(Act, &Buffer<f32>)>,
     ) -> Result<()> {
         let batch = self.batch("backward_input", "dz", dz.len(), self.outputs)?;
-        let g = Gemm::nn(batch, self.inputs, self.outputs);
+        let g = Gemm::nn(batch, self.inputs, self.outputs).with_math(self.math);
         let epi = Epilogue {
             gate,
             ..Epilogue::none()
@@ -102,7 +106,7 @@ impl Linear {
     ) -> Result<()> {
         let batch = self.batch("backward_params", "dz", dz.len(), self.outputs)?;
         expect_len("Linear::backward_params", "x", x.len(), batch * self.inputs)?;
-        let g = Gemm::tn(self.outputs, self.inputs, batch);
+        let g = Gemm::tn(self.outputs, self.inputs, batch).with_math(self.math);
         let epi = Epilogue::none().accumulate(accumulate);
         matmul_row_sums(cx, g, dz, x, dw, db, &epi)
     }
@@ -188,6 +192,14 @@ impl Mlp {
             params,
             grads,
         })
+    }
+
+    /// The same MLP with its products multiplied as `math` ([`Math::Tf32`]: the opt-in).
+    pub fn with_math(mut self, math: Math) -> Mlp {
+        for s in &mut self.slots {
+            s.layer.math = math;
+        }
+        self
     }
 
     /// Layer widths, input first.

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | [`layers`] | [`Linear`](layers::Linear), [`Mlp`](layers::Mlp) (parameters and gradients each in one flat buffer), [`MlpActivations`](layers::MlpActivations) | `Linear::{forward, backward_input, backward_params}` (1 each), `Mlp::{forward (L), backward (2L − 1), zero_grad (1)}` |
 //! | [`train`] | [`Classifier`](train::Classifier) (an MLP's state under AdamW) and its recorded steps: [`TrainStep`](train::TrainStep), [`MicroStep`](train::MicroStep) + [`ApplyStep`](train::ApplyStep) (gradient accumulation), [`AdaptStep`](train::AdaptStep) (clipped update handing out the raw gradient), `DpTrainStep` (`--features nccl`) | `3L + 1` a training update |
+//! | [`mixed`] | [`Precision`](mixed::Precision) (`f32`, `tf32`, `bf16`, `f16`) and [`MixedTrainStep`](mixed::MixedTrainStep): fp32 master state, 16-bit products with f32 accumulation, dynamic loss scaling on the device for `f16` | `F32`/`Tf32`: `3L + 1`; 16-bit: `5L + 2` launches and `3L − 1` cuBLAS products (`f16`: 3 more launches for the scaler) |
 //! | [`sample`] | [`EulerStep`](sample::EulerStep) (one guided Euler timestep of a diffusion-style sampler) and [`Sampler`](sample::Sampler) (a run's network, labels and noise schedule) | `2L + 3` a timestep |
 //!
 //! ```ignore
@@ -45,5 +46,6 @@
 extern crate graphed_runtime as graphed;
 
 pub mod layers;
+pub mod mixed;
 pub mod sample;
 pub mod train;

@@ -20,8 +20,10 @@
 use crate::layers::{Mlp, MlpActivations};
 use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
 use graphed_kernels::optim::{Adam, AdamConfig, AdamW, GradClip};
+use graphed_kernels::scaler::LossScaler;
 use graphed_macros::{graphed, State};
-use graphed_runtime::{Buffer, Device, Input, Output, Result, Step};
+use graphed_runtime::blas::Math;
+use graphed_runtime::{Buffer, Device, Input, Output, Result, Scalar, Step};
 
 /// The persistent state of an MLP classifier trained with AdamW: every buffer a step updates,
 /// passed to the steps as one `#[state]` value. Each buffer's allocation and the layer widths
@@ -37,8 +39,12 @@ pub struct Classifier {
     pub grads: Buffer<f32>,
     /// AdamW's first and second moments (`m` then `v`).
     pub moments: Buffer<f32>,
-    /// AdamW's device step counter.
+    /// AdamW's device step counter (its skip word set by the loss scaler's overflow check).
     pub count: Buffer<u32>,
+    /// The loss scale of the `f16` step ([`crate::mixed`]; unused at other precisions).
+    pub scale: Buffer<f32>,
+    /// Good `f16` steps since the loss scale last changed.
+    pub good_steps: Buffer<u32>,
     /// AdamW's constants (β₁, β₂, ε, weight decay).
     #[state(skip)]
     pub config: AdamConfig,
@@ -52,12 +58,15 @@ impl Classifier {
         let n = Mlp::param_count(sizes);
         let config = AdamW::default_config();
         let opt = AdamW::new(device, n, config)?;
+        let scaler = LossScaler::new(device, crate::mixed::SCALER)?;
         Ok(Classifier {
             sizes: sizes.to_vec(),
             params: mlp.params().clone(),
             grads: mlp.grads().clone(),
             moments: opt.moments().clone(),
             count: opt.count().clone(),
+            scale: scaler.scale_buffer().clone(),
+            good_steps: scaler.good_steps_buffer().clone(),
             config,
         })
     }
@@ -69,14 +78,19 @@ impl Classifier {
             c.copy_from(b)?;
             Ok(c)
         };
-        let count = self.count.device().alloc::<u32>(self.count.len())?;
-        count.copy_from(&self.count)?;
+        let copy_u32 = |b: &Buffer<u32>| -> Result<Buffer<u32>> {
+            let c = b.device().alloc::<u32>(b.len())?;
+            c.copy_from(b)?;
+            Ok(c)
+        };
         Ok(Classifier {
             sizes: self.sizes.clone(),
             params: copy(&self.params)?,
             grads: copy(&self.grads)?,
             moments: copy(&self.moments)?,
-            count,
+            count: copy_u32(&self.count)?,
+            scale: copy(&self.scale)?,
+            good_steps: copy_u32(&self.good_steps)?,
             config: self.config,
         })
     }
@@ -120,6 +134,7 @@ fn forward_backward(
     labels: &Buffer<u32>,
     accumulate: impl graphed_runtime::IntoScalarArg<bool>,
     grad_scale: impl graphed_runtime::IntoScalarArg<f32>,
+    math: Math,
 ) -> Result<Output<f32>> {
     let rows = labels.len();
     let classes = *sizes.last().expect("an MLP has layers");
@@ -128,7 +143,7 @@ fn forward_backward(
         // Mutation testing only: every micro-batch overwrites the gradients.
         accumulate = false.into();
     }
-    let mut mlp = Mlp::from_buffers(sizes, params.clone(), grads.clone())?;
+    let mut mlp = Mlp::from_buffers(sizes, params.clone(), grads.clone())?.with_math(math);
     let mut acts = MlpActivations::new(&mlp, rows, |n| cx.workspace(n))?;
     mlp.forward(cx, x, &mut acts)?;
     let mut loss = cx.output::<f32>(1)?;
@@ -162,8 +177,19 @@ pub fn train_step(
     labels: &Input<u32>,
     lr: f32,
 ) -> Result<Output<f32>> {
+    update(cx, model, x, labels, lr, Math::F32)
+}
+
+/// [`train_step`]'s body, its vendor-BLAS products multiplied as `math`.
+pub(crate) fn update(
+    cx: &Step,
+    m: &mut Classifier,
+    x: &Buffer<f32>,
+    labels: &Buffer<u32>,
+    lr: Scalar<f32>,
+    math: Math,
+) -> Result<Output<f32>> {
     let rows = labels.len().max(1);
-    let m = model;
     let loss = forward_backward(
         cx,
         &m.sizes,
@@ -173,6 +199,7 @@ pub fn train_step(
         labels,
         false,
         1.0 / rows as f32,
+        math,
     )?;
     adamw(AdamW::default_config(), &m.moments, &m.count)?.step(cx, &mut m.params, &m.grads, lr)?;
     Ok(loss)
@@ -191,7 +218,15 @@ pub fn micro_step(
 ) -> Result<Output<f32>> {
     let m = model;
     forward_backward(
-        cx, &m.sizes, &m.params, &m.grads, x, labels, accumulate, grad_scale,
+        cx,
+        &m.sizes,
+        &m.params,
+        &m.grads,
+        x,
+        labels,
+        accumulate,
+        grad_scale,
+        Math::F32,
     )
 }
 
@@ -229,6 +264,7 @@ pub fn adapt_step(
         labels,
         false,
         1.0 / rows as f32,
+        Math::F32,
     )?;
     let raw = cx.snapshot(&m.grads)?;
     let mut clip = GradClip::from_buffers(m.grads.len(), partials.clone(), norm.clone())?;
@@ -265,6 +301,7 @@ pub fn dp_train_step(
         labels,
         false,
         1.0 / rows as f32,
+        Math::F32,
     )?;
     cx.all_reduce(comm, &mut m.grads, graphed_runtime::ReduceOp::Mean)?;
     adamw(AdamW::default_config(), &m.moments, &m.count)?.step(cx, &mut m.params, &m.grads, lr)?;

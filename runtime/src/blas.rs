@@ -1,24 +1,51 @@
 //! Matrix products routed to a backend's vendor BLAS (cuBLAS on CUDA).
 //!
-//! A product `C = op(A)·op(B)` recorded through [`Launch::sgemm`](crate::Launch::sgemm) becomes
-//! one plan op, issued eagerly or inside the CUDA capture like a kernel launch. Backends
-//! without a vendor BLAS (host, wgpu), or a device with it switched off
+//! A product `C = op(A)·op(B)` recorded through [`Launch::gemm`](crate::Launch::gemm) (typed:
+//! [`product`]) becomes one plan op, issued eagerly or inside the CUDA capture like a kernel
+//! launch. Backends without a vendor BLAS (host, wgpu), or a device with it switched off
 //! ([`Device::set_vendor_blas`](crate::Device::set_vendor_blas), `GRAPHED_VENDOR_BLAS=0`),
 //! answer `false` and the caller launches its portable kernel instead, so every step runs on
 //! every backend.
+//!
+//! # Precisions
+//!
+//! | `A`, `B` | `C` | [`Math`] | CUDA | host |
+//! |---|---|---|---|---|
+//! | `f32` | `f32` | [`Math::F32`] (default) | `cublasSgemm`, `CUBLAS_DEFAULT_MATH` | the DSL kernels |
+//! | `f32` | `f32` | [`Math::Tf32`] (opt-in) | `cublasGemmEx`, `CUBLAS_COMPUTE_32F_FAST_TF32` | the DSL kernels (full `f32`) |
+//! | `bf16` | `bf16` or `f32` | [`Math::F32`] | `cublasGemmEx`, `CUBLAS_COMPUTE_32F` (tensor cores) | [`reference`] |
+//! | `f16` | `f16` or `f32` | [`Math::F32`] | `cublasGemmEx`, `CUBLAS_COMPUTE_32F` (tensor cores) | [`reference`] |
+//!
+//! Half-precision products always accumulate in `f32`, and `α`/`β` are `f32`. The host runs
+//! them with [`reference`] (it is the oracle, not a vendor library, so it ignores the vendor
+//! switch); wgpu has no route for them yet, and a caller that finds none reports
+//! [`Error::Unsupported`](crate::Error::Unsupported).
 //!
 //! The accumulate flag may be a per-step scalar: the CUDA backend keeps `β` in device memory
 //! beside the flag and updates it before each replay, so switching between overwriting and
 //! accumulating never recaptures.
 
-use crate::buffer::RawView;
-use crate::dtype::DType;
+use crate::buffer::{Buffer, RawView};
+use crate::dtype::{bf16, f16, DType, Element};
 use crate::error::{Error, Result};
-use crate::kernel::ScalarArg;
+use crate::kernel::{Launch, ScalarArg};
 
-/// A single-precision product `C = op(A)·op(B)`, plus `C` when `accumulate`, of row-major
-/// matrices: `C` is `m × n`; `A` is stored `m × k` (or `k × m` when `ta`), `B` `k × n` (or
-/// `n × k` when `tb`).
+/// How a product of `f32` inputs multiplies. The precision is part of what a plan records, so
+/// switching it records another plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Math {
+    /// Full `f32` products and sums (the default; half-precision inputs always use it).
+    #[default]
+    F32,
+    /// `f32` inputs rounded to TF32 (10-bit mantissa) for the tensor cores, `f32`
+    /// accumulation: an explicit opt-in (PyTorch's `allow_tf32 = True`), never the default.
+    /// Backends without TF32 hardware compute full `f32`, which the opt-in permits.
+    Tf32,
+}
+
+/// A product `C = op(A)·op(B)`, plus `C` when `accumulate`, of row-major matrices: `C` is
+/// `m × n`; `A` is stored `m × k` (or `k × m` when `ta`), `B` `k × n` (or `n × k` when `tb`).
+/// The element types come from the operands (module docs for the combinations).
 #[derive(Debug, Clone, Copy)]
 pub struct Sgemm {
     /// Rows of `C`.
@@ -33,9 +60,51 @@ pub struct Sgemm {
     pub tb: bool,
     /// Adds into `C` instead of overwriting it (a constant or a per-step scalar).
     pub accumulate: ScalarArg<bool>,
+    /// How `f32` inputs multiply ([`Math::F32`] unless opted in to TF32).
+    pub math: Math,
 }
 
-/// The shape part of an [`Sgemm`], as a plan keeps it.
+/// The element types of a product: its inputs', its output's, and how `f32` inputs multiply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GemmTypes {
+    /// `A` and `B`.
+    pub input: DType,
+    /// `C`.
+    pub output: DType,
+    /// How `f32` inputs multiply.
+    pub math: Math,
+}
+
+impl GemmTypes {
+    /// Plain `f32` products (`f32` in, `f32` out, no TF32).
+    pub const F32: GemmTypes = GemmTypes {
+        input: DType::F32,
+        output: DType::F32,
+        math: Math::F32,
+    };
+
+    /// Why these types make no product, or `None`.
+    fn invalid(&self) -> Option<String> {
+        let (i, o) = (self.input.name(), self.output.name());
+        match (self.input, self.output) {
+            (DType::F32, DType::F32) => None,
+            (DType::F16 | DType::BF16, _) if self.math == Math::Tf32 => Some(format!(
+                "TF32 applies to f32 inputs; {i} inputs already run on the tensor cores (use Math::F32)"
+            )),
+            (DType::F16, DType::F16 | DType::F32) | (DType::BF16, DType::BF16 | DType::F32) => {
+                None
+            }
+            (DType::F32 | DType::F16 | DType::BF16, _) => Some(format!(
+                "{i} inputs give {i} or f32 products (f32 inputs: f32), not {o}"
+            )),
+            _ => Some(format!(
+                "inputs hold {i}; a product takes f32, f16 or bf16"
+            )),
+        }
+    }
+}
+
+/// The shape and types of an [`Sgemm`], as a plan keeps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GemmShape {
     pub m: usize,
@@ -43,26 +112,56 @@ pub(crate) struct GemmShape {
     pub k: usize,
     pub ta: bool,
     pub tb: bool,
+    pub types: GemmTypes,
 }
 
 impl Sgemm {
-    pub(crate) fn shape(&self) -> GemmShape {
+    /// A product of `m × k` by `k × n` (neither stored transposed), overwriting `C`, full `f32`.
+    pub fn new(m: usize, n: usize, k: usize) -> Sgemm {
+        Sgemm {
+            m,
+            n,
+            k,
+            ta: false,
+            tb: false,
+            accumulate: false.into(),
+            math: Math::F32,
+        }
+    }
+
+    pub(crate) fn shape(&self, a: &RawView, c: &RawView) -> GemmShape {
         GemmShape {
             m: self.m,
             n: self.n,
             k: self.k,
             ta: self.ta,
             tb: self.tb,
+            types: GemmTypes {
+                input: a.dtype,
+                output: c.dtype,
+                math: self.math,
+            },
         }
     }
 
-    /// Checks the operands: `f32`, lengths matching the shape, sizes a BLAS accepts (`i32`),
-    /// one device, and `C` overlapping neither `A` nor `B`.
+    /// Checks the operands: element types that make a product (module docs), `A` and `B` of
+    /// one type, lengths matching the shape, sizes a BLAS accepts (`i32`), one device, and `C`
+    /// overlapping neither `A` nor `B`.
     pub(crate) fn check(&self, device: u64, a: &RawView, b: &RawView, c: &RawView) -> Result<()> {
         let fail = |reason: String| Error::Launch {
             kernel: "sgemm",
             reason,
         };
+        if a.dtype != b.dtype {
+            return Err(fail(format!(
+                "`a` holds {} and `b` {}: both inputs take one type",
+                a.dtype.name(),
+                b.dtype.name()
+            )));
+        }
+        if let Some(why) = self.shape(a, c).types.invalid() {
+            return Err(fail(why));
+        }
         let dims = [("m", self.m), ("n", self.n), ("k", self.k)];
         for (what, v) in dims {
             if v == 0 || v > i32::MAX as usize {
@@ -77,9 +176,6 @@ impl Sgemm {
             ("b", b, self.k.checked_mul(self.n)),
             ("c", c, self.m.checked_mul(self.n)),
         ] {
-            if v.dtype != DType::F32 {
-                return Err(fail(format!("`{name}` holds {}, not f32", v.dtype.name())));
-            }
             if Some(v.len) != want {
                 return Err(fail(format!(
                     "`{name}` has {} elements, the {}×{}×{} product needs {}",
@@ -111,4 +207,89 @@ pub(crate) fn beta_bits(flag: u32) -> u32 {
     } else {
         0.0f32.to_bits()
     }
+}
+
+/// Runs the product `g` through `cx`'s vendor BLAS (or, on the host, [`reference`] for
+/// half-precision inputs) and returns `true`; returns `false` and runs nothing where there is
+/// no route for these types ([`Launch::gemm`]).
+pub fn product<C: Launch + ?Sized, I: Element, O: Element>(
+    cx: &C,
+    g: &Sgemm,
+    a: &Buffer<I>,
+    b: &Buffer<I>,
+    c: &mut Buffer<O>,
+) -> Result<bool> {
+    cx.gemm(g, &a.raw_view(), &b.raw_view(), &c.raw_view())
+}
+
+/// The value of element bits of `dtype` (`f32`, `f16` or `bf16`; one element in each `u32`).
+fn value(dtype: DType, bits: u32) -> f32 {
+    match dtype {
+        DType::F16 => f16::from_bits(bits as u16).to_f32(),
+        DType::BF16 => bf16::from_bits(bits as u16).to_f32(),
+        _ => f32::from_bits(bits),
+    }
+}
+
+/// `v` rounded to `dtype` (to nearest, ties to even; overflow to ±∞, NaN stays NaN), as bits.
+fn round_to(dtype: DType, v: f32) -> u32 {
+    match dtype {
+        DType::F16 => u32::from(f16::from_f32(v).to_bits()),
+        DType::BF16 => u32::from(bf16::from_f32(v).to_bits()),
+        _ => v.to_bits(),
+    }
+}
+
+/// The reference product every backend is checked against, on element bits (one element in
+/// each `u32`, as [`Buffer::to_host`] of the types gives them): for each element of `C`, the
+/// `k` products `a·b` are summed in `f32` in order of `k` (no fused multiply-add; a product
+/// of two `f16` or two `bf16` values is exact in `f32`), `C`'s old value (as `f32`) is added
+/// when `accumulate`, and the sum is rounded once to `C`'s type, to nearest with ties to even.
+/// `f32` inputs with [`Math::Tf32`] compute full `f32`. The host backend runs half-precision
+/// products with it.
+///
+/// # Errors
+/// [`Error::Launch`] when the types make no product or a length does not match the shape.
+pub fn reference(
+    shape: (usize, usize, usize, bool, bool),
+    types: GemmTypes,
+    accumulate: bool,
+    a: &[u32],
+    b: &[u32],
+    c: &mut [u32],
+) -> Result<()> {
+    let (m, n, k, ta, tb) = shape;
+    let fail = |reason: String| Error::Launch {
+        kernel: "sgemm",
+        reason,
+    };
+    if let Some(why) = types.invalid() {
+        return Err(fail(why));
+    }
+    if a.len() != m * k || b.len() != k * n || c.len() != m * n {
+        return Err(fail(format!(
+            "operands of {}, {} and {} elements for a {m}×{n}×{k} product",
+            a.len(),
+            b.len(),
+            c.len()
+        )));
+    }
+    let av: Vec<f32> = a.iter().map(|&x| value(types.input, x)).collect();
+    let bv: Vec<f32> = b.iter().map(|&x| value(types.input, x)).collect();
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = 0.0f32;
+            for p in 0..k {
+                let x = av[if ta { p * m + i } else { i * k + p }];
+                let y = bv[if tb { j * k + p } else { p * n + j }];
+                acc += x * y;
+            }
+            let cell = &mut c[i * n + j];
+            if accumulate {
+                acc += value(types.output, *cell);
+            }
+            *cell = round_to(types.output, acc);
+        }
+    }
+    Ok(())
 }

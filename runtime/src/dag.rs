@@ -338,6 +338,7 @@ mod tests {
                 k: 1,
                 ta: false,
                 tb: false,
+                types: crate::blas::GemmTypes::F32,
             },
             args: 0,
             a: view(a, 0, 2),

@@ -367,12 +367,13 @@ impl Device {
 
     /// Whether kernels that compute with `dtype` run on this device. Buffers of every type
     /// work everywhere (upload, download, fill, copy); what differs is arithmetic: `f16`
-    /// kernels need WGSL's `shader-f16` on wgpu (asked for whenever the adapter has it), and
-    /// `bf16` kernels run on the CUDA and host backends only (WGSL has no `bf16`).
+    /// kernels with `f16` slices need WGSL's `shader-f16` on wgpu (asked for whenever the
+    /// adapter has it: the slices are `array<f16>`), and `bf16` kernels run everywhere (WGSL
+    /// has no `bf16`: the kernel language keeps it in 32-bit words, see the README).
     pub fn supports_kernels_of(&self, dtype: DType) -> bool {
         match dtype {
             DType::F16 => self.inner.backend.shader_f16(),
-            DType::BF16 => self.kind() != BackendKind::Wgpu,
+            DType::BF16 => true,
             DType::F32 | DType::I32 | DType::U32 | DType::Bool => true,
         }
     }
@@ -561,11 +562,21 @@ impl Device {
         &*self.inner.backend
     }
 
-    /// Whether matrix products ([`Launch::sgemm`]) go to the backend's vendor BLAS: cuBLAS on
-    /// CUDA when `libcublas` loads, never on host or wgpu. On by default; `GRAPHED_VENDOR_BLAS=0`
-    /// turns it off for new devices.
+    /// Whether `f32` matrix products ([`Launch::gemm`]) go to the backend's vendor BLAS:
+    /// cuBLAS on CUDA when `libcublas` loads, never on host or wgpu. On by default;
+    /// `GRAPHED_VENDOR_BLAS=0` turns it off for new devices.
     pub fn vendor_blas(&self) -> bool {
-        self.inner.vendor_blas.load(Ordering::Relaxed) && self.inner.backend.blas()
+        self.routes_gemm(crate::blas::GemmTypes::F32)
+    }
+
+    /// Whether [`Launch::gemm`] runs products of `types` on this device (and returns `true`):
+    /// through cuBLAS on CUDA while the vendor BLAS is on; on the host, half-precision
+    /// products through [`crate::blas::reference`] whatever the switch (the oracle is no
+    /// vendor library); never on wgpu. Loads the library on first use.
+    pub fn routes_gemm(&self, types: crate::blas::GemmTypes) -> bool {
+        let switch = self.inner.vendor_blas.load(Ordering::Relaxed)
+            || self.inner.backend.kind() == BackendKind::Host;
+        switch && self.inner.backend.blas(types)
     }
 
     /// Switches routing of matrix products to the vendor BLAS on or off (off: the portable
@@ -787,22 +798,16 @@ impl Launch for Device {
         self.inner.backend.launch(kernel, b.grid, &b.args, &b.views)
     }
 
-    fn sgemm(
-        &self,
-        g: &crate::blas::Sgemm,
-        a: &Buffer<f32>,
-        b: &Buffer<f32>,
-        c: &mut Buffer<f32>,
-    ) -> Result<bool> {
-        if !self.vendor_blas() {
+    fn gemm(&self, g: &crate::blas::Sgemm, a: &RawView, b: &RawView, c: &RawView) -> Result<bool> {
+        g.check(self.id(), a, b, c)?;
+        let shape = g.shape(a, c);
+        if !self.routes_gemm(shape.types) {
             return Ok(false);
         }
         if thread_records() {
             return Err(Error::LaunchOutsideRecording("sgemm"));
         }
-        let (a, b, c) = (a.raw_view(), b.raw_view(), c.raw_view());
-        g.check(self.id(), &a, &b, &c)?;
-        for v in [&a, &b, &c] {
+        for v in [a, b, c] {
             check_slot(v, "a launch on the device")?;
         }
         let flag = g.accumulate.erase();
@@ -816,7 +821,7 @@ impl Launch for Device {
         let flag = flag.bits();
         self.inner
             .backend
-            .sgemm(&g.shape(), flag, &a, &b, &c)
+            .sgemm(&shape, flag, a, b, c)
             .map(|()| true)
     }
 

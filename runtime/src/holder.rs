@@ -315,7 +315,8 @@ impl Recorded {
             let (mut o, mut w) = (Vec::new(), Vec::new());
             for port in done {
                 let old = self.bound[port].clone();
-                self.sites.repoint(&mut self.plan, port, &old, &mut o, &mut w);
+                self.sites
+                    .repoint(&mut self.plan, port, &old, &mut o, &mut w);
             }
             return match result {
                 Ok(()) | Err(Error::Lower { .. }) => Ok(false),
@@ -339,7 +340,9 @@ enum Bind {
     Bound,
     /// The recording cannot be re-pointed so: record the key again, with input slots for
     /// device inputs where `slots` (their readers cannot be re-pointed).
-    Record { slots: bool },
+    Record {
+        slots: bool,
+    },
 }
 
 /// Old bindings kept before a drain releases them.
@@ -692,7 +695,8 @@ impl Graphed {
                     None
                 };
                 let copies = upload_inputs(&self.device, &rec.inputs, &rec.copied, &args.inputs)?;
-                let copies: Vec<(&RawView, &RawView)> = copies.iter().map(|(s, d)| (s, d)).collect();
+                let copies: Vec<(&RawView, &RawView)> =
+                    copies.iter().map(|(s, d)| (s, d)).collect();
                 rec.scratch.clear();
                 for &(launch, word, slot) in &rec.scalar_uses {
                     rec.scratch.push((launch, word, args.scalars[slot].bits()));

@@ -140,11 +140,17 @@ impl<'a, T: Element> HostSlice<'a, T> {
         })
     }
 
-    /// A view of all of `cells`: what a `#[device]` function's Rust form passes for a slice.
-    pub fn from_cells(cells: &'a [Cell<u32>], kernel: &'static str, name: &'static str) -> Self {
+    /// A view of the first `len` elements of `cells` (from [`cells_of`]): what a `#[device]`
+    /// function's Rust form passes for a slice.
+    pub fn from_cells(
+        cells: &'a [Cell<u32>],
+        len: usize,
+        kernel: &'static str,
+        name: &'static str,
+    ) -> Self {
         HostSlice {
             cells,
-            len: cells.len() as u32,
+            len: len as u32,
             first: 0,
             kernel,
             name,
@@ -426,15 +432,22 @@ pub fn run_workgroup(mut tasks: Vec<Task<'_>>, kernel: &'static str) -> Result<(
     }
 }
 
-/// `data` as cells of bits, for a `#[device]` function's Rust form.
+/// `data` as the words a buffer of `T` holds (16-bit types two to a word), for a
+/// `#[device]` function's Rust form.
 pub fn cells_of<T: Element>(data: &[T]) -> Vec<Cell<u32>> {
-    data.iter().map(|v| Cell::new(v.to_bits())).collect()
+    let bits: Vec<u32> = data.iter().map(|v| v.to_bits()).collect();
+    crate::dtype::pack(T::DTYPE, &bits)
+        .into_iter()
+        .map(Cell::new)
+        .collect()
 }
 
 /// Writes `cells` back into `data` (same length), after a `#[device]` function ran.
 pub fn copy_back<T: Element>(cells: &[Cell<u32>], data: &mut [T]) {
-    for (d, c) in data.iter_mut().zip(cells) {
-        *d = T::from_bits(c.get());
+    let words: Vec<u32> = cells.iter().map(Cell::get).collect();
+    let bits = crate::dtype::unpack(T::DTYPE, &words, 0, data.len());
+    for (d, b) in data.iter_mut().zip(bits) {
+        *d = T::from_bits(b);
     }
 }
 

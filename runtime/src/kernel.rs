@@ -293,15 +293,17 @@ pub trait Launch {
     /// Launches `kernel` on `grid` with `args` (in parameter order).
     fn launch(&self, kernel: &'static KernelDef, grid: Grid, args: &[KernelArg]) -> Result<()>;
 
-    /// Runs the product `g` through the device's vendor BLAS (cuBLAS on CUDA) and returns
-    /// `true`; returns `false` and does nothing where there is none or it is switched off
-    /// ([`crate::Device::set_vendor_blas`]), so the caller launches its portable kernel.
-    fn sgemm(
+    /// Runs the product `g` of `a` and `b` into `c` through the device's vendor BLAS (cuBLAS
+    /// on CUDA; on the host, [`crate::blas::reference`] for half-precision inputs) and returns
+    /// `true`; returns `false` and does nothing where there is no route for the operands'
+    /// types or the vendor BLAS is switched off ([`crate::Device::set_vendor_blas`]), so the
+    /// caller launches its portable kernel. [`crate::blas::product`] is the typed form.
+    fn gemm(
         &self,
         g: &crate::blas::Sgemm,
-        a: &crate::Buffer<f32>,
-        b: &crate::Buffer<f32>,
-        c: &mut crate::Buffer<f32>,
+        a: &crate::RawView,
+        b: &crate::RawView,
+        c: &crate::RawView,
     ) -> Result<bool> {
         let _ = (g, a, b, c);
         Ok(false)

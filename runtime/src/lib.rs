@@ -18,6 +18,7 @@ mod backend;
 pub mod blas;
 mod buffer;
 mod builtin;
+pub mod cast;
 mod checked;
 mod dag;
 mod device;
@@ -65,6 +66,8 @@ pub use step::{Input, Output, Scalar, Step};
 pub mod __private {
     // Without `testing`, `mutation` is a constant `false` (graphed-nn calls it on a step's
     // path; the call folds away).
+    /// The runtime's cast kernels, for graphed's own NVRTC and naga checks.
+    pub use crate::builtin::{cast_f32_to_half, cast_half_to_f32};
     pub use crate::faults::mutation;
     #[cfg(feature = "testing")]
     pub use crate::faults::{

@@ -35,7 +35,13 @@ fn place(intervals: &[Interval]) -> (Vec<usize>, usize) {
     let orders: [OrderKey; 3] = [
         |i| (usize::MAX - i.words, i.first, 0),
         |i| (i.first, usize::MAX - i.words, 0),
-        |i| (usize::MAX - (i.last - i.first.min(i.last)), usize::MAX - i.words, i.first),
+        |i| {
+            (
+                usize::MAX - (i.last - i.first.min(i.last)),
+                usize::MAX - i.words,
+                i.first,
+            )
+        },
     ];
     orders
         .iter()
@@ -216,8 +222,7 @@ mod tests {
                 assert!(at[i] % 4 == 0 && at[i] + ivs[i].words <= total);
                 for j in 0..i {
                     let live = ivs[i].first <= ivs[j].last && ivs[j].first <= ivs[i].last;
-                    let apart =
-                        at[i] + ivs[i].words <= at[j] || at[j] + ivs[j].words <= at[i];
+                    let apart = at[i] + ivs[i].words <= at[j] || at[j] + ivs[j].words <= at[i];
                     assert!(!live || apart, "{ivs:?} placed at {at:?}");
                 }
             }

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use crate::blas::GemmShape;
+use crate::blas::{GemmShape, Math};
 use crate::buffer::RawView;
+use crate::dtype::DType;
 use crate::kernel::KernelDef;
 
 /// What a buffer is to a plan.
@@ -187,6 +188,8 @@ pub enum PlanOp {
     Sgemm {
         /// `[m, n, k]` of `C[m × n] = op(A)·op(B)`.
         dims: [usize; 3],
+        /// The element types and how `f32` inputs multiply.
+        types: crate::blas::GemmTypes,
         /// Buffer indices of `A` and `B`.
         reads: [usize; 2],
         /// Buffer index of `C`.
@@ -326,6 +329,7 @@ impl Plan {
                 },
                 Op::Sgemm { shape, a, b, c, .. } => PlanOp::Sgemm {
                     dims: [shape.m, shape.n, shape.k],
+                    types: shape.types,
                     reads: [ix[&a.buf.id], ix[&b.buf.id]],
                     write: ix[&c.buf.id],
                 },
@@ -388,10 +392,20 @@ impl Plan {
                 PlanOp::Copy { src, dst } => {
                     writeln!(s, "  op{n} [shape=diamond, label=\"{n}: copy\"];\n  b{src} -> op{n};\n  op{n} -> b{dst};").unwrap();
                 }
-                PlanOp::Sgemm { dims, reads, write } => {
+                PlanOp::Sgemm {
+                    dims,
+                    types,
+                    reads,
+                    write,
+                } => {
+                    let precision = match (types.input, types.output, types.math) {
+                        (DType::F32, _, Math::F32) => String::new(),
+                        (DType::F32, _, Math::Tf32) => " tf32".into(),
+                        (i, o, _) => format!(" {}->{}", i.name(), o.name()),
+                    };
                     writeln!(
                         s,
-                        "  op{n} [shape=hexagon, label=\"{n}: sgemm {}x{}x{}\"];",
+                        "  op{n} [shape=hexagon, label=\"{n}: sgemm {}x{}x{}{precision}\"];",
                         dims[0], dims[1], dims[2]
                     )
                     .unwrap();

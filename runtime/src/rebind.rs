@@ -37,7 +37,9 @@ impl Sites {
         for (op_i, op) in plan.ops.iter().enumerate() {
             for (which, v) in op.views().into_iter().enumerate() {
                 let port = ports.iter().position(|p| {
-                    p.buf.id == v.buf.id && p.offset <= v.offset && v.offset + v.len <= p.offset + p.len
+                    p.buf.id == v.buf.id
+                        && p.offset <= v.offset
+                        && v.offset + v.len <= p.offset + p.len
                 });
                 match port {
                     Some(p) => out[p].push(Site {

@@ -417,19 +417,14 @@ impl Launch for Step {
         Ok(())
     }
 
-    fn sgemm(
-        &self,
-        g: &crate::blas::Sgemm,
-        a: &Buffer<f32>,
-        b: &Buffer<f32>,
-        c: &mut Buffer<f32>,
-    ) -> Result<bool> {
-        // `vendor_blas()` also loads and sets up the library, so lowering never does.
-        if !self.device.vendor_blas() {
+    fn gemm(&self, g: &crate::blas::Sgemm, a: &RawView, b: &RawView, c: &RawView) -> Result<bool> {
+        g.check(self.device.id(), a, b, c)?;
+        let shape = g.shape(a, c);
+        // `routes_gemm` also loads and sets up the library, so lowering never does.
+        if !self.device.routes_gemm(shape.types) {
             return Ok(false);
         }
-        let (a, b, c) = (a.raw_view(), b.raw_view(), c.raw_view());
-        g.check(self.device.id(), &a, &b, &c)?;
+        let (a, b, c) = (a.clone(), b.clone(), c.clone());
         for (v, what) in [(&a, "sgemm"), (&b, "sgemm"), (&c, "sgemm")] {
             self.check_device(v, what)?;
         }
@@ -452,7 +447,7 @@ impl Launch for Step {
             return self
                 .device
                 .backend()
-                .sgemm(&g.shape(), flag.bits(), &a, &b, &c)
+                .sgemm(&shape, flag.bits(), &a, &b, &c)
                 .map(|()| true);
         };
         let mut rec = rec.borrow_mut();
@@ -471,7 +466,7 @@ impl Launch for Step {
         Self::touch(&mut rec, &c, true);
         rec.plan.launch_args.push(vec![flag.bits()]);
         rec.plan.ops.push(Op::Sgemm {
-            shape: g.shape(),
+            shape,
             args,
             a,
             b,

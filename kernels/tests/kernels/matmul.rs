@@ -76,6 +76,7 @@ fn every_transposition_and_tiling_on_odd_shapes() {
                     ta,
                     tb,
                     tile,
+                    math: Default::default(),
                 };
                 let mut c = poisoned(dev, m * n);
                 matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::none()).unwrap();
@@ -111,6 +112,7 @@ fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
                     ta,
                     tb,
                     tile,
+                    math: Default::default(),
                 };
                 let a_host = floats(&mut r, m * k, -1.0, 1.0);
                 let b_host = floats(&mut r, k * n, -1.0, 1.0);

@@ -362,7 +362,7 @@ fn signature(func: &syn::ItemFn, atomic: &[String], errors: &mut Errors) -> Decl
             None => {
                 errors.push(syn::Error::new_spanned(
                     ty,
-                    format!("a `#[device]` function returns `f32`, `i32`, `u32` or `bool`, or nothing; not `{}` (write other results into a `&mut [T]` parameter)", crate::tokens::shown(ty)),
+                    format!("a `#[device]` function returns `f32`, `f16`, `bf16`, `i32`, `u32` or `bool`, or nothing; not `{}` (write other results into a `&mut [T]` parameter)", crate::tokens::shown(ty)),
                 ));
                 None
             }
@@ -910,7 +910,7 @@ fn finish_device(
                 let cells = format_ident!("gd_cells_{}", p.name);
                 let pname = &p.name;
                 prep.push(quote!(let #cells = gd::cells_of(&*#user);));
-                args.push(quote!(gd::HostSlice::from_cells(&#cells, #name, #pname)));
+                args.push(quote!(gd::HostSlice::from_cells(&#cells, #user.len(), #name, #pname)));
                 if mutable {
                     back.push(quote!(gd::copy_back(&#cells, #user);));
                 }
@@ -952,6 +952,7 @@ fn finish_device(
         #default_doc
         #vis #sig {
             use ::graphed::__private as gd;
+            use ::graphed::{bf16, f16};
             #host
             #(#prep)*
             let gd_r = #run;

@@ -12,6 +12,11 @@ pub use super::subgroup::SubgroupOp;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ty {
     F32,
+    /// IEEE binary16; every operation on it is the `f32` operation rounded to it
+    /// (`check/half.rs` makes that explicit before emission).
+    F16,
+    /// bfloat16 (an `f32`'s upper half), with the same rule as `F16`.
+    BF16,
     I32,
     U32,
     Bool,
@@ -22,6 +27,8 @@ impl Ty {
     pub fn rust(self) -> &'static str {
         match self {
             Ty::F32 => "f32",
+            Ty::F16 => "f16",
+            Ty::BF16 => "bf16",
             Ty::I32 => "i32",
             Ty::U32 => "u32",
             Ty::Bool => "bool",
@@ -32,7 +39,15 @@ impl Ty {
         matches!(self, Ty::I32 | Ty::U32)
     }
     pub fn is_num(self) -> bool {
-        matches!(self, Ty::I32 | Ty::U32 | Ty::F32)
+        matches!(self, Ty::I32 | Ty::U32 | Ty::F32 | Ty::F16 | Ty::BF16)
+    }
+    /// `f32`, `f16` or `bf16`.
+    pub fn is_float(self) -> bool {
+        matches!(self, Ty::F32 | Ty::F16 | Ty::BF16)
+    }
+    /// `f16` or `bf16`: two to a 32-bit word in buffers.
+    pub fn is_half(self) -> bool {
+        matches!(self, Ty::F16 | Ty::BF16)
     }
 }
 
@@ -273,7 +288,7 @@ impl MathFn {
             _ => 1,
         }
     }
-    /// Whether the function is defined only on `f32`.
+    /// Whether the function is defined only on floats.
     pub fn float_only(self) -> bool {
         !matches!(
             self,

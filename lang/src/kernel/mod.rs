@@ -107,7 +107,8 @@ pub fn lower_with(
     }
     checker.atomic_names(atomic);
     checker.set_helpers(helpers.sigs, helpers.names);
-    let body = checker.block(&func.block, true);
+    let mut body = checker.block(&func.block, true);
+    check::widen_block(&mut body);
     let arrays = checker.arrays();
     let has_subgroup = checker.has_subgroup();
     let (params, shared, has_barrier) = checker.finish();
@@ -159,6 +160,8 @@ pub(crate) fn atomic_params(block: &syn::Block) -> Vec<String> {
 fn dtype(t: Ty) -> TokenStream {
     match t {
         Ty::F32 => quote!(::graphed::DType::F32),
+        Ty::F16 => quote!(::graphed::DType::F16),
+        Ty::BF16 => quote!(::graphed::DType::BF16),
         Ty::I32 => quote!(::graphed::DType::I32),
         Ty::U32 => quote!(::graphed::DType::U32),
         _ => quote!(::graphed::DType::Bool),
@@ -168,6 +171,8 @@ fn dtype(t: Ty) -> TokenStream {
 fn rust_ty(t: Ty) -> TokenStream {
     match t {
         Ty::F32 => quote!(f32),
+        Ty::F16 => quote!(::graphed::f16),
+        Ty::BF16 => quote!(::graphed::bf16),
         Ty::I32 => quote!(i32),
         Ty::U32 => quote!(u32),
         _ => quote!(bool),

@@ -239,6 +239,8 @@ pub fn scalar_type(ty: &syn::Type) -> Option<Ty> {
     let id = p.path.get_ident()?;
     Some(match id.to_string().as_str() {
         "f32" => Ty::F32,
+        "f16" => Ty::F16,
+        "bf16" => Ty::BF16,
         "i32" => Ty::I32,
         "u32" => Ty::U32,
         "bool" => Ty::Bool,
@@ -248,7 +250,7 @@ pub fn scalar_type(ty: &syn::Type) -> Option<Ty> {
 
 /// Why a parameter type is not accepted, with what to write instead.
 fn param_type_error(ty: &syn::Type) -> String {
-    const USAGE: &str = "a kernel takes `f32`, `i32`, `u32`, `bool` by value, or slices `&[T]` / `&mut [T]` of `f32`, `i32`, `u32`";
+    const USAGE: &str = "a kernel takes `f32`, `f16`, `bf16`, `i32`, `u32`, `bool` by value, or slices `&[T]` / `&mut [T]` of `f32`, `f16`, `bf16`, `i32`, `u32`";
     let shown = crate::tokens::shown(ty);
     // `Vec<T>` / `Buffer<T>` → `T`, for the suggested slice.
     let container_elem = |t: &syn::Type| match t {
@@ -274,7 +276,7 @@ fn param_type_error(ty: &syn::Type) -> String {
                     "slices of `bool` have no GPU layout: use `&[u32]` holding 0 or 1".to_string()
                 }
                 syn::Type::Slice(s) => format!(
-                    "`{}` is not a kernel element type: kernels compute in `f32`, `i32` and `u32`",
+                    "`{}` is not a kernel element type: kernels compute in `f32`, `f16`, `bf16`, `i32` and `u32`",
                     crate::tokens::shown(&s.elem)
                 ),
                 elem if scalar_type(elem).is_some() => {
@@ -287,8 +289,8 @@ fn param_type_error(ty: &syn::Type) -> String {
             }
         }
         syn::Type::Path(p) => match p.path.segments.last().map(|s| s.ident.to_string()) {
-            Some(n) if n == "f64" || n == "f16" => {
-                format!("`{n}` is not supported: kernels compute in `f32`")
+            Some(n) if n == "f64" => {
+                format!("`{n}` is not supported: kernels compute in `f32` (or `f16`, `bf16`)")
             }
             Some(n) if ["i8", "i16", "i64", "i128", "isize"].contains(&n.as_str()) => {
                 format!("`{n}` is not supported: use `i32`")
@@ -375,7 +377,16 @@ pub fn params(
                     Some(elem) => {
                         let mutable = r.mutability.is_some();
                         let is_atomic = atomic.contains(&name);
-                        if is_atomic && (!mutable || elem == Ty::F32) {
+                        if is_atomic && elem.is_half() {
+                            errors.push(syn::Error::new_spanned(
+                                &pt.ty,
+                                format!(
+                                    "there are no 16-bit atomics; `{name}` is `{}`: keep what is updated atomically in a `&mut [u32]` or `&mut [i32]` (e.g. fixed-point sums), or accumulate in `f32` and store the `{}` once",
+                                    crate::tokens::shown(r),
+                                    elem.rust()
+                                ),
+                            ));
+                        } else if is_atomic && (!mutable || elem == Ty::F32) {
                             let want = if elem == Ty::F32 { "u32" } else { elem.rust() };
                             errors.push(syn::Error::new_spanned(
                                 &pt.ty,

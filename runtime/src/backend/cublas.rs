@@ -8,13 +8,17 @@
 //! and the census rejects any allocation node that appears anyway. `α` and `β` are read from
 //! device memory (pointer mode device), so an accumulate flag that changes per step changes
 //! `β` without a recapture. Math mode is `CUBLAS_DEFAULT_MATH`: fp32 products stay fp32 (no
-//! TF32), as the PyTorch reference sets `allow_tf32 = False`.
+//! TF32), as the PyTorch reference sets `allow_tf32 = False`, unless a product opts in
+//! ([`Math::Tf32`]: `cublasGemmEx` with `CUBLAS_COMPUTE_32F_FAST_TF32`). Half-precision
+//! products are `cublasGemmEx` with `CUBLAS_COMPUTE_32F` (f32 accumulation, tensor cores) and
+//! f32 `α`/`β` (the scale type of that compute type), so the same device-side `α`/`β` serve.
 
 use cudarc::cublas::{result as blas, sys as bsys};
 use cudarc::driver::sys;
 
 use super::cuda::CudaMem;
-use crate::blas::GemmShape;
+use crate::blas::{GemmShape, Math};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 /// Workspace bytes: NVIDIA recommends 32 MiB for Hopper (cuBLAS documentation,
@@ -87,8 +91,9 @@ impl Cublas {
     /// transposed exactly when it is stored transposed, with `ldb = k` or `n`.
     ///
     /// # Safety
-    /// `a`, `b`, `c` must point at `m·k`, `k·n`, `m·n` floats of live device memory in the
-    /// handle's context, `c` overlapping neither, and `alpha` at two floats.
+    /// `a`, `b`, `c` must point at `m·k`, `k·n`, `m·n` elements (of the shape's types) of
+    /// live device memory in the handle's context, `c` overlapping neither, and `alpha` at
+    /// two floats.
     pub(crate) unsafe fn gemm(
         &self,
         g: &GemmShape,
@@ -108,30 +113,74 @@ impl Cublas {
         let (m, n, k) = (g.m as i32, g.n as i32, g.k as i32);
         let ldb = if g.tb { k } else { n };
         let lda = if g.ta { m } else { k };
-        // SAFETY: the caller's contract; pointer mode is device, so α and β are read on the
-        // stream when the product runs (or replays).
+        let err = |e: blas::CublasError| Error::Launch {
+            kernel: "sgemm",
+            reason: format!("cuBLAS: {e}"),
+        };
+        let t = g.types;
+        if t.input == DType::F32 && t.math == Math::F32 {
+            // SAFETY: the caller's contract; pointer mode is device, so α and β are read on
+            // the stream when the product runs (or replays).
+            return unsafe {
+                blas::sgemm(
+                    self.handle,
+                    op(g.tb),
+                    op(g.ta),
+                    n,
+                    m,
+                    k,
+                    alpha as *const f32,
+                    b as *const f32,
+                    ldb,
+                    a as *const f32,
+                    lda,
+                    (alpha + 4) as *const f32,
+                    c as *mut f32,
+                    n,
+                )
+            }
+            .map_err(err);
+        }
+        let compute = match t.math {
+            Math::F32 => bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            Math::Tf32 => bsys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        };
+        // SAFETY: as above, with `a`, `b` of `t.input` and `c` of `t.output` elements; the
+        // scale type of a 32F compute type is f32, so α and β are the same two floats.
         unsafe {
-            blas::sgemm(
+            blas::gemm_ex(
                 self.handle,
                 op(g.tb),
                 op(g.ta),
                 n,
                 m,
                 k,
-                alpha as *const f32,
-                b as *const f32,
+                alpha as *const std::ffi::c_void,
+                b as *const std::ffi::c_void,
+                data_type(t.input),
                 ldb,
-                a as *const f32,
+                a as *const std::ffi::c_void,
+                data_type(t.input),
                 lda,
-                (alpha + 4) as *const f32,
-                c as *mut f32,
+                (alpha + 4) as *const std::ffi::c_void,
+                c as *mut std::ffi::c_void,
+                data_type(t.output),
                 n,
+                compute,
+                bsys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| Error::Launch {
-            kernel: "sgemm",
-            reason: format!("cuBLAS: {e}"),
-        })
+        .map_err(err)
+    }
+}
+
+/// cuBLAS's name for an element type of a product.
+fn data_type(d: DType) -> bsys::cudaDataType {
+    match d {
+        DType::F16 => bsys::cudaDataType::CUDA_R_16F,
+        DType::BF16 => bsys::cudaDataType::CUDA_R_16BF,
+        // Checked when recorded: products take f32, f16 and bf16 only.
+        _ => bsys::cudaDataType::CUDA_R_32F,
     }
 }
 

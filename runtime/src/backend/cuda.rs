@@ -173,7 +173,7 @@ impl Drop for CudaMem {
 
 /// The device address of a view's first element.
 fn view_ptr(view: &RawView) -> sys::CUdeviceptr {
-    ptr(view) + view.offset as u64 * 4
+    ptr(view) + (view.offset * view.dtype.size()) as u64
 }
 
 /// The number of CUDA GPUs (0 when the driver is missing or reports none).
@@ -800,7 +800,8 @@ impl Backend for CudaBackend {
         let at = self.ring_slot(args)?;
         self.issue(f, kernel, grid, at, bindings)
     }
-    fn blas(&self) -> bool {
+    /// cuBLAS runs every combination [`crate::blas`] accepts (`cublasGemmEx` past plain f32).
+    fn blas(&self, _types: crate::blas::GemmTypes) -> bool {
         let Ok(_g) = self.enter() else { return false };
         let mut blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
         if let BlasState::NotLoaded = *blas {
@@ -1267,7 +1268,12 @@ struct EmptyReplay {
 }
 
 impl Recording for EmptyReplay {
-    fn rebind(&mut self, _plan: &Plan, _ops: &[usize], _words: &[(usize, usize, u32)]) -> Result<()> {
+    fn rebind(
+        &mut self,
+        _plan: &Plan,
+        _ops: &[usize],
+        _words: &[(usize, usize, u32)],
+    ) -> Result<()> {
         Ok(()) // nothing runs, nothing to re-point
     }
     fn replay(&mut self, _scalars: &[(usize, usize, u32)]) -> Result<()> {

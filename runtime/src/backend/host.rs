@@ -4,10 +4,12 @@ use std::cell::Cell;
 use std::sync::MutexGuard;
 
 use super::{Backend, BackendKind, Memory, Recording};
+use crate::blas::{GemmShape, GemmTypes};
 use crate::buffer::RawView;
 use crate::error::{Error, Result};
 use crate::host_exec::HostLaunch;
 use crate::kernel::KernelDef;
+use crate::packed;
 use crate::plan::{Op, Plan};
 
 pub(crate) struct HostBackend {
@@ -158,13 +160,36 @@ impl Backend for HostBackend {
     ) -> Result<()> {
         run(kernel, grid, args, bindings, self.subgroup_size)
     }
+    /// Half-precision products only, through the reference ([`crate::blas::reference`]):
+    /// `f32` products run on the DSL kernels, the host's `f32` oracle.
+    fn blas(&self, types: GemmTypes) -> bool {
+        types.input.is_half()
+    }
+    fn sgemm(
+        &self,
+        shape: &GemmShape,
+        flag: u32,
+        a: &RawView,
+        b: &RawView,
+        c: &RawView,
+    ) -> Result<()> {
+        // `c` overlaps neither input (checked when recorded), so one lock at a time suffices.
+        let (a, b) = (packed::read(self, a)?, packed::read(self, b)?);
+        let mut bits = packed::read(self, c)?;
+        let g = shape;
+        crate::blas::reference(
+            (g.m, g.n, g.k, g.ta, g.tb),
+            g.types,
+            flag != 0,
+            &a,
+            &b,
+            &mut bits,
+        )?;
+        let mut words = lock(c)?;
+        store_elements(&mut words, c, &bits);
+        Ok(())
+    }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
-        if plan.sgemm_count() > 0 {
-            return Err(Error::Lower {
-                backend: "host",
-                reason: "the plan holds a vendor-BLAS product; the host backend has none".into(),
-            });
-        }
         Ok(Box::new(HostReplay {
             plan: plan.clone(),
             subgroup_size: self.subgroup_size,
@@ -177,6 +202,21 @@ impl Backend for HostBackend {
     }
     fn drain(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// Writes element bits (one element's in each `u32`) into `view` of the locked allocation
+/// `words`, the other half of a shared word kept for 16-bit types.
+fn store_elements(words: &mut [u32], view: &RawView, bits: &[u32]) {
+    if !view.dtype.is_half() {
+        words[view.offset..view.offset + bits.len()].copy_from_slice(bits);
+        return;
+    }
+    for (i, &b) in bits.iter().enumerate() {
+        let e = view.offset + i;
+        let at = 16 * (e % 2);
+        let w = &mut words[e / 2];
+        *w = (*w & !(0xffff << at)) | ((b & 0xffff) << at);
     }
 }
 
@@ -208,10 +248,14 @@ impl HostReplay {
                 )
             }
             Op::Copy { src, dst } => HostBackend::default().copy(src, dst),
-            Op::Sgemm { shape, .. } => Err(Error::Launch {
-                kernel: "sgemm",
-                reason: format!("{shape:?}: the host backend has no vendor BLAS"),
-            }),
+            // Half-precision products (the only ones a host plan holds): the reference.
+            Op::Sgemm {
+                shape,
+                args,
+                a,
+                b,
+                c,
+            } => HostBackend::default().sgemm(shape, self.plan.launch_args[*args][0], a, b, c),
             // Only a local communicator of one rank exists on the host: the identity.
             #[cfg(feature = "nccl")]
             Op::AllReduce(op) => op.run(),

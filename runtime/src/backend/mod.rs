@@ -9,7 +9,7 @@ pub(crate) mod cuda;
 pub(crate) mod host;
 pub(crate) mod wgpu;
 
-use crate::blas::GemmShape;
+use crate::blas::{GemmShape, GemmTypes};
 use crate::buffer::RawView;
 use crate::error::{Error, Result};
 use crate::kernel::KernelDef;
@@ -84,12 +84,13 @@ pub(crate) trait Backend: Send + Sync {
         args: &[u32],
         bindings: &[RawView],
     ) -> Result<()>;
-    /// Whether this backend has a vendor BLAS ready for [`Backend::sgemm`] (loads and sets it
-    /// up on first use; never called inside a lowering).
-    fn blas(&self) -> bool {
+    /// Whether this backend runs products of `types` in [`Backend::sgemm`] (a vendor BLAS:
+    /// loads and sets it up on first use; never called inside a lowering).
+    fn blas(&self, _types: GemmTypes) -> bool {
         false
     }
-    /// `C = op(A)·op(B)` (+ `C` when `flag != 0`) through the vendor BLAS.
+    /// `C = op(A)·op(B)` (+ `C` when `flag != 0`) through the vendor BLAS (the shape's types
+    /// are ones [`Backend::blas`] accepted).
     fn sgemm(
         &self,
         _shape: &GemmShape,
@@ -165,7 +166,12 @@ pub(crate) trait Recording: Send {
     /// already changed), and writes the argument words `words` (launch, word, bits). Executes
     /// nothing; takes effect from the next replay (work already queued is unaffected). An
     /// [`Error::Lower`] says this recording cannot be re-pointed so: the holder records anew.
-    fn rebind(&mut self, _plan: &Plan, _ops: &[usize], _words: &[(usize, usize, u32)]) -> Result<()> {
+    fn rebind(
+        &mut self,
+        _plan: &Plan,
+        _ops: &[usize],
+        _words: &[(usize, usize, u32)],
+    ) -> Result<()> {
         Err(Error::Lower {
             backend: "?",
             reason: "this recording cannot be rebound".into(),

@@ -118,10 +118,13 @@ impl Checker<'_> {
         let Some(ty) = a.first().map(|v| v.ty) else {
             return Err(());
         };
-        if f.float_only() && ty != Ty::F32 {
+        if f.float_only() && !ty.is_float() {
             self.error(
                 node,
-                format!("`{name}` is defined on `f32`, found `{}`", ty.rust()),
+                format!(
+                    "`{name}` is defined on floats (`f32`, `f16`, `bf16`), found `{}`",
+                    ty.rust()
+                ),
             );
             return Err(());
         }
@@ -142,9 +145,11 @@ impl Checker<'_> {
         })
     }
 
-    /// Arguments that must all share one type (literals adapt to the first typed one).
+    /// Arguments that must all share one type (unsuffixed literals adapt to the first typed one).
     pub(super) fn value_args(&mut self, args: &[&syn::Expr], expect: Option<Ty>) -> Res<Vec<Expr>> {
-        let anchor = args.iter().position(|a| !is_untyped_lit(a));
+        let anchor = args
+            .iter()
+            .position(|a| !is_untyped_lit(a) && !super::expr::is_float_lit(a));
         let mut ty = expect;
         let mut anchored = None;
         if let Some(i) = anchor {

@@ -10,6 +10,12 @@ impl Checker<'_> {
             self.error(&c.ty, "a kernel `const` is `f32`, `i32`, `u32` or `bool`");
             return;
         };
+        if ty.is_half() {
+            let n = ty.rust();
+            self.error(&c.ty, format!("a kernel `const` is `f32`, `i32`, `u32` or `bool`, not `{n}`: declare it `f32` and convert where it is used (`C as {n}`)"));
+            self.poison(&c.ident.to_string());
+            return;
+        }
         if let Ok(e) = self.expr(&c.expr, Some(ty)) {
             match fold(&e) {
                 Some(k) if e.ty == ty => {

@@ -167,6 +167,7 @@ impl Checker<'_> {
             }
         }
         self.scopes.pop();
+        super::half::widen_block(&mut out);
         if let Some(t) = ret {
             if !definitely_returns(&out) {
                 let name = self.kernel_name.clone();

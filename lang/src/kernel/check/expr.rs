@@ -20,7 +20,10 @@ impl Checker<'_> {
             }
             syn::Expr::Cast(c) => {
                 let Some(to) = scalar_type(&c.ty).filter(|t| *t != Ty::Bool) else {
-                    self.error(&c.ty, "`as` converts to `f32`, `i32` or `u32`");
+                    self.error(
+                        &c.ty,
+                        "`as` converts to `f32`, `f16`, `bf16`, `i32` or `u32`",
+                    );
                     return Err(());
                 };
                 // An untyped literal cast keeps Rust's meaning: `1 as f32`.
@@ -32,10 +35,13 @@ impl Checker<'_> {
                     );
                     return Err(());
                 }
-                if inner.ty == Ty::Bool && to == Ty::F32 {
+                if inner.ty == Ty::Bool && to.is_float() {
                     self.error(
                         c,
-                        "`bool as f32` is not allowed (as in Rust); write `select(b, 1.0, 0.0)`",
+                        format!(
+                            "`bool as {}` is not allowed (as in Rust); write `select(b, 1.0, 0.0)`",
+                            to.rust()
+                        ),
                     );
                     return Err(());
                 }
@@ -262,23 +268,31 @@ impl Checker<'_> {
                     return Err(());
                 }
                 if let Some(t) = expect {
-                    if t != Ty::F32 && t != Ty::Bool && suffix.is_empty() {
+                    if !t.is_float() && t != Ty::Bool && suffix.is_empty() {
                         self.error(f, format!("expected `{}`, found a float literal; no implicit conversions in kernels", t.rust()));
                         return Err(());
                     }
                 }
                 let v: f32 = f.base10_parse().map_err(|e| self.errors.push(e))?;
-                Ok(Expr {
+                let lit = Expr {
                     kind: ExprKind::LitF32(if negate { -v } else { v }),
                     ty: Ty::F32,
-                })
+                };
+                // In a 16-bit context an unsuffixed literal is the `f32` literal rounded.
+                match expect {
+                    Some(t) if t.is_half() && suffix.is_empty() => Ok(Expr {
+                        kind: ExprKind::Cast(Box::new(lit), t),
+                        ty: t,
+                    }),
+                    _ => Ok(lit),
+                }
             }
             syn::Lit::Int(i) => {
                 let ty = match i.suffix() {
                     "" => match expect {
                         Some(Ty::U32) => Ty::U32,
-                        Some(Ty::F32) => {
-                            self.error(i, format!("expected `f32`, found an integer literal; write `{}.0` (no implicit conversions in kernels)", i.base10_digits()));
+                        Some(t) if t.is_float() => {
+                            self.error(i, format!("expected `{}`, found an integer literal; write `{}.0` (no implicit conversions in kernels)", t.rust(), i.base10_digits()));
                             return Err(());
                         }
                         _ => Ty::I32,
@@ -418,7 +432,7 @@ impl Checker<'_> {
                     return self.lit(&l.lit, expect, true);
                 }
                 let v = self.expr(&u.expr, expect)?;
-                if !matches!(v.ty, Ty::F32 | Ty::I32) {
+                if !(v.ty.is_float() || v.ty == Ty::I32) {
                     self.error(u, format!("cannot negate `{}`", v.ty.rust()));
                     return Err(());
                 }
@@ -474,7 +488,9 @@ impl Checker<'_> {
             ),
             _ => {
                 let operand_expect = if op.is_compare() { None } else { expect };
-                if is_untyped_lit(&b.left) && !is_untyped_lit(&b.right) {
+                // An untyped literal takes the other operand's type (`0.5 * h` of an `f16`).
+                let untyped = |e: &syn::Expr| is_untyped_lit(e) || is_float_lit(e);
+                if untyped(&b.left) && !untyped(&b.right) {
                     let r = self.expr(&b.right, operand_expect);
                     let l = self.expr(&b.left, r.as_ref().ok().map(|r| r.ty).or(operand_expect));
                     (l?, r?)
@@ -604,6 +620,19 @@ pub(super) fn is_untyped_lit(e: &syn::Expr) -> bool {
         }) => i.suffix().is_empty(),
         syn::Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => is_untyped_lit(&u.expr),
         syn::Expr::Paren(p) => is_untyped_lit(&p.expr),
+        _ => false,
+    }
+}
+
+/// An unsuffixed float literal (`0.5`, `-1.0`): `f32` unless the context is `f16`/`bf16`.
+pub(super) fn is_float_lit(e: &syn::Expr) -> bool {
+    match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Float(f),
+            ..
+        }) => f.suffix().is_empty(),
+        syn::Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => is_float_lit(&u.expr),
+        syn::Expr::Paren(p) => is_float_lit(&p.expr),
         _ => false,
     }
 }

@@ -35,6 +35,14 @@ impl Checker<'_> {
             );
             return Some((Ty::F32, 1));
         };
+        if elem.is_half() {
+            self.error(
+                &args.args[0],
+                super::half::no_half("workgroup arrays", elem),
+            );
+            // Its element type, so its uses add no errors (nothing is emitted).
+            return Some((elem, 1));
+        }
         let size_expr: Option<syn::Expr> = match &args.args[1] {
             syn::GenericArgument::Const(c) => Some(c.clone()),
             syn::GenericArgument::Type(syn::Type::Path(tp)) => {

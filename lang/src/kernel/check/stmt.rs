@@ -154,7 +154,7 @@ impl Checker<'_> {
                     self.error(
                         t,
                         format!(
-                            "a kernel local is `f32`, `i32`, `u32` or `bool`, not `{}`",
+                            "a kernel local is `f32`, `f16`, `bf16`, `i32`, `u32` or `bool`, not `{}`",
                             crate::tokens::shown(t)
                         ),
                     );

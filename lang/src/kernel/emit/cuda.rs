@@ -29,6 +29,33 @@ static __device__ __forceinline__ gd_u32 gd_min_u32(gd_u32 a, gd_u32 b) { return
 static __device__ __forceinline__ gd_u32 gd_max_u32(gd_u32 a, gd_u32 b) { return a > b ? a : b; }
 "#;
 
+/// `f16` and `bf16` as CUDA C sees them: their bits in an `unsigned short` (no `cuda_fp16.h`,
+/// which NVRTC may not find), converted by PTX's `cvt` (`f16`) or integer rounding (`bf16`:
+/// to nearest, ties to even, as `cvt.rn.bf16.f32` on sm_80+ but on every architecture). A
+/// NaN converts as the `half` crate does (quieted, payload kept), so the host, CUDA and WGSL
+/// give the same bits. Added after [`PRELUDE`] to kernels that use them.
+pub const HALF_PRELUDE: &str = r#"typedef unsigned short gd_f16;
+typedef unsigned short gd_bf16;
+static __device__ __forceinline__ float gd_f16_to_f32(gd_f16 h) {
+    if ((h & 0x7fffu) > 0x7c00u) { return __uint_as_float(((gd_u32)(h & 0x8000u) << 16) | 0x7fc00000u | ((gd_u32)(h & 0x3ffu) << 13)); }
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+static __device__ __forceinline__ gd_f16 gd_f32_to_f16(float x) {
+    const gd_u32 u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return (gd_f16)(((u >> 16) & 0x8000u) | 0x7e00u | ((u >> 13) & 0x3ffu)); }
+    gd_f16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return h;
+}
+static __device__ __forceinline__ float gd_bf16_to_f32(gd_bf16 h) {
+    const gd_u32 b = ((h & 0x7fffu) > 0x7f80u) ? (gd_u32)(h | 0x40u) : (gd_u32)h;
+    return __uint_as_float(b << 16);
+}
+static __device__ __forceinline__ gd_bf16 gd_f32_to_bf16(float x) {
+    const gd_u32 u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { return (gd_bf16)((u >> 16) | 0x40u); }
+    return (gd_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+"#;
+
 /// What the checked variant adds after [`PRELUDE`] (see [`super::bounds`]): `gd_oob` writes
 /// the fault record once; `gd_ld` reads in range and gives 0 out of range.
 pub const CHECKED_PRELUDE: &str = r#"static __device__ __noinline__ void gd_oob(gd_u32* f, gd_u32 kernel, gd_u32 target, gd_u32 i, gd_u32 len) {
@@ -110,6 +137,7 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
                 let raw = format!("gd_args[{}]", p.word);
                 let v = match t {
                     Ty::F32 => format!("__uint_as_float({raw})"),
+                    Ty::F16 | Ty::BF16 => format!("({})({raw} & 0xffffu)", ty(t)),
                     Ty::I32 => format!("(int)({raw})"),
                     Ty::Bool => format!("({raw} != 0u)"),
                     _ => raw,
@@ -153,6 +181,11 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     c.out = head;
     c.block(&k.body);
     c.out.push_str("}\n");
+    if c.out.contains("gd_f16") || c.out.contains("gd_bf16") {
+        c.out = c
+            .out
+            .replacen(PRELUDE, &format!("{PRELUDE}{HALF_PRELUDE}"), 1);
+    }
     c.out
 }
 
@@ -160,6 +193,8 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
 pub fn ty(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "float",
+        Ty::F16 => "gd_f16",
+        Ty::BF16 => "gd_bf16",
         Ty::I32 => "int",
         Ty::U32 => "gd_u32",
         Ty::Bool => "bool",
@@ -181,6 +216,7 @@ fn is_zero(e: &Expr) -> bool {
 fn zero(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "0.0f",
+        Ty::F16 | Ty::BF16 => "0",
         Ty::I32 => "0",
         Ty::U32 => "0u",
         Ty::Bool => "false",
@@ -623,6 +659,11 @@ impl Cuda<'_> {
                     (Ty::F32, Ty::U32) => format!("__float2uint_rz({v})"),
                     (Ty::I32, Ty::F32) => format!("__int2float_rn({v})"),
                     (Ty::U32, Ty::F32) => format!("__uint2float_rn({v})"),
+                    // `check/half.rs` leaves only these conversions of 16-bit values.
+                    (Ty::F32, Ty::F16) => format!("gd_f32_to_f16({v})"),
+                    (Ty::F16, Ty::F32) => format!("gd_f16_to_f32({v})"),
+                    (Ty::F32, Ty::BF16) => format!("gd_f32_to_bf16({v})"),
+                    (Ty::BF16, Ty::F32) => format!("gd_bf16_to_f32({v})"),
                     (Ty::Bool, Ty::I32) => format!("({v} ? 1 : 0)"),
                     (Ty::Bool, Ty::U32) => format!("({v} ? 1u : 0u)"),
                     (_, t) => format!("(({}){v})", ty(t)),

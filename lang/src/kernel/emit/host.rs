@@ -22,7 +22,7 @@ pub fn emit(k: &Kernel) -> String {
     let name = &k.name;
     let mut s = String::new();
     writeln!(s, "fn host(gd_l: &::graphed::__private::HostLaunch<'_>) -> ::core::result::Result<(), ::graphed::KernelFault> {{").unwrap();
-    s.push_str("use ::graphed::__private as gd;\n");
+    s.push_str("use ::graphed::__private as gd;\nuse ::graphed::{bf16, f16};\n");
     s.push_str(&super::host_device::helpers(k, &k.name));
     let mut slice_ix = 0;
     for p in &k.params {
@@ -30,6 +30,10 @@ pub fn emit(k: &Kernel) -> String {
             ParamKind::Scalar(t) => {
                 let v = match t {
                     Ty::F32 => format!("f32::from_bits(gd_l.args[{}])", p.word),
+                    // A 16-bit scalar travels in the low half of its word.
+                    Ty::F16 | Ty::BF16 => {
+                        format!("{}::from_bits(gd_l.args[{}] as u16)", t.rust(), p.word)
+                    }
                     Ty::I32 => format!("gd_l.args[{}] as i32", p.word),
                     Ty::U32 => format!("gd_l.args[{}]", p.word),
                     _ => format!("gd_l.args[{}] != 0", p.word),
@@ -109,6 +113,8 @@ pub(super) struct Host<'k> {
 fn zero(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "0.0f32",
+        Ty::F16 => "f16::ZERO",
+        Ty::BF16 => "bf16::ZERO",
         Ty::I32 => "0i32",
         Ty::U32 => "0u32",
         Ty::Bool => "false",
@@ -386,6 +392,12 @@ impl Host<'_> {
                 let v = self.expr(a);
                 if a.ty == *to {
                     v
+                } else if to.is_half() {
+                    // `check/half.rs` leaves only `f32` → 16-bit (the half crate: nearest,
+                    // ties to even, overflow to infinity, NaN kept quiet) and back (exact).
+                    format!("{}::from_f32({v})", to.rust())
+                } else if a.ty.is_half() {
+                    format!("({v}).to_f32()")
                 } else {
                     format!("(({v}) as {})", to.rust())
                 }

@@ -8,3 +8,4 @@ pub mod host_device;
 mod subgroup;
 pub mod wgsl;
 mod wgsl_device;
+mod wgsl_half;

@@ -8,6 +8,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+use super::wgsl_half::{slice_layout, Layout};
+
 use super::bounds;
 use crate::kernel::ir::*;
 
@@ -55,6 +57,16 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         head.push_str(super::subgroup::WGSL_MARKER);
         head.push('\n');
     }
+    if k.params
+        .iter()
+        .any(|p| slice_layout(&p.kind) == Some(Layout::F16))
+    {
+        head.push_str("enable f16;\n");
+        // `Layout::F16` reads and writes through them.
+        let mut h = module.helpers.borrow_mut();
+        h.insert("gd_f32_to_f16");
+        h.insert("gd_f16_to_f32");
+    }
     writeln!(
         head,
         "@group(0) @binding(0) var<storage, read> gd_args: array<u32>;"
@@ -72,10 +84,10 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
             // the same dispatch, and non-overlapping views of one allocation are legal launches.
             let _ = mutable;
             let access = "read_write";
-            let ty = if atomic {
-                format!("atomic<{}>", ty(elem))
-            } else {
-                ty(elem).to_string()
+            let ty = match slice_layout(&p.kind) {
+                Some(l) => l.array_elem().to_string(),
+                None if atomic => format!("atomic<{}>", ty(elem)),
+                None => ty(elem).to_string(),
             };
             writeln!(
                 head,
@@ -128,6 +140,7 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
                 let raw = format!("gd_args[{}u]", p.word);
                 let v = match t {
                     Ty::F32 => format!("bitcast<f32>({raw})"),
+                    Ty::F16 | Ty::BF16 => format!("({raw} & 0xffffu)"),
                     Ty::I32 => format!("bitcast<i32>({raw})"),
                     Ty::Bool => format!("({raw} != 0u)"),
                     _ => raw,
@@ -198,6 +211,9 @@ fn fault_source(id: u32) -> String {
 /// them (`x / 0 == x`, `x % 0 == 0`, and `MIN / -1 == MIN`, `MIN % -1 == 0`); a call is never
 /// a constant expression, and the guard makes the result independent of the driver.
 fn helper_source(name: &str) -> &'static str {
+    if let Some(src) = super::wgsl_half::helper_source(name) {
+        return src;
+    }
     match name {
         "gd_div_i32" => "fn gd_div_i32(a: i32, b: i32) -> i32 {\n    if (b == 0i || (a == bitcast<i32>(0x80000000u) && b == -1i)) {\n        return a;\n    }\n    return a / b;\n}\n",
         "gd_rem_i32" => "fn gd_rem_i32(a: i32, b: i32) -> i32 {\n    if (b == 0i || (a == bitcast<i32>(0x80000000u) && b == -1i)) {\n        return 0i;\n    }\n    return a % b;\n}\n",
@@ -422,6 +438,7 @@ pub(crate) fn is_zero(e: &Expr) -> bool {
 fn zero(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "0.0f",
+        Ty::F16 | Ty::BF16 => "0u",
         Ty::I32 => "0i",
         Ty::U32 => "0u",
         Ty::Bool => "false",
@@ -440,6 +457,8 @@ fn is_literal(e: &Expr) -> bool {
 pub fn ty(t: Ty) -> &'static str {
     match t {
         Ty::F32 => "f32",
+        // A 16-bit value is its bits in the low half of a `u32` (see `super::wgsl_half`).
+        Ty::F16 | Ty::BF16 => "u32",
         Ty::I32 => "i32",
         Ty::U32 => "u32",
         Ty::Bool => "bool",
@@ -534,6 +553,14 @@ impl<'k> Wgsl<'k> {
 }
 
 impl Wgsl<'_> {
+    /// How slice parameter `i`'s elements are stored, when they are 16-bit: decided by the
+    /// kernel parameter whose binding it is (in a helper, the specialisation's).
+    fn layout(&self, i: usize) -> Option<Layout> {
+        let g = &self.globals[i];
+        let p = self.k.params.iter().find(|p| p.name == *g)?;
+        slice_layout(&p.kind)
+    }
+
     fn line(&mut self, s: &str) {
         for _ in 0..self.indent {
             self.out.push_str("    ");
@@ -561,7 +588,11 @@ impl Wgsl<'_> {
             Place::Local(n) => n.clone(),
             Place::Param(i, ix) => {
                 let (g, n) = (&self.globals[*i], &self.params[*i].name);
-                format!("{g}_p[{n}_off + {}]", self.expr(ix))
+                let e = format!("{n}_off + {}", self.expr(ix));
+                match self.layout(*i) {
+                    Some(l) => l.read(&format!("{g}_p"), &e),
+                    None => format!("{g}_p[{e}]"),
+                }
             }
             Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[self.shared_ix[*i]].name, self.expr(ix)),
             // Only in-bounds indices reach here (literals checked by the checker, run-time
@@ -621,6 +652,18 @@ impl Wgsl<'_> {
                 ty: t,
             } if self.checked.is_some() && !matches!(place, Place::Local(_)) => {
                 self.checked_write(place, *op, value, *t)
+            }
+            Stmt::Assign {
+                place: Place::Param(i, ix),
+                op: None,
+                value,
+                ..
+            } if self.layout(*i).is_some() => {
+                let (g, n) = (&self.globals[*i], &self.params[*i].name);
+                let e = format!("{n}_off + {}", self.expr(ix));
+                let v = self.expr(value);
+                let l = self.layout(*i).expect("checked by the guard");
+                self.line(&l.write(&format!("{g}_p"), &e, &v));
             }
             Stmt::Assign {
                 place,
@@ -997,8 +1040,13 @@ impl Wgsl<'_> {
         match p {
             Place::Param(i, _) => {
                 let n = &self.params[*i].name;
+                let e = "gd_off + select(0u, gd_i, gd_ok)";
+                let read = match self.layout(*i) {
+                    Some(l) => l.read(&arr, e),
+                    None => format!("{arr}[{e}]"),
+                };
                 self.module.loads.borrow_mut().entry(name.clone()).or_insert_with(|| format!(
-                    "fn {name}(gd_off: u32, gd_n: u32, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < gd_n;\n    gd_note({target}, gd_i, gd_n, !gd_ok && gd_live);\n    return select({z}, {arr}[gd_off + select(0u, gd_i, gd_ok)], gd_ok);\n}}\n"
+                    "fn {name}(gd_off: u32, gd_n: u32, gd_i: u32, gd_live: bool) -> {t} {{\n    let gd_ok = gd_i < gd_n;\n    gd_note({target}, gd_i, gd_n, !gd_ok && gd_live);\n    return select({z}, {read}, gd_ok);\n}}\n"
                 ));
                 format!("{name}({n}_off, {n}_len, {ix}, {live})")
             }
@@ -1052,8 +1100,18 @@ impl Wgsl<'_> {
             None => self.expr(&value),
             Some(op) => self.binary(op, t, &p, &value),
         };
+        let layout = match place {
+            Place::Param(pi, _) => self.layout(*pi),
+            _ => None,
+        };
         self.line(&format!("if ({i} < {len}) {{"));
-        self.line(&format!("    {p} = {rhs};"));
+        match layout {
+            Some(l) => self.line(&format!(
+                "    {}",
+                l.write(&arr, &format!("{off}{i}"), &rhs)
+            )),
+            None => self.line(&format!("    {p} = {rhs};")),
+        }
         self.line("} else {");
         self.line(&format!("    gd_note({target}, {i}, {len}, true);"));
         self.line("}");
@@ -1184,6 +1242,12 @@ impl Wgsl<'_> {
             ExprKind::Binary(op, a, b) => self.binary(*op, a.ty, &self.expr(a), b),
             ExprKind::Cast(a, to) => match (a.ty, *to) {
                 (f, t) if f == t => self.expr(a),
+                // `check/half.rs` leaves only these conversions of 16-bit values.
+                (Ty::F32, Ty::F16 | Ty::BF16) | (Ty::F16 | Ty::BF16, Ty::F32) => {
+                    let name = super::wgsl_half::conversion(a.ty, *to);
+                    self.module.helpers.borrow_mut().insert(name);
+                    format!("{name}({})", self.expr(a))
+                }
                 (Ty::F32, Ty::I32 | Ty::U32) => {
                     let name = if *to == Ty::I32 {
                         "gd_f32_to_i32"

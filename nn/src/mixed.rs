@@ -1,0 +1,232 @@
+//! Mixed-precision training of an MLP classifier: fp32 master weights, gradients and AdamW
+//! state, 16-bit (`bf16` or `f16`) operands of every matrix product with `f32` accumulation
+//! (cuBLAS's tensor cores inside the CUDA capture; the rounding reference on the host), `f32`
+//! loss, bias, activations' derivatives and reductions — PyTorch's autocast recipe. For `f16`,
+//! dynamic loss scaling runs inside the recorded step ([`graphed_kernels::scaler`]): an
+//! overflow skips the AdamW update and halves the scale with no host synchronisation.
+//!
+//! [`Precision`] is a structural argument: switching it records another plan. `F32` is
+//! [`train_step`](crate::train::train_step)'s step; `Tf32` is the same step with the vendor
+//! BLAS's products opted in to TF32 (products the DSL kernels run stay full `f32`).
+//!
+//! One step of `L` layers in 16 bits, each one launch or library call:
+//! casts of the weights (one for all) and of the input; per layer a 16-bit product into
+//! `f32`, its bias and activation in place, and (but the logits) a cast of the activation;
+//! the loss and its gradient (times the scale for `f16`); per layer backward a cast of `dz`,
+//! the weight gradient as a 16-bit product into the `f32` gradients, the bias gradient as row
+//! sums of the `f32` `dz`, and (but the first) the input gradient as a product and its
+//! activation gate; then (`f16`) the unscale-and-check, AdamW, and (`f16`) the scale update.
+
+use graphed_kernels::elementwise::Act;
+use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
+use graphed_kernels::matmul::{gemm_epilogue, gemm_row_sums, matmul_half, Gemm};
+use graphed_kernels::optim::AdamW;
+use graphed_kernels::scaler::{LossScaler, ScalerConfig};
+use graphed_kernels::shape::groups;
+use graphed_macros::graphed;
+use graphed_runtime::blas::Math;
+use graphed_runtime::cast::cast;
+use graphed_runtime::{bf16, f16, Buffer, Element, Grid, Input, Output, Result, Scalar, Step};
+
+use crate::layers::Mlp;
+use crate::train::Classifier;
+
+/// The precision of a training step's products and activations (structural: part of the
+/// capture key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    /// Everything `f32` (the default; no TF32).
+    #[default]
+    F32,
+    /// `f32` storage, vendor-BLAS products in TF32 (an explicit opt-in).
+    Tf32,
+    /// `bf16` activations and product operands, `f32` accumulation, no loss scaling.
+    Bf16,
+    /// `f16` activations and product operands, `f32` accumulation, dynamic loss scaling.
+    F16,
+}
+
+impl Precision {
+    /// Parses `f32`, `tf32`, `bf16` or `f16` (a command-line value).
+    pub fn parse(s: &str) -> Option<Precision> {
+        Some(match s {
+            "f32" | "fp32" => Precision::F32,
+            "tf32" => Precision::Tf32,
+            "bf16" => Precision::Bf16,
+            "f16" | "fp16" => Precision::F16,
+            _ => return None,
+        })
+    }
+
+    /// The name [`Precision::parse`] takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
+/// The loss scaler's constants of the `f16` step (PyTorch's `GradScaler` defaults).
+pub const SCALER: ScalerConfig = ScalerConfig {
+    init_scale: 65536.0,
+    growth: 2.0,
+    backoff: 0.5,
+    growth_interval: 2000,
+};
+
+/// One training update at `precision`: forward, mean softmax cross-entropy, backward and
+/// AdamW (PyTorch's defaults, weight decay 0.01) on the fp32 master state of `model`,
+/// recorded as one plan per precision (module docs for the launches).
+#[graphed]
+pub fn mixed_train_step(
+    cx: &mut Step,
+    #[state] model: &mut Classifier,
+    x: &Input<f32>,
+    labels: &Input<u32>,
+    lr: f32,
+    #[key] precision: Precision,
+) -> Result<Output<f32>> {
+    match precision {
+        Precision::F32 | Precision::Tf32 => {
+            let math = if precision == Precision::Tf32 {
+                Math::Tf32
+            } else {
+                Math::F32
+            };
+            crate::train::update(cx, model, x, labels, lr, math)
+        }
+        Precision::Bf16 => update_16::<bf16>(cx, model, x, labels, lr, false),
+        Precision::F16 => update_16::<f16>(cx, model, x, labels, lr, true),
+    }
+}
+
+/// The 16-bit update: `H` is `bf16` or `f16`; `scaled` adds dynamic loss scaling.
+fn update_16<H: Element>(
+    cx: &Step,
+    m: &mut Classifier,
+    x: &Buffer<f32>,
+    labels: &Buffer<u32>,
+    lr: Scalar<f32>,
+    scaled: bool,
+) -> Result<Output<f32>> {
+    let rows = labels.len().max(1);
+    let sizes = m.sizes.clone();
+    let mlp = Mlp::from_buffers(&sizes, m.params.clone(), m.grads.clone())?;
+    let layers = mlp.layers();
+    let last = layers.len() - 1;
+    let classes = *sizes.last().expect("an MLP has layers");
+
+    // 16-bit copies of the weights (all at once) and of the input.
+    let mut p16 = cx.workspace::<H>(m.params.len())?;
+    cast(cx, &m.params, &mut p16)?;
+    let mut x16 = cx.workspace::<H>(x.len())?;
+    cast(cx, x, &mut x16)?;
+    let w16 = |l: usize| -> Result<Buffer<H>> {
+        let (w, _) = mlp.offsets(l);
+        let layer = layers[l];
+        p16.slice(w..w + layer.outputs * layer.inputs)
+    };
+
+    // Forward: f32 outputs (the logits last) and 16-bit copies of the hidden ones.
+    let mut acts: Vec<Buffer<f32>> = Vec::new();
+    let mut acts16: Vec<Buffer<H>> = Vec::new();
+    for (l, layer) in layers.iter().enumerate() {
+        let mut z = cx.workspace::<f32>(rows * layer.outputs)?;
+        let input = if l == 0 { &x16 } else { &acts16[l - 1] };
+        let g = Gemm::nt(rows, layer.outputs, layer.inputs);
+        matmul_half(cx, g, input, &w16(l)?, &mut z, false)?;
+        let (_, b) = mlp.weight_and_bias(l)?;
+        epilogue(cx, layer.outputs, Some(&b), layer.act, None, &mut z)?;
+        if l < last {
+            let mut z16 = cx.workspace::<H>(z.len())?;
+            cast(cx, &z, &mut z16)?;
+            acts16.push(z16);
+        }
+        acts.push(z);
+    }
+
+    let mut loss = cx.output::<f32>(1)?;
+    let mut ws = cx.workspace::<f32>(xent_workspace_len(rows, classes).max(1))?;
+    let mut dz = cx.workspace::<f32>(rows * classes)?;
+    softmax_cross_entropy_scaled(
+        cx,
+        &acts[last],
+        labels,
+        &mut loss,
+        &mut dz,
+        &mut ws,
+        1.0 / rows as f32,
+    )?;
+    let mut scaler = LossScaler::from_state(SCALER, m.scale.clone(), m.good_steps.clone())?;
+    if scaled {
+        scaler.scale(cx, &mut dz)?;
+    }
+
+    // Backward, last layer first: `dz` is f32; its 16-bit copy feeds the products.
+    for l in (0..layers.len()).rev() {
+        let layer = layers[l];
+        let mut dz16 = cx.workspace::<H>(dz.len())?;
+        cast(cx, &dz, &mut dz16)?;
+        let input = if l == 0 { &x16 } else { &acts16[l - 1] };
+        let (mut dw, mut db) = mlp.weight_and_bias_grads(l)?;
+        let g = Gemm::tn(layer.outputs, layer.inputs, rows);
+        matmul_half(cx, g, &dz16, input, &mut dw, false)?;
+        let sums = Grid::workgroups(groups(layer.outputs));
+        gemm_row_sums::launch(
+            cx,
+            sums,
+            layer.outputs as u32,
+            rows as u32,
+            true,
+            false,
+            &dz,
+            &mut db,
+        )?;
+        if l > 0 {
+            let mut dx = cx.workspace::<f32>(rows * layer.inputs)?;
+            let g = Gemm::nn(rows, layer.inputs, layer.outputs);
+            matmul_half(cx, g, &dz16, &w16(l)?, &mut dx, false)?;
+            let gate = (layers[l - 1].act, &acts[l - 1]);
+            epilogue(cx, layer.inputs, None, Act::Identity, Some(gate), &mut dx)?;
+            dz = dx;
+        }
+    }
+
+    let mut adam = AdamW::from_state(AdamW::default_config(), m.moments.clone(), m.count.clone())?;
+    if scaled {
+        scaler.unscale(cx, &mut m.grads, &mut m.count)?;
+    }
+    adam.step(cx, &mut m.params, &m.grads, lr)?;
+    if scaled {
+        scaler.update(cx, &mut m.count)?;
+    }
+    Ok(loss)
+}
+
+/// `c ← gate(act(c + bias))` in place over `cols` columns (one launch).
+fn epilogue(
+    cx: &Step,
+    cols: usize,
+    bias: Option<&Buffer<f32>>,
+    act: Act,
+    gate: Option<(Act, &Buffer<f32>)>,
+    c: &mut Buffer<f32>,
+) -> Result<()> {
+    // Unused inputs are bound to whichever is given (never read).
+    let aux = gate.map(|(_, a)| a);
+    let any = bias.or(aux).expect("a bias or a gate");
+    gemm_epilogue::launch(
+        cx,
+        Grid::workgroups(groups(c.len())),
+        cols as u32,
+        bias.is_some(),
+        act.code(),
+        gate.map_or(0, |(a, _)| a.code()),
+        bias.unwrap_or(any),
+        aux.unwrap_or(any),
+        c,
+    )
+}

@@ -1,0 +1,830 @@
+//! Mixed precision: half-precision products (`bf16`/`f16` inputs, `f32` accumulation, output
+//! of the inputs' type or `f32`) through the vendor route (cuBLAS's `cublasGemmEx` on CUDA,
+//! the rounding reference on the host, `Error::Unsupported` on wgpu), eagerly and inside
+//! recorded steps, and the TF32 opt-in for `f32` products.
+//!
+//! Tolerances against the f64 product of the same (rounded) inputs, `‖out − ref‖ / ‖ref‖`:
+//! an `f32` output sums `k ≤ 96` terms in `f32` (1e-5); a `bf16` output adds one rounding of
+//! at most 2⁻⁹ relative (4e-3), an `f16` output 2⁻¹² (5e-4). The host's result is also
+//! compared bitwise with `blas::reference`, which defines its rounding.
+
+mod common;
+
+use common::{on_every_backend, rng};
+use graphed::blas::{reference, GemmTypes, Math, Sgemm};
+use graphed::cast::cast;
+use graphed::kernels::matmul::{matmul_half, Gemm};
+use graphed::kernels::optim::{AdamW, COUNTER_WORDS};
+use graphed::kernels::scaler::{LossScaler, ScalerConfig};
+use graphed::prelude::*;
+use graphed::{BackendKind, DType, Element, Error};
+use rand::Rng;
+
+/// A 16-bit element type as the tests see it.
+trait Half: Element {
+    fn of(v: f32) -> Self;
+    fn value(self) -> f32;
+    const TOL: f64;
+}
+macro_rules! half {
+    ($t:ty, $of:expr, $value:expr, $tol:expr) => {
+        impl Half for $t {
+            fn of(v: f32) -> Self {
+                ($of)(v)
+            }
+            fn value(self) -> f32 {
+                ($value)(self)
+            }
+            const TOL: f64 = $tol;
+        }
+    };
+}
+half!(bf16, bf16::from_f32, bf16::to_f32, 4e-3);
+half!(f16, f16::from_f32, f16::to_f32, 5e-4);
+half!(f32, |v| v, |v| v, 1e-5);
+
+fn bits<T: Element>(v: &[T]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn halves<T: Half>(r: &mut impl Rng, n: usize) -> Vec<T> {
+    (0..n)
+        .map(|_| T::of(r.random_range(-1.0f32..1.0)))
+        .collect()
+}
+
+/// The f64 product of the stored values (`op(A)·op(B)`, plus `c0` when given).
+fn exact<I: Half, O: Half>(
+    s: (usize, usize, usize, bool, bool),
+    a: &[I],
+    b: &[I],
+    c0: Option<&[O]>,
+) -> Vec<f64> {
+    let (m, n, k, ta, tb) = s;
+    let mut out = vec![0.0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc: f64 = c0.map_or(0.0, |c| c[i * n + j].value() as f64);
+            for p in 0..k {
+                let x = a[if ta { p * m + i } else { i * k + p }].value() as f64;
+                let y = b[if tb { j * k + p } else { p * n + j }].value() as f64;
+                acc += x * y;
+            }
+            out[i * n + j] = acc;
+        }
+    }
+    out
+}
+
+/// One type combination on `dev`: eager products in every layout, overwrite and accumulate.
+fn eager_case<I: Half, O: Half>(dev: &Device, r: &mut impl Rng) {
+    let case = format!("{} {}→{}", dev.kind(), I::DTYPE.name(), O::DTYPE.name());
+    for (m, n, k) in [(7, 9, 13), (33, 20, 96)] {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            let s = (m, n, k, ta, tb);
+            let (a0, b0) = (halves::<I>(r, m * k), halves::<I>(r, k * n));
+            let c0 = halves::<O>(r, m * n);
+            let (a, b) = (dev.upload(&a0).unwrap(), dev.upload(&b0).unwrap());
+            let g = Gemm {
+                ta,
+                tb,
+                ..Gemm::nn(m, n, k)
+            };
+            for accumulate in [false, true] {
+                let mut c = dev.upload(&c0).unwrap();
+                let got = matmul_half(dev, g, &a, &b, &mut c, accumulate);
+                let case = format!("{case} {m}×{n}×{k} ta={ta} tb={tb} accumulate={accumulate}");
+                if dev.kind() == BackendKind::Wgpu {
+                    match got {
+                        Err(Error::Unsupported { kernel, .. }) => assert_eq!(kernel, "matmul_half"),
+                        other => panic!("{case}: wgpu has no half product yet, got {other:?}"),
+                    }
+                    assert_eq!(
+                        c.to_host().unwrap(),
+                        c0,
+                        "{case}: a refused product wrote C"
+                    );
+                    continue;
+                }
+                got.unwrap_or_else(|e| panic!("{case}: {e}"));
+                let out = c.to_host().unwrap();
+                let want = exact(s, &a0, &b0, accumulate.then_some(&c0[..]));
+                let as_f32: Vec<f32> = out.iter().map(|v| v.value()).collect();
+                graphed::testing::assert_close(&case, &as_f32, &want, O::TOL);
+                if dev.kind() == BackendKind::Host {
+                    let types = GemmTypes {
+                        input: I::DTYPE,
+                        output: O::DTYPE,
+                        math: Math::F32,
+                    };
+                    let mut oracle = bits(&c0);
+                    reference(s, types, accumulate, &bits(&a0), &bits(&b0), &mut oracle).unwrap();
+                    assert_eq!(
+                        bits(&out),
+                        oracle,
+                        "{case}: host differs from blas::reference"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn half_products_match_the_reference_on_every_backend() {
+    on_every_backend(|dev| {
+        let mut r = rng("half_products_match_the_reference");
+        eager_case::<bf16, bf16>(dev, &mut r);
+        eager_case::<bf16, f32>(dev, &mut r);
+        eager_case::<f16, f16>(dev, &mut r);
+        eager_case::<f16, f32>(dev, &mut r);
+    });
+}
+
+#[test]
+fn the_reference_rounds_once_to_nearest_even() {
+    // 1 + 2⁻⁸ lies halfway between the bf16 neighbours 1 and 1 + 2⁻⁷: ties to even gives 1;
+    // 1 + 3·2⁻⁸ is halfway between 1 + 2⁻⁷ and 1 + 2⁻⁶: to even gives 1 + 2⁻⁶.
+    let types = GemmTypes {
+        input: DType::BF16,
+        output: DType::BF16,
+        math: Math::F32,
+    };
+    let one = bf16::ONE.to_bits() as u32;
+    let a = [one, one];
+    for (tail, want) in [
+        (2f32.powi(-8), 1.0f32),
+        (3.0 * 2f32.powi(-8), 1.0 + 2f32.powi(-6)),
+    ] {
+        let b = [one, bf16::from_f32(tail).to_bits() as u32];
+        let mut c = [0u32];
+        reference((1, 1, 2, false, false), types, false, &a, &b, &mut c).unwrap();
+        assert_eq!(bf16::from_bits(c[0] as u16).to_f32(), want, "1 + {tail}");
+    }
+    // An f16 sum past 65504 overflows to +∞; the f32 output keeps it.
+    let big = f16::from_f32(300.0).to_bits() as u32;
+    for (output, want) in [
+        (DType::F16, u32::from(f16::INFINITY.to_bits())),
+        (DType::F32, 90_000f32.to_bits()),
+    ] {
+        let types = GemmTypes {
+            input: DType::F16,
+            output,
+            math: Math::F32,
+        };
+        let mut c = [0u32];
+        reference(
+            (1, 1, 1, false, false),
+            types,
+            false,
+            &[big],
+            &[big],
+            &mut c,
+        )
+        .unwrap();
+        assert_eq!(c[0], want, "300² into {}", output.name());
+    }
+}
+
+#[test]
+fn products_of_types_that_make_none_are_refused_by_name() {
+    on_every_backend(|dev| {
+        let a = dev.upload(&[bf16::ONE; 4]).unwrap();
+        let mut c16 = dev.upload(&[f16::ONE; 4]).unwrap();
+        let g = Gemm::nn(2, 2, 2);
+        let e = matmul_half(dev, g, &a, &a, &mut c16, false).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("bf16 inputs give bf16 or f32 products (f32 inputs: f32), not f16"),
+            "{}: {e}",
+            dev.kind()
+        );
+        let mut c = dev.upload(&[bf16::ONE; 4]).unwrap();
+        let e = matmul_half(dev, g.with_math(Math::Tf32), &a, &a, &mut c, false).unwrap_err();
+        assert!(
+            e.to_string().contains("TF32 applies to f32 inputs"),
+            "{}: {e}",
+            dev.kind()
+        );
+        let call = Sgemm {
+            math: Math::F32,
+            ..Sgemm::new(2, 2, 2)
+        };
+        let e = graphed::blas::product(dev, &call, &a, &a, &mut dev.upload(&[0u32; 4]).unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("not u32"), "{}: {e}", dev.kind());
+    });
+}
+
+/// A recorded half product whose accumulate flag is a per-step scalar.
+#[graphed]
+fn half_product(
+    cx: &mut Step,
+    #[state] c: &mut Buffer<f32>,
+    a: &Input<bf16>,
+    b: &Input<bf16>,
+    accumulate: bool,
+    #[key] mnk: &[usize],
+) -> Result<()> {
+    matmul_half(cx, Gemm::nt(mnk[0], mnk[1], mnk[2]), a, b, c, accumulate)
+}
+
+#[test]
+fn a_recorded_half_product_replays_bitwise_like_eager() {
+    on_every_backend(|dev| {
+        if dev.kind() == BackendKind::Wgpu {
+            return; // refused eagerly above; a step would fall back the same way
+        }
+        let mut r = rng("a_recorded_half_product_replays");
+        let mnk = [24usize, 40, 64];
+        let [m, n, k] = mnk;
+        let c0: Vec<f32> = common::floats(&mut r, m * n, -1.0, 1.0);
+        let mut rep_c = dev.upload(&c0).unwrap();
+        let mut eag_c = dev.upload(&c0).unwrap();
+        let mut rep = HalfProduct::new(dev).unwrap();
+        let mut eag = HalfProduct::new(dev).unwrap();
+        for (step, accumulate) in [false, true, true, false].into_iter().enumerate() {
+            let a = halves::<bf16>(&mut r, m * k);
+            let b = halves::<bf16>(&mut r, n * k);
+            rep.call(&mut rep_c, &a[..], &b[..], accumulate, &mnk[..])
+                .unwrap();
+            eag.eager(&mut eag_c, &a[..], &b[..], accumulate, &mnk[..])
+                .unwrap();
+            let (x, y) = (rep_c.to_host().unwrap(), eag_c.to_host().unwrap());
+            assert!(
+                common::bitwise_eq(&x, &y),
+                "{} step {step}: replay differs from eager",
+                dev.kind()
+            );
+        }
+        let s = rep.stats();
+        assert_eq!(
+            (s.recordings, s.replays, s.eager_calls),
+            (1, 4, 0),
+            "{}: {s:?}",
+            dev.kind()
+        );
+        let plan = rep.plan().unwrap();
+        assert_eq!(plan.library_calls(), 1, "{}", plan.to_dot());
+        assert!(
+            plan.to_dot().contains("sgemm 24x40x64 bf16->f32"),
+            "{}",
+            plan.to_dot()
+        );
+    });
+}
+
+/// Grows after 3 good steps in a row, from 2¹⁰.
+const SCALER: ScalerConfig = ScalerConfig {
+    init_scale: 1024.0,
+    growth: 2.0,
+    backoff: 0.5,
+    growth_interval: 3,
+};
+
+/// The tail of a loss-scaled training step: the scaled gradients (as backward leaves them)
+/// unscaled and checked, AdamW skipped on overflow, the scale updated — all on the device.
+#[graphed]
+fn scaled_update(
+    cx: &mut Step,
+    #[state] params: &mut Buffer<f32>,
+    #[state] grads: &mut Buffer<f32>,
+    #[state] moments: &mut Buffer<f32>,
+    #[state] count: &mut Buffer<u32>,
+    #[state] scale: &mut Buffer<f32>,
+    #[state] good: &mut Buffer<u32>,
+    scaled: &Input<f32>,
+    lr: f32,
+) -> Result<()> {
+    cx.copy(scaled, grads)?;
+    let mut scaler = LossScaler::from_state(SCALER, scale.clone(), good.clone())?;
+    scaler.unscale(cx, grads, count)?;
+    AdamW::from_state(AdamW::default_config(), moments.clone(), count.clone())?
+        .step(cx, params, grads, lr)?;
+    scaler.update(cx, count)
+}
+
+struct ScaledState {
+    params: Buffer<f32>,
+    grads: Buffer<f32>,
+    moments: Buffer<f32>,
+    count: Buffer<u32>,
+    scale: Buffer<f32>,
+    good: Buffer<u32>,
+}
+
+impl ScaledState {
+    fn new(dev: &Device, p0: &[f32]) -> ScaledState {
+        let n = p0.len();
+        let s = LossScaler::new(dev, SCALER).unwrap();
+        ScaledState {
+            params: dev.upload(p0).unwrap(),
+            grads: graphed::testing::poisoned(dev, n),
+            moments: dev.upload(&vec![0.0f32; 2 * n]).unwrap(),
+            count: dev.upload(&[0u32; COUNTER_WORDS]).unwrap(),
+            scale: s.scale_buffer().clone(),
+            good: s.good_steps_buffer().clone(),
+        }
+    }
+    fn words(&self) -> (Vec<u32>, Vec<u32>, Vec<u32>, f32, u32) {
+        (
+            bits(&self.params.to_host().unwrap()),
+            bits(&self.moments.to_host().unwrap()),
+            self.count.to_host().unwrap(),
+            self.scale.to_host().unwrap()[0],
+            self.good.to_host().unwrap()[0],
+        )
+    }
+}
+
+#[test]
+fn an_overflow_skips_exactly_its_update_and_the_scale_halves_then_grows() {
+    on_every_backend(|dev| {
+        let mut r = rng("an_overflow_skips_exactly_its_update");
+        let n = 300; // two workgroups of the check
+        let p0 = common::floats(&mut r, n, -1.0, 1.0);
+        let mut rep = ScaledState::new(dev, &p0);
+        let mut eag = ScaledState::new(dev, &p0);
+        // The oracle: AdamW without a scaler, fed the unscaled gradients, not stepped where
+        // the scaled step overflowed.
+        let mut plain_p = dev.upload(&p0).unwrap();
+        let mut plain = AdamW::new(dev, n, AdamW::default_config()).unwrap();
+        let mut step = ScaledUpdate::new(dev).unwrap();
+        let mut eager = ScaledUpdate::new(dev).unwrap();
+        // Overflows at steps 2 (+∞) and 6 (NaN): the scale goes 1024 → 512, grows back to
+        // 1024 after three good steps (3, 4, 5), then halves again.
+        let overflow = [
+            None,
+            None,
+            Some(f32::INFINITY),
+            None,
+            None,
+            None,
+            Some(f32::NAN),
+            None,
+        ];
+        let scales = [1024.0, 1024.0, 512.0, 512.0, 512.0, 1024.0, 512.0, 512.0];
+        let goods = [1, 2, 0, 1, 2, 0, 0, 1];
+        let mut scale = SCALER.init_scale;
+        let mut taken = 0;
+        for (s, bad) in overflow.into_iter().enumerate() {
+            let case = format!("{} step {s}", dev.kind());
+            let g = common::floats(&mut r, n, -1.0, 1.0);
+            let mut scaled: Vec<f32> = g.iter().map(|v| v * scale).collect();
+            if let Some(v) = bad {
+                scaled[r.random_range(0..n)] = v;
+            }
+            let before = rep.words();
+            let lr = 1e-2;
+            let st = &mut rep;
+            step.call(
+                &mut st.params,
+                &mut st.grads,
+                &mut st.moments,
+                &mut st.count,
+                &mut st.scale,
+                &mut st.good,
+                &scaled[..],
+                lr,
+            )
+            .unwrap();
+            let st = &mut eag;
+            eager
+                .eager(
+                    &mut st.params,
+                    &mut st.grads,
+                    &mut st.moments,
+                    &mut st.count,
+                    &mut st.scale,
+                    &mut st.good,
+                    &scaled[..],
+                    lr,
+                )
+                .unwrap();
+            let (after, eager_after) = (rep.words(), eag.words());
+            assert_eq!(after, eager_after, "{case}: replay differs from eager");
+            if bad.is_some() {
+                assert_eq!(
+                    (&after.0, &after.1, &after.2),
+                    (&before.0, &before.1, &before.2),
+                    "{case}: an overflow must change no weight, moment or count"
+                );
+            } else {
+                taken += 1;
+                plain
+                    .step(dev, &mut plain_p, &dev.upload(&g).unwrap(), lr)
+                    .unwrap();
+                assert_ne!(after.0, before.0, "{case}: a good step must update");
+            }
+            assert_eq!(
+                after.0,
+                bits(&plain_p.to_host().unwrap()),
+                "{case}: weights differ from AdamW with the same skips"
+            );
+            assert_eq!(
+                after.2,
+                vec![after.2[0], taken, 0],
+                "{case}: [arrivals, steps, skip]"
+            );
+            assert_eq!(
+                (after.3, after.4),
+                (scales[s], goods[s]),
+                "{case}: (scale, good steps)"
+            );
+            scale = after.3;
+        }
+        let s = step.stats();
+        assert_eq!(
+            (s.recordings, s.replays, s.eager_calls),
+            (1, 8, 0),
+            "{}: {s:?}",
+            dev.kind()
+        );
+    });
+}
+
+#[test]
+fn scaling_the_loss_gradient_reads_the_scale_from_the_device() {
+    on_every_backend(|dev| {
+        let mut r = rng("scaling_the_loss_gradient");
+        let x = common::floats(&mut r, 1000, -1.0, 1.0);
+        let scaler = LossScaler::new(dev, SCALER).unwrap();
+        scaler.scale_buffer().write(&[8.0]).unwrap();
+        let mut y = dev.upload(&x).unwrap();
+        scaler.scale(dev, &mut y).unwrap();
+        let want: Vec<f32> = x.iter().map(|v| v * 8.0).collect();
+        assert_eq!(bits(&y.to_host().unwrap()), bits(&want), "{}", dev.kind());
+        assert_eq!(scaler.current_scale().unwrap(), 8.0);
+        let bad = ScalerConfig {
+            backoff: 1.5,
+            ..SCALER
+        };
+        let e = LossScaler::new(dev, bad).unwrap_err();
+        assert!(e.to_string().contains("backoff 1.5 in (0, 1)"), "{e}");
+    });
+}
+
+/// f32 values that exercise every rounding case of both 16-bit types: random magnitudes over
+/// the whole f32 range, ties and near-ties of both, f16's subnormals and overflow edge, ±0,
+/// ±∞ and NaNs.
+fn cast_inputs(r: &mut impl Rng, n: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MAX,
+        f32::MIN,
+        f32::MIN_POSITIVE,
+        65504.0,
+        65519.99,
+        65520.0,
+        -65520.0,
+        1.0 + 2f32.powi(-8),
+        1.0 + 3.0 * 2f32.powi(-8),
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        2f32.powi(-24),
+        2f32.powi(-25),
+        1.5 * 2f32.powi(-25),
+        2f32.powi(-26),
+        3.0 * 2f32.powi(-25),
+        f32::from_bits(0x7f80_0001),
+        f32::from_bits(0xff80_4000),
+        f32::from_bits(0x3380_0000),
+    ];
+    while v.len() < n {
+        v.push(match r.random_range(0..3) {
+            0 => f32::from_bits(r.random()),
+            1 => r.random_range(-70000.0f32..70000.0),
+            _ => r.random_range(-1e-4f32..1e-4),
+        });
+    }
+    v
+}
+
+#[test]
+fn casts_round_to_nearest_even_bitwise_alike_on_every_backend() {
+    on_every_backend(|dev| {
+        let mut r = rng("casts_round_to_nearest_even");
+        let x = cast_inputs(&mut r, 1001);
+        let src = dev.upload(&x).unwrap();
+        // Odd length: the last word's other half belongs to no element and is kept.
+        let h = dev
+            .upload(&vec![f16::from_bits(0x7e5a); x.len() + 1])
+            .unwrap();
+        let mut view = h.slice(0..x.len()).unwrap();
+        cast(dev, &src, &mut view).unwrap();
+        let got = h.to_host().unwrap();
+        for (i, (&v, g)) in x.iter().zip(&got).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                f16::from_f32(v).to_bits(),
+                "{}: f16 of {v:e} (element {i})",
+                dev.kind()
+            );
+        }
+        assert_eq!(
+            got[x.len()].to_bits(),
+            0x7e5a,
+            "{}: the neighbour's half changed",
+            dev.kind()
+        );
+        let mut b = dev.upload(&vec![bf16::from_bits(0x7e5a); x.len()]).unwrap();
+        cast(dev, &src, &mut b).unwrap();
+        for (&v, g) in x.iter().zip(&b.to_host().unwrap()) {
+            assert_eq!(
+                g.to_bits(),
+                bf16::from_f32(v).to_bits(),
+                "{}: bf16 of {v:e}",
+                dev.kind()
+            );
+        }
+        // Widening is exact, for every 16-bit pattern (NaNs quietened as `half` does).
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let mut wide = graphed::testing::poisoned(dev, all.len());
+        cast(
+            dev,
+            &dev.upload(&all.iter().map(|&b| f16::from_bits(b)).collect::<Vec<_>>())
+                .unwrap(),
+            &mut wide,
+        )
+        .unwrap();
+        for (&b, w) in all.iter().zip(&wide.to_host().unwrap()) {
+            assert_eq!(
+                w.to_bits(),
+                f16::from_bits(b).to_f32().to_bits(),
+                "{}: f32 of f16 {b:#06x}",
+                dev.kind()
+            );
+        }
+        cast(
+            dev,
+            &dev.upload(&all.iter().map(|&b| bf16::from_bits(b)).collect::<Vec<_>>())
+                .unwrap(),
+            &mut wide,
+        )
+        .unwrap();
+        for (&b, w) in all.iter().zip(&wide.to_host().unwrap()) {
+            assert_eq!(
+                w.to_bits(),
+                bf16::from_bits(b).to_f32().to_bits(),
+                "{}: f32 of bf16 {b:#06x}",
+                dev.kind()
+            );
+        }
+        // Refused by name: an odd start, other types, other lengths.
+        let e = cast(dev, &src.slice(0..3).unwrap(), &mut h.slice(1..4).unwrap()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("starts at element 1, inside a 32-bit word"),
+            "{e}"
+        );
+        let e = cast(dev, &src, &mut dev.alloc::<u32>(x.len()).unwrap()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("casts go between f32 and f16 or bf16"),
+            "{e}"
+        );
+        let e = cast(dev, &src, &mut b.slice(0..4).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("the lengths differ"), "{e}");
+    });
+}
+
+#[test]
+fn the_new_kernels_compile_for_cuda_and_validate_as_wgsl() {
+    use graphed::__private::{cast_f32_to_half, cast_half_to_f32};
+    use graphed::kernels::optim::{adam_step, sgd_step};
+    use graphed::kernels::scaler::{scale_by, scale_update, unscale_check};
+    let all = [
+        &cast_f32_to_half::DEF,
+        &cast_half_to_f32::DEF,
+        &scale_by::DEF,
+        &unscale_check::DEF,
+        &scale_update::DEF,
+        &adam_step::DEF,
+        &sgd_step::DEF,
+    ];
+    common::assert_wgsl_valid(&all);
+    common::assert_cuda_compiles(&all);
+}
+
+use graphed::nn::mixed::{MixedTrainStep, Precision};
+use graphed::train::Classifier;
+
+const SIZES: [usize; 4] = [48, 64, 32, 10];
+const ROWS: usize = 40;
+
+fn batch(r: &mut impl Rng) -> (Vec<f32>, Vec<u32>) {
+    let x = common::floats(r, ROWS * SIZES[0], -1.0, 1.0);
+    let y = (0..ROWS).map(|_| r.random_range(0..10u32)).collect();
+    (x, y)
+}
+
+/// Everything a step updates, as bits.
+fn model_bits(m: &Classifier) -> Vec<Vec<u32>> {
+    vec![
+        bits(&m.params.to_host().unwrap()),
+        bits(&m.grads.to_host().unwrap()),
+        bits(&m.moments.to_host().unwrap()),
+        m.count.to_host().unwrap(),
+        bits(&m.scale.to_host().unwrap()),
+        m.good_steps.to_host().unwrap(),
+    ]
+}
+
+/// Loss and gradients of one 16-bit step against the fp32 step on the host, from one state:
+/// `bf16` operands round to 8 significant bits, `f16` to 11. The gradients' norm-wise error
+/// over 40 seeds (host): bf16 mean 2.8e-2, max 7.5e-2; f16 mean 6.8e-3, max 4.7e-2 — the
+/// tail is a ReLU gate that flips where a pre-activation lies within rounding of zero, and
+/// the cancellation in each weight gradient's sum over the batch. Tolerances: 2× the max.
+const LOSS_TOL: [(Precision, f64); 2] = [(Precision::Bf16, 1e-2), (Precision::F16, 2e-3)];
+const GRAD_TOL: [(Precision, f64); 2] = [(Precision::Bf16, 1.5e-1), (Precision::F16, 1e-1)];
+
+#[test]
+fn sixteen_bit_steps_follow_the_fp32_oracle_and_replay_bitwise_like_eager() {
+    let mut r = rng("sixteen_bit_steps_follow_the_fp32_oracle");
+    let host = Device::host();
+    let oracle_model = Classifier::new(&host, &SIZES, 7).unwrap();
+    let (x, y) = batch(&mut r);
+    let mut oracle = oracle_model.duplicate().unwrap();
+    let mut f32_step = MixedTrainStep::new(&host).unwrap();
+    let want_loss = f32_step
+        .eager(&mut oracle, &x[..], &y[..], 1e-3, Precision::F32)
+        .unwrap()
+        .to_host()
+        .unwrap()[0];
+    let want_grads: Vec<f64> = oracle
+        .grads
+        .to_host()
+        .unwrap()
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+    on_every_backend(|dev| {
+        for ((precision, ltol), (_, gtol)) in LOSS_TOL.into_iter().zip(GRAD_TOL) {
+            let case = format!("{} {}", dev.kind(), precision.name());
+            let upload = |m: &Classifier| {
+                let c = Classifier::new(dev, &SIZES, 7).unwrap();
+                c.params.write(&m.params.to_host().unwrap()).unwrap();
+                c
+            };
+            let mut rep = upload(&oracle_model);
+            let mut eag = upload(&oracle_model);
+            let mut step = MixedTrainStep::new(dev).unwrap();
+            let mut eager = MixedTrainStep::new(dev).unwrap();
+            if dev.kind() == BackendKind::Wgpu {
+                let e = eager
+                    .eager(&mut eag, &x[..], &y[..], 1e-3, precision)
+                    .unwrap_err();
+                assert!(
+                    matches!(
+                        e,
+                        Error::Unsupported {
+                            kernel: "matmul_half",
+                            ..
+                        }
+                    ),
+                    "{case}: {e}"
+                );
+                continue;
+            }
+            for s in 0..3 {
+                let (bx, by) = if s == 0 {
+                    (x.clone(), y.clone())
+                } else {
+                    batch(&mut r)
+                };
+                let l1 = step
+                    .call(&mut rep, &bx[..], &by[..], 1e-3, precision)
+                    .unwrap()
+                    .to_host()
+                    .unwrap();
+                let l2 = eager
+                    .eager(&mut eag, &bx[..], &by[..], 1e-3, precision)
+                    .unwrap()
+                    .to_host()
+                    .unwrap();
+                assert_eq!(bits(&l1), bits(&l2), "{case} step {s}: loss replay ≠ eager");
+                assert!(
+                    model_bits(&rep) == model_bits(&eag),
+                    "{case} step {s}: state replay ≠ eager"
+                );
+                if s == 0 {
+                    let e = (l1[0] as f64 - want_loss as f64).abs() / want_loss as f64;
+                    assert!(
+                        e <= ltol,
+                        "{case}: loss {} vs fp32 {want_loss}: {e:.2e} > {ltol:.0e}",
+                        l1[0]
+                    );
+                    let g = rep.grads.to_host().unwrap();
+                    graphed::testing::assert_close(
+                        &format!("{case} gradients"),
+                        &g,
+                        &want_grads,
+                        gtol,
+                    );
+                }
+            }
+            let st = step.stats();
+            assert_eq!(
+                (st.recordings, st.replays, st.eager_calls),
+                (1, 3, 0),
+                "{case}: {st:?}"
+            );
+            // 5L + 2 launches and 3L − 1 products for L = 3 layers, 3 more launches for f16.
+            let plan = step.plan().unwrap();
+            let extra = if precision == Precision::F16 { 3 } else { 0 };
+            assert_eq!(
+                (plan.launch_count(), plan.library_calls()),
+                (17 + extra, 8),
+                "{case}"
+            );
+            // Another precision is another recording.
+            let mut other = upload(&oracle_model);
+            step.call(&mut other, &x[..], &y[..], 1e-3, Precision::F32)
+                .unwrap();
+            assert_eq!(
+                step.stats().recordings,
+                2,
+                "{case}: switching precision must record"
+            );
+        }
+    });
+}
+
+#[test]
+fn an_f16_overflow_skips_the_update_inside_the_step_and_halves_the_scale() {
+    on_every_backend(|dev| {
+        if dev.kind() == BackendKind::Wgpu {
+            return; // no half products on wgpu yet: refused in the test above
+        }
+        let mut r = rng("an_f16_overflow_skips_the_update");
+        let mut rep = Classifier::new(dev, &SIZES, 3).unwrap();
+        let mut eag = rep.duplicate().unwrap();
+        let mut step = MixedTrainStep::new(dev).unwrap();
+        let mut eager = MixedTrainStep::new(dev).unwrap();
+        let case = dev.kind().to_string();
+        for s in 0..4 {
+            if s == 2 {
+                // A scale whose product with any gradient overflows f16: the injected overflow.
+                for m in [&rep, &eag] {
+                    m.scale.write(&[2f32.powi(100)]).unwrap();
+                }
+            }
+            let before = model_bits(&rep);
+            let (x, y) = batch(&mut r);
+            step.call(&mut rep, &x[..], &y[..], 1e-3, Precision::F16)
+                .unwrap();
+            eager
+                .eager(&mut eag, &x[..], &y[..], 1e-3, Precision::F16)
+                .unwrap();
+            let after = model_bits(&rep);
+            assert!(after == model_bits(&eag), "{case} step {s}: replay ≠ eager");
+            let scale = rep.scale.to_host().unwrap()[0];
+            let good = rep.good_steps.to_host().unwrap()[0];
+            let count = rep.count.to_host().unwrap();
+            if s == 2 {
+                assert!(
+                    after[0] == before[0],
+                    "{case}: the overflowed step changed the weights"
+                );
+                assert!(
+                    after[2] == before[2],
+                    "{case}: the overflowed step changed the moments"
+                );
+                assert_eq!(after[3], before[3], "{case}: the overflowed step counted");
+                assert_eq!(
+                    (scale, good),
+                    (2f32.powi(99), 0),
+                    "{case}: the scale must halve"
+                );
+                // 2⁹⁹ still overflows: back to a scale that does not, on both runs.
+                for m in [&rep, &eag] {
+                    m.scale.write(&[1024.0]).unwrap();
+                }
+            } else {
+                assert!(
+                    after[0] != before[0],
+                    "{case} step {s}: a good step must update"
+                );
+                let taken = if s < 2 { s as u32 + 1 } else { s as u32 };
+                assert_eq!(count[1..], [taken, 0], "{case} step {s}: [steps, skip]");
+                let (want_scale, want_good) = if s < 2 {
+                    (65536.0, s as u32 + 1)
+                } else {
+                    (1024.0, 1)
+                };
+                assert_eq!((scale, good), (want_scale, want_good), "{case} step {s}");
+            }
+        }
+        let st = step.stats();
+        assert_eq!(
+            (st.recordings, st.replays, st.eager_calls),
+            (1, 4, 0),
+            "{case}: {st:?}"
+        );
+    });
+}

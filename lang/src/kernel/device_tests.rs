@@ -476,7 +476,7 @@ fn a_helper_must_return_its_value_on_every_path() {
     let e = helper_errors(&[quote! { fn f(x: f32) -> f64 { x } }]);
     assert!(
         e.iter()
-            .any(|m| m.contains("returns `f32`, `i32`, `u32` or `bool`")),
+            .any(|m| m.contains("returns `f32`, `f16`, `bf16`, `i32`, `u32` or `bool`")),
         "{e:?}"
     );
     // Every path returning, through an `if` with statements in its branches.

@@ -266,10 +266,24 @@ fn on_wgpu(dev: &Device) -> bool {
     dev.kind() == BackendKind::Wgpu
 }
 
+/// Known driver behaviour, as data: NVIDIA's Vulkan driver (580, H200) flushes `f32`
+/// subnormals in arithmetic, and bf16's subnormals are f32's: `bf16 +` of subnormal operands
+/// gave `0x0138` where the definition gives `0x00f9`. lavapipe keeps them.
+fn flushes_f32_subnormals(dev: &Device) -> bool {
+    on_wgpu(dev) && dev.adapter().contains("NVIDIA")
+}
+
+/// Whether the 16-bit pattern is a subnormal of its type (exponent bits 0, mantissa not).
+fn subnormal16(bits: u16, bf: bool) -> bool {
+    let (exp, man) = if bf { (0x7f80, 0x007f) } else { (0x7c00, 0x03ff) };
+    bits & exp == 0 && bits & man != 0
+}
+
 /// Known driver behaviour, as data: on wgpu an `f16` slice is WGSL's `array<f16>`, and a
 /// value crosses between it and the kernel's bits by an (exact) `f32` conversion, which may
 /// replace a NaN's payload by the driver's canonical NaN. Seen on lavapipe (LLVM 15: `0x7e00`
-/// with the sign kept); NVIDIA's Vulkan driver to be recorded on the H200. A NaN stays a NaN.
+/// with the sign kept) and on NVIDIA's Vulkan driver on the H200 (driver 580: an f16 NaN read
+/// from the slice and cast to bf16 gave `0x7fff`). A NaN stays a NaN.
 fn f16_slice_nan_payload_kept(dev: &Device) -> bool {
     !on_wgpu(dev)
 }
@@ -493,12 +507,14 @@ fn casts_round_to_nearest_even_overflow_to_infinity_and_keep_nan() {
             .iter()
             .map(|b| bf16::from_f32(f16::from_bits(*b).to_f32()).to_bits())
             .collect();
+        // The f16 operand is read from an `f16` slice: on wgpu its NaN payload may not
+        // survive (see `f16_slice_nan_payload_kept`; NVIDIA's Vulkan driver gave 0x7fff).
         assert_16(
             &format!("{k}: f16 as bf16"),
             &bits16(&h_b.to_host().unwrap()),
             &want,
             true,
-            false,
+            !payload,
             0,
         );
         let want: Vec<u16> = bb
@@ -620,12 +636,29 @@ fn arithmetic_is_the_f32_operation_rounded() {
             let k = dev.kind();
             // Vulkan flushes f32 subnormals (bf16's subnormals are f32's) on some drivers and
             // may fold `v * 0`; neither is seen on lavapipe for these kernels (recorded below).
+            // Where the driver flushes them: the elements without a subnormal operand.
+            let keep: Option<Vec<bool>> = (bf && flushes_f32_subnormals(dev)).then(|| {
+                (0..n)
+                    .map(|j| !subnormal16(a[j], true) && !subnormal16(b[j], true))
+                    .collect()
+            });
             for (op, name) in ["+", "-", "*", "/", "neg", "min", "max", "abs", "sqrt"]
                 .iter()
                 .enumerate()
             {
-                let g: Vec<u16> = got.iter().skip(op).step_by(9).copied().collect();
-                let w: Vec<u16> = want.iter().skip(op).step_by(9).copied().collect();
+                let mut g: Vec<u16> = got.iter().skip(op).step_by(9).copied().collect();
+                let mut w: Vec<u16> = want.iter().skip(op).step_by(9).copied().collect();
+                if let Some(keep) = &keep {
+                    // Leave out the elements where an operand or the result is subnormal.
+                    let keep: Vec<bool> =
+                        keep.iter().zip(&w).map(|(&k, &v)| k && !subnormal16(v, true)).collect();
+                    let kept = keep.iter().filter(|&&k| k).count();
+                    assert!(kept > n / 2, "{k}: {t} {name}: only {kept} of {n} kept");
+                    let mut it = keep.iter();
+                    g.retain(|_| *it.next().unwrap());
+                    let mut it = keep.iter();
+                    w.retain(|_| *it.next().unwrap());
+                }
                 let ulps = if on_wgpu(dev) && (*name == "/" || *name == "sqrt") {
                     1
                 } else {
@@ -633,7 +666,15 @@ fn arithmetic_is_the_f32_operation_rounded() {
                 };
                 assert_16(&format!("{k}: {t} {name}"), &g, &w, bf, true, ulps);
             }
-            assert_eq!(flags.to_host().unwrap(), want_flags, "{k}: {t} comparisons");
+            let mut got_flags = flags.to_host().unwrap();
+            let mut want_flags = want_flags;
+            if let Some(keep) = &keep {
+                let mut it = keep.iter();
+                got_flags.retain(|_| *it.next().unwrap());
+                let mut it = keep.iter();
+                want_flags.retain(|_| *it.next().unwrap());
+            }
+            assert_eq!(got_flags, want_flags, "{k}: {t} comparisons");
         }
     });
 }

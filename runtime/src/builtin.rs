@@ -154,12 +154,13 @@ fn f32_bits_of_bf16(h: u32) -> u32 {
 }
 
 /// `len` f32 values (their bits, `src`) rounded into the 16-bit words `dst` from its first
-/// element: bf16 when `to_bf16`, else f16. One invocation per word of `dst`; the high half of
-/// a last word past `len` is kept.
+/// element: bf16 when `to_bf16`, else f16. Each invocation does words `global_id().x`,
+/// `+ global_size().x`, … (any grid covers any length); the high half of a last word past
+/// `len` is kept.
 #[kernel(workgroup = 256)]
 pub fn cast_f32_to_half(to_bf16: bool, len: u32, src: &[u32], dst: &mut [u32]) {
-    let i = global_id().x;
-    if i < dst.len() {
+    let mut i = global_id().x;
+    while i < dst.len() {
         let mut w = 0u32;
         for h in 0u32..2u32 {
             let e = i * 2u32 + h;
@@ -175,20 +176,22 @@ pub fn cast_f32_to_half(to_bf16: bool, len: u32, src: &[u32], dst: &mut [u32]) {
             w = w | (bits << (16u32 * h));
         }
         dst[i] = w;
+        i += global_size().x;
     }
 }
 
 /// `dst.len()` 16-bit values (bf16 when `from_bf16`, else f16) of the words `src`, from its
-/// first element, widened into the f32 bits `dst`.
+/// first element, widened into the f32 bits `dst` (a grid-stride loop, as above).
 #[kernel(workgroup = 256)]
 pub fn cast_half_to_f32(from_bf16: bool, src: &[u32], dst: &mut [u32]) {
-    let i = global_id().x;
-    if i < dst.len() {
+    let mut i = global_id().x;
+    while i < dst.len() {
         let h = (src[i / 2u32] >> (16u32 * (i % 2u32))) & 65535u32;
         dst[i] = if from_bf16 {
             f32_bits_of_bf16(h)
         } else {
             f32_bits_of_f16(h)
         };
+        i += global_size().x;
     }
 }

@@ -73,7 +73,7 @@ pub fn cast<C: Launch + ?Sized, S: Element, D: Element>(
             .map_err(|_| Error::Shape(format!("cast of {} elements: at most 2^32 - 1", s.len)))?;
         cx.launch(
             &crate::builtin::cast_f32_to_half::DEF,
-            Grid::threads(words.len),
+            cast_grid(words.len),
             &[
                 flag,
                 KernelArg::Scalar(ErasedScalar::Const(DType::U32, len)),
@@ -84,8 +84,14 @@ pub fn cast<C: Launch + ?Sized, S: Element, D: Element>(
     } else {
         cx.launch(
             &crate::builtin::cast_half_to_f32::DEF,
-            Grid::threads(bits.len),
+            cast_grid(bits.len),
             &[flag, KernelArg::Read(words), KernelArg::Write(bits)],
         )
     }
+}
+
+/// A cast's grid: one invocation per element up to the most workgroups a 1-D grid may have
+/// on every backend (65,535 of 256), past which each invocation loops.
+fn cast_grid(n: usize) -> Grid {
+    Grid::workgroups(n.div_ceil(256).clamp(1, 65_535) as u32)
 }

@@ -357,13 +357,16 @@ fn bf16_dot_accumulated_in_f32() {
             )
             .unwrap();
             let exact: f64 = x.iter().zip(&y).map(|(a, b)| a.to_f64() * b.to_f64()).sum();
-            // Products of bf16 are exact in f32; only the f32 sums round.
+            // Products of bf16 are exact in f32; only the f32 sums round, each within an ulp
+            // of its partial sum, so the error is a few ulps of Σ|x·y| (not of the sum, which
+            // may cancel to near zero): that is the floor.
+            let scale: f64 = x.iter().zip(&y).map(|(a, b)| (a.to_f64() * b.to_f64()).abs()).sum();
             graphed::testing::assert_close_floor(
                 &format!("{}: dot n={n}", dev.kind()),
                 &out.to_host().unwrap(),
                 &[exact],
                 1e-5,
-                1e-5,
+                scale,
             );
         }
     });
@@ -648,10 +651,26 @@ fn arithmetic_is_the_f32_operation_rounded() {
             {
                 let mut g: Vec<u16> = got.iter().skip(op).step_by(9).copied().collect();
                 let mut w: Vec<u16> = want.iter().skip(op).step_by(9).copied().collect();
+                if *name == "min" || *name == "max" {
+                    // Which zero min(+0, -0) gives is not defined (WGSL, CUDA, Rust's `min`).
+                    for v in g.iter_mut().chain(w.iter_mut()) {
+                        if *v == 0x8000 {
+                            *v = 0;
+                        }
+                    }
+                }
                 if let Some(keep) = &keep {
-                    // Leave out the elements where an operand or the result is subnormal.
-                    let keep: Vec<bool> =
-                        keep.iter().zip(&w).map(|(&k, &v)| k && !subnormal16(v, true)).collect();
+                    // Leave out the elements where an operand or the result is subnormal, and
+                    // divisions by |y| ≥ 2^126, for which WGSL states no accuracy (NVIDIA's
+                    // x / y gave 0 for x = y there: 1/y is an f32 subnormal, flushed).
+                    let keep: Vec<bool> = keep
+                        .iter()
+                        .zip(&w)
+                        .zip(&b)
+                        .map(|((&k, &v), &y)| {
+                            k && !subnormal16(v, true) && !(*name == "/" && y & 0x7fff >= 0x7e80)
+                        })
+                        .collect();
                     let kept = keep.iter().filter(|&&k| k).count();
                     assert!(kept > n / 2, "{k}: {t} {name}: only {kept} of {n} kept");
                     let mut it = keep.iter();

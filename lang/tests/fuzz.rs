@@ -1204,7 +1204,7 @@ fn random_kernel(rng: &mut Rng) -> (String, String) {
         ]
     };
     let wg = if clean {
-        *g.rng.pick(&good)
+        *g.rng.pick(good)
     } else {
         *g.rng.pick(&[
             "workgroup = 64",

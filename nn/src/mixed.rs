@@ -6,7 +6,7 @@
 //! overflow skips the AdamW update and halves the scale with no host synchronisation.
 //!
 //! [`Precision`] is a structural argument: switching it records another plan. `F32` is
-//! [`train_step`](crate::train::train_step)'s step; `Tf32` is the same step with the vendor
+//! `graphed::train::train_step`'s step; `Tf32` is the same step with the vendor
 //! BLAS's products opted in to TF32 (products the DSL kernels run stay full `f32`).
 //!
 //! One step of `L` layers in 16 bits, each one launch or library call:

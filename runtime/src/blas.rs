@@ -1,6 +1,6 @@
 //! Matrix products routed to a backend's vendor BLAS (cuBLAS on CUDA).
 //!
-//! A product `C = op(A)·op(B)` recorded through [`Launch::gemm`](crate::Launch::gemm) (typed:
+//! A product `C = op(A)·op(B)` recorded through [`Launch::gemm`] (typed:
 //! [`product`]) becomes one plan op, issued eagerly or inside the CUDA capture like a kernel
 //! launch. Backends without a vendor BLAS (host, wgpu), or a device with it switched off
 //! ([`Device::set_vendor_blas`](crate::Device::set_vendor_blas), `GRAPHED_VENDOR_BLAS=0`),
@@ -13,13 +13,13 @@
 //! |---|---|---|---|---|
 //! | `f32` | `f32` | [`Math::F32`] (default) | `cublasSgemm`, `CUBLAS_DEFAULT_MATH` | the DSL kernels |
 //! | `f32` | `f32` | [`Math::Tf32`] (opt-in) | `cublasGemmEx`, `CUBLAS_COMPUTE_32F_FAST_TF32` | the DSL kernels (full `f32`) |
-//! | `bf16` | `bf16` or `f32` | [`Math::F32`] | `cublasGemmEx`, `CUBLAS_COMPUTE_32F` (tensor cores) | [`reference`] |
-//! | `f16` | `f16` or `f32` | [`Math::F32`] | `cublasGemmEx`, `CUBLAS_COMPUTE_32F` (tensor cores) | [`reference`] |
+//! | `bf16` | `bf16` or `f32` | [`Math::F32`] | `cublasGemmEx`, `CUBLAS_COMPUTE_32F` (tensor cores) | [`reference()`] |
+//! | `f16` | `f16` or `f32` | [`Math::F32`] | `cublasGemmEx`, `CUBLAS_COMPUTE_32F` (tensor cores) | [`reference()`] |
 //!
 //! Half-precision products always accumulate in `f32`, and `α`/`β` are `f32`. The host runs
-//! them with [`reference`] (it is the oracle, not a vendor library, so it ignores the vendor
+//! them with [`reference()`] (it is the oracle, not a vendor library, so it ignores the vendor
 //! switch); wgpu has no route for them yet, and a caller that finds none reports
-//! [`Error::Unsupported`](crate::Error::Unsupported).
+//! [`Error::Unsupported`].
 //!
 //! The accumulate flag may be a per-step scalar: the CUDA backend keeps `β` in device memory
 //! beside the flag and updates it before each replay, so switching between overwriting and
@@ -209,7 +209,7 @@ pub(crate) fn beta_bits(flag: u32) -> u32 {
     }
 }
 
-/// Runs the product `g` through `cx`'s vendor BLAS (or, on the host, [`reference`] for
+/// Runs the product `g` through `cx`'s vendor BLAS (or, on the host, [`reference()`] for
 /// half-precision inputs) and returns `true`; returns `false` and runs nothing where there is
 /// no route for these types ([`Launch::gemm`]).
 pub fn product<C: Launch + ?Sized, I: Element, O: Element>(

@@ -828,3 +828,31 @@ fn an_f16_overflow_skips_the_update_inside_the_step_and_halves_the_scale() {
         );
     });
 }
+
+/// A cast longer than one 1-D grid can cover (65,535 workgroups of 256 invocations): the
+/// kernels loop, so every element is converted (MLP-L's 25M-element weight cast was refused
+/// before). On the host only: the limit is the same on every backend, and the host's run is
+/// the cheapest long one.
+#[test]
+fn casts_longer_than_one_grid_convert_every_element() {
+    let dev = Device::host();
+    // Words of 16-bit output past the grid's 16,776,960 invocations, and f32 elements past
+    // them for the widening direction.
+    let n = 2 * 65_535 * 256 + 37;
+    let x: Vec<f32> = (0..n).map(|i| (i % 4093) as f32 * 0.37 - 700.0).collect();
+    let src = dev.upload(&x).unwrap();
+    let mut half = dev.upload(&vec![bf16::from_bits(0x7f81); n]).unwrap();
+    cast(&dev, &src, &mut half).unwrap();
+    let mut back = dev.upload(&vec![f32::NAN; n]).unwrap();
+    cast(&dev, &half, &mut back).unwrap();
+    let (h, b) = (half.to_host().unwrap(), back.to_host().unwrap());
+    for i in [0, 1, n / 2, n - 2 * 65_535 * 256, n - 38, n - 2, n - 1] {
+        let want = bf16::from_f32(x[i]);
+        assert_eq!(h[i].to_bits(), want.to_bits(), "bf16 element {i} of {n}");
+        assert_eq!(b[i].to_bits(), want.to_f32().to_bits(), "f32 element {i} of {n}");
+    }
+    let wrong = (0..n)
+        .filter(|&i| h[i].to_bits() != bf16::from_f32(x[i]).to_bits())
+        .count();
+    assert_eq!(wrong, 0, "elements left unconverted or wrong");
+}

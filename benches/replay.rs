@@ -855,14 +855,20 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
     use graphed::kernels::reduce::{self, Reduce};
     let steps = if quick { 20 } else { 200 };
     let (r, c) = (4096usize, 1024usize);
-    let xs: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5).collect();
+    let xs: Vec<f32> = (0..r * c)
+        .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
+        .collect();
     let x = dev.upload(&xs)?;
     let mut out = dev.alloc::<f32>(r)?;
     let mut one = dev.alloc::<f32>(1)?;
     let mut ws = dev.alloc::<f32>(reduce::workspace_len(xs.len()).max(1))?;
     let sync = || dev.synchronize().unwrap();
     let mut results = Vec::new();
-    let variants: &[bool] = if dev.subgroup_size().is_some() { &[false, true] } else { &[false] };
+    let variants: &[bool] = if dev.subgroup_size().is_some() {
+        &[false, true]
+    } else {
+        &[false]
+    };
     for &sub in variants {
         dev.set_library_subgroups(sub);
         let variant = if sub {
@@ -870,7 +876,10 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
         } else {
             "workgroup-tree".to_string()
         };
-        for (name, op) in [("reduce-rows-sum", Reduce::Sum), ("reduce-rows-max", Reduce::Max)] {
+        for (name, op) in [
+            ("reduce-rows-sum", Reduce::Sum),
+            ("reduce-rows-max", Reduce::Max),
+        ] {
             let (us, lo, hi, cpu) = measure(
                 steps,
                 || reduce::reduce_rows(dev, op, &x, c, &mut out).unwrap(),
@@ -910,9 +919,10 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
     dev.set_library_subgroups(true);
     let half = results.len() / 2;
     let same = variants.len() == 1
-        || results[..half].iter().zip(&results[half..]).all(|(a, b)| {
-            a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits())
-        });
+        || results[..half]
+            .iter()
+            .zip(&results[half..])
+            .all(|(a, b)| a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()));
     eprintln!(
         "reduce on {}: subgroup size {:?}; subgroup variants bitwise equal to the workgroup tree: {same}",
         dev.kind(),

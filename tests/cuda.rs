@@ -164,7 +164,10 @@ use common::steps as deep;
 /// The edges of the CUDA graph a holder's latest recording runs, from the driver's DOT dump.
 fn graph_edges(holder: &graphed::Graphed, what: &str) -> usize {
     let path = std::env::temp_dir().join(format!("graphed-{what}-{}.dot", std::process::id()));
-    assert!(holder.write_backend_dot(&path).unwrap(), "{what}: no DOT written");
+    assert!(
+        holder.write_backend_dot(&path).unwrap(),
+        "{what}: no DOT written"
+    );
     let dot = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_file(&path);
     dot.lines().filter(|l| l.contains(" -> ")).count()
@@ -177,7 +180,8 @@ fn graph_edges(holder: &graphed::Graphed, what: &str) -> usize {
 fn the_graph_has_the_plans_edges_and_replays_like_eager_in_every_mode() {
     let Some(dev) = cuda() else { return };
     for (concurrent_ops, programmatic_launch) in [(false, false), (true, false), (true, true)] {
-        let what = format!("concurrent_ops={concurrent_ops} programmatic_launch={programmatic_launch}");
+        let what =
+            format!("concurrent_ops={concurrent_ops} programmatic_launch={programmatic_launch}");
         let mut r = rng(&what);
         let n = 4096;
         let w0 = floats(&mut r, n * deep::LAYERS, -1.0, 1.0);
@@ -195,14 +199,21 @@ fn the_graph_has_the_plans_edges_and_replays_like_eager_in_every_mode() {
             let (y1, s1) = (y1.to_host().unwrap(), s1.to_host().unwrap());
             let (y2, s2) = eag.eager(&mut w_eag, &x[..], 0.01, 0.1).unwrap();
             let (y2, s2) = (y2.to_host().unwrap(), s2.to_host().unwrap());
-            assert!(bitwise_eq(&y1, &y2) && bitwise_eq(&s1, &s2), "{what}: step {s} differs");
+            assert!(
+                bitwise_eq(&y1, &y2) && bitwise_eq(&s1, &s2),
+                "{what}: step {s} differs"
+            );
         }
         assert!(
             bitwise_eq(&w_rep.to_host().unwrap(), &w_eag.to_host().unwrap()),
             "{what}: weights differ"
         );
         let st = rep.stats();
-        assert_eq!((st.recordings, st.replays, st.eager_calls), (1, 30, 0), "{what}: {st:?}");
+        assert_eq!(
+            (st.recordings, st.replays, st.eager_calls),
+            (1, 30, 0),
+            "{what}: {st:?}"
+        );
         let (ops, plan_edges) = {
             let plan = rep.plan().unwrap();
             (plan.ops().len(), plan.edges().len())

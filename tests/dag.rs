@@ -74,7 +74,10 @@ fn deep_step_edges_let_each_update_follow_only_its_layer_and_dot_shows_them() {
     let edges = plan.edges();
     assert!(edges.iter().all(|&(i, j)| i < j), "{edges:?}");
     for l in 0..LAYERS {
-        let (layer_l, update_l) = (launch_index(&ops, "layer", l), launch_index(&ops, "update", l));
+        let (layer_l, update_l) = (
+            launch_index(&ops, "layer", l),
+            launch_index(&ops, "update", l),
+        );
         // update l reads the activations layer l wrote and overwrites the weights it read.
         let preds: Vec<usize> = edges
             .iter()
@@ -91,7 +94,10 @@ fn deep_step_edges_let_each_update_follow_only_its_layer_and_dot_shows_them() {
     let chain: Vec<(usize, usize)> = (1..ops.len()).map(|j| (j - 1, j)).collect();
     assert_ne!(edges, chain);
     let dot = plan.to_dot();
-    let (l0, u0) = (launch_index(&ops, "layer", 0), launch_index(&ops, "update", 0));
+    let (l0, u0) = (
+        launch_index(&ops, "layer", 0),
+        launch_index(&ops, "update", 0),
+    );
     assert!(
         dot.contains(&format!("op{l0} -> op{u0} [style=dashed")),
         "the DOT dump lacks the edge layer 0 → update 0:\n{dot}"
@@ -129,7 +135,10 @@ fn a_shared_workspace_block_orders_its_last_reader_before_its_next_writer() {
         b.arena_offset
     };
     let (t1, t2) = (offset("ws0"), offset("ws1"));
-    assert!(t1.is_some() && t1 == t2, "t1 at {t1:?}, t2 at {t2:?}: expected one block");
+    assert!(
+        t1.is_some() && t1 == t2,
+        "t1 at {t1:?}, t2 at {t2:?}: expected one block"
+    );
     // 0: t1 = f(x); 1: y1 = f(t1); 2: t2 = f(x) into t1's block, after 1 read it (WAR; the WAW
     // on 0 is implied); 3: y2 = f(t2).
     assert_eq!(plan.edges(), vec![(0, 1), (1, 2), (2, 3)]);
@@ -179,7 +188,11 @@ fn shuffled_deep_steps(dev: &Device, seed: u64, steps: usize, drop_into: Option<
 fn host_replay_in_random_orders_of_the_edges_equals_eager_bitwise() {
     let dev = Device::host();
     for seed in [1u64, 0x9e37_79b9, 0xdead_beef] {
-        assert_eq!(shuffled_deep_steps(&dev, seed, 40, None), 0, "seed {seed:#x}");
+        assert_eq!(
+            shuffled_deep_steps(&dev, seed, 40, None),
+            0,
+            "seed {seed:#x}"
+        );
     }
     // A training step: products, their weight and input gradients, AdamW.
     let _order = Shuffled::on(0x5eed);
@@ -191,11 +204,22 @@ fn host_replay_in_random_orders_of_the_edges_equals_eager_bitwise() {
     for s in 0..30 {
         let x = floats(&mut r, 6 * sizes[0], -1.0, 1.0);
         let y: Vec<u32> = (0..6).map(|i| ((i * 7 + s) % sizes[3]) as u32).collect();
-        let l1 = t_rep.call(&mut rep, &x[..], &y[..], 1e-2).unwrap().to_host().unwrap();
-        let l2 = t_eag.eager(&mut eag, &x[..], &y[..], 1e-2).unwrap().to_host().unwrap();
+        let l1 = t_rep
+            .call(&mut rep, &x[..], &y[..], 1e-2)
+            .unwrap()
+            .to_host()
+            .unwrap();
+        let l2 = t_eag
+            .eager(&mut eag, &x[..], &y[..], 1e-2)
+            .unwrap()
+            .to_host()
+            .unwrap();
         assert!(bitwise_eq(&l1, &l2), "step {s}: losses differ");
         assert!(
-            bitwise_eq(&rep.params.to_host().unwrap(), &eag.params.to_host().unwrap()),
+            bitwise_eq(
+                &rep.params.to_host().unwrap(),
+                &eag.params.to_host().unwrap()
+            ),
             "step {s}: weights differ"
         );
     }
@@ -227,7 +251,10 @@ fn dropping_an_edge_is_caught_by_the_shuffled_replay() {
     let copy_y = ops.len() - 2;
     assert!(matches!(ops[copy_y], PlanOp::Copy { .. }), "{ops:?}");
     let differ = shuffled_deep_steps(&dev, 7, 40, Some(copy_y));
-    assert!(differ > 0, "dropping the edges into op {copy_y} went unnoticed");
+    assert!(
+        differ > 0,
+        "dropping the edges into op {copy_y} went unnoticed"
+    );
 }
 
 #[test]
@@ -250,20 +277,29 @@ fn replay_equals_eager_with_the_graph_lowering_on_and_off() {
                 let (y1, s1) = (y1.to_host().unwrap(), s1.to_host().unwrap());
                 let (y2, s2) = eag.eager(&mut w_eag, &x[..], 0.02, 0.1).unwrap();
                 let (y2, s2) = (y2.to_host().unwrap(), s2.to_host().unwrap());
-                assert!(bitwise_eq(&y1, &y2), "concurrent_ops={concurrent_ops} step {s}: y");
-                assert!(bitwise_eq(&s1, &s2), "concurrent_ops={concurrent_ops} step {s}: sum");
+                assert!(
+                    bitwise_eq(&y1, &y2),
+                    "concurrent_ops={concurrent_ops} step {s}: y"
+                );
+                assert!(
+                    bitwise_eq(&s1, &s2),
+                    "concurrent_ops={concurrent_ops} step {s}: sum"
+                );
             }
             assert!(
                 bitwise_eq(&w_rep.to_host().unwrap(), &w_eag.to_host().unwrap()),
                 "concurrent_ops={concurrent_ops}: weights"
             );
             let s = rep.stats();
-            assert_eq!((s.recordings, s.replays, s.eager_calls), (1, 20, 0), "{s:?}");
+            assert_eq!(
+                (s.recordings, s.replays, s.eager_calls),
+                (1, 20, 0),
+                "{s:?}"
+            );
             assert_eq!(s.launches_per_replay, 2 * LAYERS + 1);
         }
     });
 }
-
 
 #[test]
 fn cuda_kernels_wait_for_a_programmatic_predecessor_on_hopper_and_not_before() {
@@ -287,7 +323,11 @@ fn cuda_kernels_wait_for_a_programmatic_predecessor_on_hopper_and_not_before() {
                     // The wait comes before the kernel's first global load.
                     let wait = ptx.find("griddepcontrol.wait").unwrap();
                     let load = ptx.find("ld.global").unwrap_or(usize::MAX);
-                    assert!(wait < load, "{} ({variant}): a load before the wait", k.name);
+                    assert!(
+                        wait < load,
+                        "{} ({variant}): a load before the wait",
+                        k.name
+                    );
                 }
             }
         }

@@ -169,7 +169,9 @@ fn all_kernels() -> Vec<&'static KernelDef> {
 
 /// Small integers as `f32`: their sums are exact in any order.
 fn ints(r: &mut impl Rng, n: usize) -> Vec<f32> {
-    (0..n).map(|_| r.random_range(-100i32..=100) as f32).collect()
+    (0..n)
+        .map(|_| r.random_range(-100i32..=100) as f32)
+        .collect()
 }
 
 fn assert_bits(got: &[f32], want: &[f32], what: &str) {
@@ -203,7 +205,11 @@ fn a_helper_reduces_a_workgroup_array_across_barriers() {
                         .sum()
                 })
                 .collect();
-            assert_bits(&out.to_host().unwrap(), &want, &format!("n={n} groups={groups}"));
+            assert_bits(
+                &out.to_host().unwrap(),
+                &want,
+                &format!("n={n} groups={groups}"),
+            );
         }
     });
 }
@@ -221,7 +227,11 @@ fn a_barrier_helper_is_called_in_a_uniform_loop_and_from_a_helper() {
                 .chunks(cols as usize)
                 .map(|c| 2.0 * c.iter().sum::<f32>())
                 .collect();
-            assert_bits(&out.to_host().unwrap(), &want, &format!("rows={rows} cols={cols}"));
+            assert_bits(
+                &out.to_host().unwrap(),
+                &want,
+                &format!("rows={rows} cols={cols}"),
+            );
         }
     });
 }
@@ -258,7 +268,12 @@ fn helpers_hold_register_arrays() {
             let mut z = dev.upload(&vec![POISON_U32; n]).unwrap();
             arrays_in_helpers::launch(dev, Grid::threads(n), &xb, &ab, &mut y, &mut z).unwrap();
             let want_y: Vec<f32> = (0..n)
-                .map(|i| x[i..(i + 4).min(n)].iter().copied().fold(f32::MIN, f32::max))
+                .map(|i| {
+                    x[i..(i + 4).min(n)]
+                        .iter()
+                        .copied()
+                        .fold(f32::MIN, f32::max)
+                })
                 .collect();
             let want_z: Vec<u32> = a
                 .iter()
@@ -267,7 +282,11 @@ fn helpers_hold_register_arrays() {
                     v.wrapping_mul(k + 1) ^ (k << 3)
                 })
                 .collect();
-            assert_bits(&y.to_host().unwrap(), &want_y, &format!("{:?} y n={n}", dev.kind()));
+            assert_bits(
+                &y.to_host().unwrap(),
+                &want_y,
+                &format!("{:?} y n={n}", dev.kind()),
+            );
             assert_eq!(z.to_host().unwrap(), want_z, "{:?} z n={n}", dev.kind());
             // The helpers' Rust forms agree.
             for i in 0..n {

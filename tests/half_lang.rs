@@ -275,7 +275,11 @@ fn flushes_f32_subnormals(dev: &Device) -> bool {
 
 /// Whether the 16-bit pattern is a subnormal of its type (exponent bits 0, mantissa not).
 fn subnormal16(bits: u16, bf: bool) -> bool {
-    let (exp, man) = if bf { (0x7f80, 0x007f) } else { (0x7c00, 0x03ff) };
+    let (exp, man) = if bf {
+        (0x7f80, 0x007f)
+    } else {
+        (0x7c00, 0x03ff)
+    };
     bits & exp == 0 && bits & man != 0
 }
 
@@ -360,7 +364,11 @@ fn bf16_dot_accumulated_in_f32() {
             // Products of bf16 are exact in f32; only the f32 sums round, each within an ulp
             // of its partial sum, so the error is a few ulps of Σ|x·y| (not of the sum, which
             // may cancel to near zero): that is the floor.
-            let scale: f64 = x.iter().zip(&y).map(|(a, b)| (a.to_f64() * b.to_f64()).abs()).sum();
+            let scale: f64 = x
+                .iter()
+                .zip(&y)
+                .map(|(a, b)| (a.to_f64() * b.to_f64()).abs())
+                .sum();
             graphed::testing::assert_close_floor(
                 &format!("{}: dot n={n}", dev.kind()),
                 &out.to_host().unwrap(),

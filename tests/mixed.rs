@@ -849,7 +849,11 @@ fn casts_longer_than_one_grid_convert_every_element() {
     for i in [0, 1, n / 2, n - 2 * 65_535 * 256, n - 38, n - 2, n - 1] {
         let want = bf16::from_f32(x[i]);
         assert_eq!(h[i].to_bits(), want.to_bits(), "bf16 element {i} of {n}");
-        assert_eq!(b[i].to_bits(), want.to_f32().to_bits(), "f32 element {i} of {n}");
+        assert_eq!(
+            b[i].to_bits(),
+            want.to_f32().to_bits(),
+            "f32 element {i} of {n}"
+        );
     }
     let wrong = (0..n)
         .filter(|&i| h[i].to_bits() != bf16::from_f32(x[i]).to_bits())

@@ -9,8 +9,8 @@ mod common;
 
 use common::{on_every_backend, rng};
 use graphed::prelude::*;
-use graphed::BackendKind;
 use graphed::testing::{floats, poisoned};
+use graphed::BackendKind;
 use rand::Rng;
 
 /// Every subgroup operation of `f32`, `i32` and `u32` values; `src` gives each invocation
@@ -201,7 +201,10 @@ fn every_operation_matches_the_host_emulation() {
     let mut rng = rng("every_operation_matches_the_host_emulation");
     on_every_backend(|dev| {
         let Some(size) = dev.subgroup_size() else {
-            eprintln!("note: {} has no fixed subgroup size; skipped", dev.adapter());
+            eprintln!(
+                "note: {} has no fixed subgroup size; skipped",
+                dev.adapter()
+            );
             return;
         };
         let host = Device::host_with_subgroup_size(size).unwrap();
@@ -213,8 +216,14 @@ fn every_operation_matches_the_host_emulation() {
             first_diff("i32", &oi, &hi);
             first_diff("u32", &ou, &hu);
             let want_meta: Vec<u32> = (0..N as u32).flat_map(|i| [size, i % size]).collect();
-            assert_eq!(meta, want_meta, "subgroup_size() and subgroup_invocation_id()");
-            assert_eq!(hmeta, want_meta, "host: subgroup_size() and subgroup_invocation_id()");
+            assert_eq!(
+                meta, want_meta,
+                "subgroup_size() and subgroup_invocation_id()"
+            );
+            assert_eq!(
+                hmeta, want_meta,
+                "host: subgroup_size() and subgroup_invocation_id()"
+            );
         }
     });
 }
@@ -293,7 +302,13 @@ fn a_wgpu_device_without_subgroups_refuses_by_name() {
     let mut s = dev.alloc::<f32>(8).unwrap();
     let e = subgroup_sums::launch(&dev, Grid::threads(256), &x, &mut s).unwrap_err();
     assert!(
-        matches!(e, Error::Unsupported { kernel: "subgroup_sums", .. }),
+        matches!(
+            e,
+            Error::Unsupported {
+                kernel: "subgroup_sums",
+                ..
+            }
+        ),
         "{e:?}"
     );
     let msg = e.to_string();
@@ -329,7 +344,16 @@ fn a_workgroup_that_does_not_split_into_subgroups_is_refused() {
         &mut meta,
     )
     .unwrap_err();
-    assert!(matches!(e, Error::Unsupported { kernel: "sg_all", .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            Error::Unsupported {
+                kernel: "sg_all",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("subgroups of 128"), "{e}");
     assert!(matches!(
         Device::host_with_subgroup_size(24),

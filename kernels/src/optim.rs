@@ -86,7 +86,13 @@ pub fn adam_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
-    let t = step_number(count, st, local_id().x, workgroup_id().x, num_workgroups().x);
+    let t = step_number(
+        count,
+        st,
+        local_id().x,
+        workgroup_id().x,
+        num_workgroups().x,
+    );
     if t == 0u32 {
         return; // the skip word is set: this step changes nothing
     }
@@ -148,7 +154,13 @@ pub fn sgd_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
-    let step = step_number(count, st, local_id().x, workgroup_id().x, num_workgroups().x);
+    let step = step_number(
+        count,
+        st,
+        local_id().x,
+        workgroup_id().x,
+        num_workgroups().x,
+    );
     if step == 0u32 {
         return; // the skip word is set: this step changes nothing
     }

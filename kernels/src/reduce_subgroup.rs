@@ -123,7 +123,8 @@ pub fn reduce_rows_sg(
 /// Whether `cx` runs the subgroup variants: its device has subgroups the library may use
 /// ([`Launch::library_subgroups`]) that split the workgroup of 256.
 fn on_subgroups<C: Launch + ?Sized>(cx: &C) -> bool {
-    cx.library_subgroups().is_some_and(|s| s <= 256 && 256 % s == 0)
+    cx.library_subgroups()
+        .is_some_and(|s| s <= 256 && 256 % s == 0)
 }
 
 /// Launches [`crate::reduce::reduce_all`] or its subgroup variant (same arguments, same bits).

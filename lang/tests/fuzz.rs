@@ -574,7 +574,11 @@ impl KernelGen<'_> {
                     Some(e) => (true, e),
                     None => (false, rest),
                 };
-                let pool = if atomic { &self.atomic_shared } else { &self.wg8 };
+                let pool = if atomic {
+                    &self.atomic_shared
+                } else {
+                    &self.wg8
+                };
                 let fits: Vec<String> = pool
                     .iter()
                     .filter(|(_, t)| *t == elem)

@@ -299,7 +299,10 @@ mod tests {
         let ops = [fill(&view(&h, 0, 2)), fill(&view(&h, 2, 2))];
         assert_eq!(Dag::of(&ops).edges(), vec![]);
         // An empty view touches nothing.
-        let ops = [fill(&view(&a, 0, 8)), copy(&view(&a, 0, 0), &view(&src, 0, 0))];
+        let ops = [
+            fill(&view(&a, 0, 8)),
+            copy(&view(&a, 0, 0), &view(&src, 0, 0)),
+        ];
         assert_eq!(Dag::of(&ops).edges(), vec![]);
     }
 
@@ -346,7 +349,10 @@ mod tests {
             c: c.clone(),
         };
         // Disjoint products still share cuBLAS's workspace: ordered.
-        let ops = [gemm(&bufs[0], &bufs[1], &bufs[2]), gemm(&bufs[0], &bufs[1], &bufs[3])];
+        let ops = [
+            gemm(&bufs[0], &bufs[1], &bufs[2]),
+            gemm(&bufs[0], &bufs[1], &bufs[3]),
+        ];
         assert_eq!(Dag::of(&ops).edges(), vec![(0, 1)]);
         // A chain orders everything a DAG does, not the other way round.
         let ops = [

@@ -170,8 +170,10 @@ impl Device {
     /// The host backend (always available). One shared device per process.
     pub fn host() -> Device {
         static HOST: OnceLock<Device> = OnceLock::new();
-        HOST.get_or_init(|| Device::from_backend(Box::new(crate::backend::host::HostBackend::default())))
-            .clone()
+        HOST.get_or_init(|| {
+            Device::from_backend(Box::new(crate::backend::host::HostBackend::default()))
+        })
+        .clone()
     }
 
     /// A new host device whose kernels emulate subgroups of `size` invocations (a power of

@@ -303,7 +303,10 @@ impl Recorded {
         }
         // Re-pointed onto an allocation other ops of the plan also bind, the ports may now
         // conflict with ops the lowered graph leaves unordered.
-        if ok && self.sites.shares_memory(&self.plan, ports) && !self.dag.orders_all_of(&self.plan.dag()) {
+        if ok
+            && self.sites.shares_memory(&self.plan, ports)
+            && !self.dag.orders_all_of(&self.plan.dag())
+        {
             ok = false;
         }
         let result = if ok {

@@ -109,7 +109,9 @@ impl HostSubgroups {
         let mut values = self.exchange(li, v).await;
         let mut m = 1;
         while m < values.len() {
-            values = (0..values.len()).map(|j| op(values[j], values[j ^ m])).collect();
+            values = (0..values.len())
+                .map(|j| op(values[j], values[j ^ m]))
+                .collect();
             m <<= 1;
         }
         values[self.lane(li) as usize]

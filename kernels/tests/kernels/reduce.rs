@@ -121,7 +121,11 @@ fn per_row() {
 fn subgroup_variants_equal_the_workgroup_tree_bitwise() {
     let mut r = rng("subgroup_variants_equal_the_workgroup_tree_bitwise");
     on_every_backend(|dev| {
-        eprintln!("note: {}: library subgroups {:?}", dev.adapter(), dev.library_subgroups());
+        eprintln!(
+            "note: {}: library subgroups {:?}",
+            dev.adapter(),
+            dev.library_subgroups()
+        );
         let run = |sub: bool, xs: &[f32], rows: usize, cols: usize, op: Reduce| {
             dev.set_library_subgroups(sub);
             let x = dev.upload(xs).unwrap();

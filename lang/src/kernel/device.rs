@@ -425,7 +425,10 @@ fn shared_params(
         if atomic.contains(&name) && !elem.is_int() {
             errors.push(syn::Error::new_spanned(
                 a,
-                format!("atomics act on `u32` or `i32`; `{name}` holds `{}`", elem.rust()),
+                format!(
+                    "atomics act on `u32` or `i32`; `{name}` holds `{}`",
+                    elem.rust()
+                ),
             ));
         }
         shared.push(SharedParam {
@@ -482,7 +485,9 @@ pub fn atomic_args(
         };
         for (slot, a) in sig.slots().into_iter().zip(args) {
             let atomic = match slot {
-                Slot::Param(j) => matches!(sig.params[j].kind, ParamKind::Slice { atomic: true, .. }),
+                Slot::Param(j) => {
+                    matches!(sig.params[j].kind, ParamKind::Slice { atomic: true, .. })
+                }
                 Slot::Shared(j) => sig.shared[j].shared.atomic,
             };
             if let (true, Some(a)) = (atomic, a) {
@@ -500,7 +505,11 @@ fn calls_barrier(block: &syn::Block) -> bool {
 
 /// The signatures of `entries` (whose callees are `names`): which parameters are used
 /// atomically and whether a barrier is reached are carried from callees to callers.
-fn entry_sigs(entries: &[&Entry], names: &[HashMap<String, usize>], errors: &mut Errors) -> Vec<Sig> {
+fn entry_sigs(
+    entries: &[&Entry],
+    names: &[HashMap<String, usize>],
+    errors: &mut Errors,
+) -> Vec<Sig> {
     let own_atomic: Vec<Vec<String>> = entries
         .iter()
         .map(|e| super::atomic_params(&e.item.block))
@@ -517,7 +526,10 @@ fn entry_sigs(entries: &[&Entry], names: &[HashMap<String, usize>], errors: &mut
         }
     };
     let mut atomic = own_atomic.clone();
-    let mut barrier: Vec<bool> = entries.iter().map(|e| calls_barrier(&e.item.block)).collect();
+    let mut barrier: Vec<bool> = entries
+        .iter()
+        .map(|e| calls_barrier(&e.item.block))
+        .collect();
     let mut sigs: Vec<Sig> = entries
         .iter()
         .zip(&atomic)
@@ -798,8 +810,8 @@ fn build(
     let mut atomic = super::atomic_params(&func.block);
     atomic.extend(atomic_args(&func.block, &helpers.sigs, &helpers.names));
     let (params, shared, ret) = signature(func, &atomic, &mut errors);
-    let has_barrier = calls_barrier(&func.block)
-        || helpers.names.values().any(|&c| helpers.sigs[c].has_barrier);
+    let has_barrier =
+        calls_barrier(&func.block) || helpers.names.values().any(|&c| helpers.sigs[c].has_barrier);
     let sig = Sig {
         id: id.clone(),
         name: func.sig.ident.to_string(),

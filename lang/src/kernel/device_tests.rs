@@ -298,20 +298,32 @@ fn a_helper_takes_workgroup_memory_and_reaches_barriers() {
     let wgsl = valid_wgsl(&k);
     // The specialisation indexes the kernel's module-scope array and takes no parameter
     // for it; no storage barrier (the only writable slice is written after the tree).
-    assert!(wgsl.contains(&format!("fn {}_s0(t_v: u32) -> f32", h.id)), "{wgsl}");
+    assert!(
+        wgsl.contains(&format!("fn {}_s0(t_v: u32) -> f32", h.id)),
+        "{wgsl}"
+    );
     assert!(wgsl.contains("s_1[t_v]"), "{wgsl}");
     assert!(!wgsl.contains("storageBarrier"), "{wgsl}");
     let cuda = emit::cuda::emit(&k);
     assert!(
-        cuda.contains(&format!("static __device__ float {}(gd_u32 t_p, float* s)", h.id)),
+        cuda.contains(&format!(
+            "static __device__ float {}(gd_u32 t_p, float* s)",
+            h.id
+        )),
         "{cuda}"
     );
     assert!(cuda.contains("__syncthreads();"), "{cuda}");
     let checked = emit::cuda::emit_checked(&k, 7);
-    assert!(checked.contains("float* s, gd_u32 s_t, gd_u32* gd_fault"), "{checked}");
+    assert!(
+        checked.contains("float* s, gd_u32 s_t, gd_u32* gd_fault"),
+        "{checked}"
+    );
     let host = emit::host::emit(&k);
     assert!(
-        host.contains(&format!("async fn {}(t_p: u32, s: &gd::HostShared<f32>)", h.id)),
+        host.contains(&format!(
+            "async fn {}(t_p: u32, s: &gd::HostShared<f32>)",
+            h.id
+        )),
         "{host}"
     );
     assert!(host.contains(").await?"), "{host}");
@@ -337,7 +349,10 @@ fn a_workgroup_array_a_helper_uses_atomically_is_atomic_in_the_kernel() {
     assert!(k.shared[0].atomic);
     assert!(k.helpers[0].shared[0].atomic);
     let wgsl = valid_wgsl(&k);
-    assert!(wgsl.contains("var<workgroup> local_1: array<atomic<u32>, 64>;"), "{wgsl}");
+    assert!(
+        wgsl.contains("var<workgroup> local_1: array<atomic<u32>, 64>;"),
+        "{wgsl}"
+    );
     assert!(wgsl.contains("atomicAdd(&local_1["), "{wgsl}");
     // Read non-atomically in the kernel: an error naming the helper's use.
     let e = kernel_errors(
@@ -351,7 +366,10 @@ fn a_workgroup_array_a_helper_uses_atomically_is_atomic_in_the_kernel() {
         },
         &[count()],
     );
-    assert_one(&e, "`local` is used with atomics, so every access to it is atomic");
+    assert_one(
+        &e,
+        "`local` is used with atomics, so every access to it is atomic",
+    );
 }
 
 #[test]
@@ -376,7 +394,8 @@ fn a_helper_holds_per_invocation_arrays() {
     assert!(k.arrays.is_empty());
     valid_wgsl(&k);
     let checked = emit::wgsl::emit_checked(&k, 3);
-    naga::front::wgsl::parse_str(&checked).unwrap_or_else(|e| panic!("{}\n{checked}", e.emit_to_string(&checked)));
+    naga::front::wgsl::parse_str(&checked)
+        .unwrap_or_else(|e| panic!("{}\n{checked}", e.emit_to_string(&checked)));
     // Numbered after the kernel's targets, for the fault record.
     assert_eq!(emit::bounds::targets(&k), ["x", "y", "c", "p"]);
     let host = emit::host::emit(&k);
@@ -420,7 +439,10 @@ fn a_helper_that_reaches_a_barrier_is_called_where_the_whole_workgroup_is() {
     let e = helper_errors(&[quote! {
         fn f(s: &mut [f32; 64], t: u32) { if t < 4 { barrier(); } s[t] = 1.0; }
     }]);
-    assert_one(&e, "`barrier()` must be reached by every invocation of the workgroup together");
+    assert_one(
+        &e,
+        "`barrier()` must be reached by every invocation of the workgroup together",
+    );
 }
 
 #[test]
@@ -441,18 +463,36 @@ fn workgroup_array_arguments_are_checked_at_the_call() {
         )
     };
     let f = quote! { fn f(a: &mut [f32; 64]) -> f32 { a[0] } };
-    assert_one(&call(quote!(w), f.clone()), "argument `a` of `f` is `&mut [f32; 64]`, found `w`, a workgroup array of 32 `f32`");
-    assert_one(&call(quote!(u), f.clone()), "found `u`, a workgroup array of 64 `u32`");
-    assert_one(&call(quote!(x), f.clone()), "is a workgroup array `&mut [f32; 64]`: pass a `shared::<f32, 64>()` array");
+    assert_one(
+        &call(quote!(w), f.clone()),
+        "argument `a` of `f` is `&mut [f32; 64]`, found `w`, a workgroup array of 32 `f32`",
+    );
+    assert_one(
+        &call(quote!(u), f.clone()),
+        "found `u`, a workgroup array of 64 `u32`",
+    );
+    assert_one(
+        &call(quote!(x), f.clone()),
+        "is a workgroup array `&mut [f32; 64]`: pass a `shared::<f32, 64>()` array",
+    );
     let g = quote! { fn f(a: &[f32]) -> f32 { a[0] } };
-    assert_one(&call(quote!(s), g), "`s` is a workgroup array, but argument `a` of `f` is a slice");
+    assert_one(
+        &call(quote!(s), g),
+        "`s` is a workgroup array, but argument `a` of `f` is a slice",
+    );
     // A read-only one is read-only in the helper, and cannot be passed on as `&mut`.
     let e = helper_errors(&[quote! { fn f(a: &[f32; 8]) { a[0] = 1.0; } }]);
-    assert_one(&e, "cannot write to `a`: it is a read-only `&[f32; 8]`; declare it `&mut [f32; 8]`");
+    assert_one(
+        &e,
+        "cannot write to `a`: it is a read-only `&[f32; 8]`; declare it `&mut [f32; 8]`",
+    );
     let e = helper_errors(&[quote! { fn f(a: &[u32; 8]) { atomic_add(a, 0u32, 1u32); } }]);
     assert_one(&e, "`a` is read-only here (`&[u32; 8]`)");
     let e = helper_errors(&[quote! { fn f(a: &mut [f32; N]) { a[0] = 1.0; } }]);
-    assert_one(&e, "a workgroup-array parameter is `&[T; N]` or `&mut [T; N]`");
+    assert_one(
+        &e,
+        "a workgroup-array parameter is `&[T; N]` or `&mut [T; N]`",
+    );
     // A helper taking workgroup memory may write it: not inside a larger expression.
     let e = kernel_errors(
         quote! {

@@ -83,7 +83,11 @@ pub fn lower_with(
     parse::signature(&func.sig, &mut errors);
     parse::kernel_name(&func.sig.ident, &mut errors);
     let mut atomic = atomic_params(&func.block);
-    atomic.extend(device::atomic_args(&func.block, &helpers.sigs, &helpers.names));
+    atomic.extend(device::atomic_args(
+        &func.block,
+        &helpers.sigs,
+        &helpers.names,
+    ));
     let mut rejected = Vec::new();
     let params = parse::params(&func.sig, &atomic, &mut errors, &mut rejected);
     let arg_words = params

@@ -303,7 +303,9 @@ impl Analysis<'_, '_> {
         let mut es: Vec<&Expr> = Vec::new();
         match s {
             Stmt::Let { init, .. } => es.extend(init.as_ref()),
-            Stmt::Assign { place: p, value, .. } => {
+            Stmt::Assign {
+                place: p, value, ..
+            } => {
                 es.extend(place(p));
                 es.push(value);
             }
@@ -355,7 +357,11 @@ impl Analysis<'_, '_> {
                     found.push(syn::Error::new(*span, subgroup_message(*op, why)));
                 }
                 if op.uniform_operand() && !self.uniform(&args[1]) {
-                    let what = if *op == SubgroupOp::ShuffleXor { "mask" } else { "delta" };
+                    let what = if *op == SubgroupOp::ShuffleXor {
+                        "mask"
+                    } else {
+                        "delta"
+                    };
                     found.push(syn::Error::new(*span, format!("the {what} of `{}` must be the same for every invocation (SPIR-V and WGSL require it), but this one depends on the invocation id (or on memory that invocations write); use a constant, a scalar parameter, `subgroup_size()` or a variable computed from them, or `subgroup_shuffle(v, lane)`, whose lane may differ between invocations", op.name())));
                 }
                 if let Some(r) = self.report.as_deref_mut() {
@@ -439,7 +445,11 @@ fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
 }
 
 /// The calls in `e` of helpers that reach a barrier: (the helper's name, span).
-fn barrier_calls(e: &Expr, barriers: &[Option<String>], out: &mut Vec<(String, proc_macro2::Span)>) {
+fn barrier_calls(
+    e: &Expr,
+    barriers: &[Option<String>],
+    out: &mut Vec<(String, proc_macro2::Span)>,
+) {
     match &e.kind {
         ExprKind::Call(h, args, span) => {
             if let Some(Some(name)) = barriers.get(*h) {

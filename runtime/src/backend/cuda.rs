@@ -905,7 +905,15 @@ impl Backend for CudaBackend {
         let mut attempt = 0;
         let graph = loop {
             attempt += 1;
-            match self.capture(plan, &functions, &offsets, &arena_mem, blas, dag.as_ref(), pdl) {
+            match self.capture(
+                plan,
+                &functions,
+                &offsets,
+                &arena_mem,
+                blas,
+                dag.as_ref(),
+                pdl,
+            ) {
                 Ok(g) => break g,
                 Err((e, true)) if attempt < CAPTURE_ATTEMPTS => {
                     crate::faults::note_capture_retry();

@@ -270,7 +270,9 @@ impl Recording for HostReplay {
         }
         #[cfg(feature = "testing")]
         if let Some(order) = crate::faults::host_order(|seed| self.dag.random_order(seed)) {
-            return order.into_iter().try_for_each(|i| self.run_op(&self.plan.ops[i]));
+            return order
+                .into_iter()
+                .try_for_each(|i| self.run_op(&self.plan.ops[i]));
         }
         self.plan.ops.iter().try_for_each(|op| self.run_op(op))
     }

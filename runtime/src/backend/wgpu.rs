@@ -612,7 +612,9 @@ impl Backend for WgpuBackend {
         self.shader_f16
     }
     fn subgroup_size(&self) -> Option<u32> {
-        self.subgroups.filter(|(min, max)| min == max).map(|(_, max)| max)
+        self.subgroups
+            .filter(|(min, max)| min == max)
+            .map(|(_, max)| max)
     }
     fn arg_align_words(&self) -> usize {
         (self.limits.min_storage_buffer_offset_alignment as usize / 4).max(1)

@@ -59,7 +59,10 @@ impl Checker<'_> {
             match scalar_type(&a.elem) {
                 Some(t) if t != Ty::UVec3 => ann_elem = Some(t),
                 _ => {
-                    self.error(&a.elem, "an array holds `f32`, `f16`, `bf16`, `i32`, `u32` or `bool`");
+                    self.error(
+                        &a.elem,
+                        "an array holds `f32`, `f16`, `bf16`, `i32`, `u32` or `bool`",
+                    );
                     return Err(());
                 }
             }

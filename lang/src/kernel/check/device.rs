@@ -67,10 +67,7 @@ impl Sig {
             return Some(format!("its parameter `{}` is a `&mut` slice", p.name));
         }
         if let Some(s) = self.shared.first() {
-            return Some(format!(
-                "it takes the workgroup array `{}`",
-                s.shared.name
-            ));
+            return Some(format!("it takes the workgroup array `{}`", s.shared.name));
         }
         None
     }

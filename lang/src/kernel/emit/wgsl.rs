@@ -594,7 +594,11 @@ impl Wgsl<'_> {
                     None => format!("{g}_p[{e}]"),
                 }
             }
-            Place::Shared(i, ix) => format!("{}[{}]", self.k.shared[self.shared_ix[*i]].name, self.expr(ix)),
+            Place::Shared(i, ix) => format!(
+                "{}[{}]",
+                self.k.shared[self.shared_ix[*i]].name,
+                self.expr(ix)
+            ),
             // Only in-bounds indices reach here (literals checked by the checker, run-time
             // indices guarded by `array_read` and `Stmt::Assign`).
             Place::Array(a, ix) => format!("{}[{}]", self.arrays[*a].name, self.expr(ix)),

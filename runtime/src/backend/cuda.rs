@@ -1388,15 +1388,7 @@ impl Recording for CudaReplay {
                 }
             }
         }
-        let (mut lo, mut hi) = (usize::MAX, 0usize);
-        for &(launch, word, bits) in words {
-            let at = self.offsets[launch] + word;
-            if self.arena[at] != bits {
-                self.arena[at] = bits;
-                lo = lo.min(at);
-                hi = hi.max(at + 1);
-            }
-        }
+        let (lo, hi) = super::patch_args(&mut self.arena, &self.offsets, words);
         if lo < hi {
             // SAFETY: the range lies inside the arena; stream-ordered after earlier replays.
             unsafe {
@@ -1415,15 +1407,7 @@ impl Recording for CudaReplay {
         g.check()?;
         let _bound = Bound::to(&self.ctx)?;
         let stream = self.stream as sys::CUstream;
-        let (mut lo, mut hi) = (usize::MAX, 0usize);
-        for &(launch, word, bits) in scalars {
-            let at = self.offsets[launch] + word;
-            if self.arena[at] != bits {
-                self.arena[at] = bits;
-                lo = lo.min(at);
-                hi = hi.max(at + 1);
-            }
-        }
+        let (mut lo, mut hi) = super::patch_args(&mut self.arena, &self.offsets, scalars);
         // A product's β follows its accumulate flag.
         for &o in &self.gemm_blocks {
             let beta = beta_bits(self.arena[o]);

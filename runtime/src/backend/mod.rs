@@ -185,3 +185,24 @@ pub(crate) trait Recording: Send {
         Ok(false)
     }
 }
+
+/// Writes the changed argument words `(launch, word, bits)` into a recording's host copy of
+/// its argument arena (`offsets[launch]`: where launch `launch`'s block starts) and returns
+/// the word range `lo..hi` that changed (empty, `lo >= hi`, when none did), which the backend
+/// then uploads in one transfer.
+pub(crate) fn patch_args(
+    arena: &mut [u32],
+    offsets: &[usize],
+    words: &[(usize, usize, u32)],
+) -> (usize, usize) {
+    let (mut lo, mut hi) = (usize::MAX, 0usize);
+    for &(launch, word, bits) in words {
+        let at = offsets[launch] + word;
+        if arena[at] != bits {
+            arena[at] = bits;
+            lo = lo.min(at);
+            hi = hi.max(at + 1);
+        }
+    }
+    (lo, hi)
+}

@@ -947,15 +947,7 @@ impl WgpuReplay {
         copies: &[(&RawView, &RawView)],
         scalars: &[(usize, usize, u32)],
     ) -> Result<()> {
-        let (mut lo, mut hi) = (usize::MAX, 0usize);
-        for &(launch, word, bits) in scalars {
-            let at = self.offsets[launch] + word;
-            if self.arena[at] != bits {
-                self.arena[at] = bits;
-                lo = lo.min(at);
-                hi = hi.max(at + 1);
-            }
-        }
+        let (lo, hi) = super::patch_args(&mut self.arena, &self.offsets, scalars);
         if lo < hi {
             self.queue.write_buffer(
                 &self.arena_buf,
@@ -1064,15 +1056,7 @@ impl Recording for WgpuReplay {
                 }
             }
         }
-        let (mut lo, mut hi) = (usize::MAX, 0usize);
-        for &(launch, word, bits) in words {
-            let at = self.offsets[launch] + word;
-            if self.arena[at] != bits {
-                self.arena[at] = bits;
-                lo = lo.min(at);
-                hi = hi.max(at + 1);
-            }
-        }
+        let (lo, hi) = super::patch_args(&mut self.arena, &self.offsets, words);
         if lo < hi {
             // Queued before the next replay's submit, after every earlier one.
             self.queue.write_buffer(

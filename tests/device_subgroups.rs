@@ -257,6 +257,24 @@ fn rust_forms_run_as_a_subgroup_of_one() {
 }
 
 #[test]
+fn checked_devices_run_subgroup_helpers_with_the_same_bits() {
+    let mut rng = rng("checked_devices_run_subgroup_helpers_with_the_same_bits");
+    on_every_backend(|dev| {
+        if dev.subgroup_size().is_none() {
+            return;
+        }
+        let checked =
+            Device::open_new_with(dev.kind(), graphed::DeviceOptions { checked: true }).unwrap();
+        let x = floats(&mut rng, 300, -10.0, 10.0);
+        let w = floats(&mut rng, 300, -10.0, 10.0);
+        let (out, lanes) = run(dev, true, &x, &w);
+        let (cout, clanes) = run(&checked, true, &x, &w);
+        assert_eq!(bits(&out), bits(&cout), "{:?}: checked vs plain", dev.kind());
+        assert_eq!(lanes, clanes, "{:?}: checked lanes", dev.kind());
+    });
+}
+
+#[test]
 fn sources_validate_and_compile() {
     let defs = [
         &sg_helpers::DEF,

@@ -125,14 +125,9 @@ fn run(dev: &Device, helpers: bool, x: &[f32], w: &[f32]) -> (Vec<f32>, Vec<u32>
 fn helpers_using_subgroups_match_the_inline_kernel_and_the_host() {
     let mut rng = rng("helpers_using_subgroups_match_the_inline_kernel_and_the_host");
     on_every_backend(|dev| {
-        let Some(size) = dev.subgroup_size() else {
-            eprintln!(
-                "note: {} has no fixed subgroup size; skipped",
-                dev.adapter()
-            );
+        let Some((size, host)) = common::subgroup_host(dev) else {
             return;
         };
-        let host = Device::host_with_subgroup_size(size).unwrap();
         for n in [64usize, 200, 1000] {
             let x = floats(&mut rng, n, -10.0, 10.0);
             let extra = rng.random_range(0..5);
@@ -269,7 +264,12 @@ fn checked_devices_run_subgroup_helpers_with_the_same_bits() {
         let w = floats(&mut rng, 300, -10.0, 10.0);
         let (out, lanes) = run(dev, true, &x, &w);
         let (cout, clanes) = run(&checked, true, &x, &w);
-        assert_eq!(bits(&out), bits(&cout), "{:?}: checked vs plain", dev.kind());
+        assert_eq!(
+            bits(&out),
+            bits(&cout),
+            "{:?}: checked vs plain",
+            dev.kind()
+        );
         assert_eq!(lanes, clanes, "{:?}: checked lanes", dev.kind());
     });
 }

@@ -1,6 +1,6 @@
 //! The benchmark harness: `cargo bench --bench replay -- [launch] [mlp|mlp-S|mlp-M]
 //! [mixed|mixed-M|mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce]
-//! [--backend host|wgpu|cuda] [--checked] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]`
+//! [half] [--backend host|wgpu|cuda] [--checked] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]`
 //! redraws the chart of an earlier run.
 //!
 //! `--checked`: the MLP workloads run a second time on a device of the same GPU backend in
@@ -17,6 +17,7 @@
 //! `shared/bench/torch_mixed_step.py` (`mixed-M`, `mixed-L`; MLP-L on CUDA only) at each
 //! `--precision` given (default bf16), with each step's achieved TFLOP/s. Workload `sampler`: one timestep of `graphed::sample`
 //! (the `sampler` example's step). Each runs eagerly and replayed on every backend asked for.
+//! Workload `half`: an axpy over 2^23 elements in `f32`, `f16` and `bf16` storage, side by side.
 //! Workload `bind`: replay time against a device input's size (1 KiB to 64 MiB), the input
 //! copied into its slot (as before) beside bound by address and re-pointed every call.
 //! Workload `update`: state alternating between two allocations, the recording updated beside
@@ -37,6 +38,34 @@ use graphed::BackendKind;
 
 #[kernel(workgroup = 256)]
 pub fn empty(y: &mut [f32]) {}
+
+/// `y ← a·x + y` in `f32`: the `half` workload's baseline.
+#[kernel(workgroup = 256)]
+pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = a * x[i] + y[i];
+    }
+}
+
+/// `y ← a·x + y` on `f16` storage, computed in `f32` and rounded once.
+#[kernel(workgroup = 256)]
+pub fn axpy_f16(a: f32, x: &[f16], y: &mut [f16]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = (a * x[i] as f32 + y[i] as f32) as f16;
+    }
+}
+
+/// `y ← a·x + y` on `bf16` storage, computed in `f32` and rounded once (on wgpu each store
+/// is a 32-bit atomic word update: WGSL has no 16-bit type for `bf16`).
+#[kernel(workgroup = 256)]
+pub fn axpy_bf16(a: f32, x: &[bf16], y: &mut [bf16]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = (a * x[i] as f32 + y[i] as f32) as bf16;
+    }
+}
 
 #[kernel(workgroup = 256)]
 pub fn axpb(a: f32, b: f32, y: &mut [f32]) {
@@ -851,6 +880,62 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
 /// The kernel library's reductions (eager launches), with the workgroup tree and on
 /// subgroups where the device has them: a whole-buffer sum and per-row sums and maxima.
 /// Both variants give the same bits (checked here); the rows compare their times.
+/// Workload `half`: one axpy over 2^23 elements stored as `f32`, `f16` and `bf16` (each
+/// computed in `f32`, rounded once), eager launches side by side: what 16-bit storage costs or
+/// saves per backend, and on wgpu what `bf16`'s word-update stores cost beside `f16`'s native
+/// ones. Prints each variant's effective bandwidth (bytes read and written per second).
+fn half_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Result<()> {
+    let steps = if quick { 20 } else { 200 };
+    let n = 1usize << 23;
+    let grid = Grid::workgroups((n / 256) as u32);
+    let xs: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5).collect();
+    let ys: Vec<f32> = (0..n).map(|i| ((i * 104_729) % 997) as f32 * 1e-3).collect();
+    let sync = || dev.synchronize().unwrap();
+    let mut row = |variant: &str, (us, lo, hi, cpu): (f64, f64, f64, f64), bytes: usize| {
+        eprintln!(
+            "half on {}: {variant}: {:.1} GB/s effective",
+            dev.kind(),
+            3.0 * (n * bytes) as f64 / (us * 1e3)
+        );
+        rows.push(Row {
+            workload: "half-axpy".into(),
+            backend: dev.kind().to_string(),
+            variant: variant.into(),
+            n,
+            us_step: us,
+            spread: (lo, hi),
+            cpu_us: cpu,
+            nodes: 1,
+            record_ms: None,
+        })
+    };
+    let (x, mut y) = (dev.upload(&xs)?, dev.upload(&ys)?);
+    row(
+        "f32",
+        measure(steps, || axpy_f32::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(), sync),
+        4,
+    );
+    let h = |v: &[f32]| v.iter().map(|&f| f16::from_f32(f)).collect::<Vec<_>>();
+    let (x, mut y) = (dev.upload(&h(&xs))?, dev.upload(&h(&ys))?);
+    match axpy_f16::launch(dev, grid, 1e-3f32, &x, &mut y) {
+        Ok(()) => row(
+            "f16",
+            measure(steps, || axpy_f16::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(), sync),
+            2,
+        ),
+        Err(e) => eprintln!("half on {}: f16 skipped: {e}", dev.kind()),
+    }
+    let b = |v: &[f32]| v.iter().map(|&f| bf16::from_f32(f)).collect::<Vec<_>>();
+    let (x, mut y) = (dev.upload(&b(&xs))?, dev.upload(&b(&ys))?);
+    let variant = if dev.kind() == BackendKind::Wgpu { "bf16 (word updates)" } else { "bf16" };
+    row(
+        variant,
+        measure(steps, || axpy_bf16::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(), sync),
+        2,
+    );
+    Ok(())
+}
+
 fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Result<()> {
     use graphed::kernels::loss;
     use graphed::kernels::reduce::{self, Reduce};
@@ -991,7 +1076,7 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [mixed | mixed-M | mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
+    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [mixed | mixed-M | mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce] [half] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -1115,6 +1200,7 @@ fn main() {
                 }
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),
                 "reduce" => reduce_workload(&dev, quick, &mut rows).unwrap(),
+                "half" => half_workload(&dev, quick, &mut rows).unwrap(),
                 "bind" => bind_workload(&dev, quick, &mut rows).unwrap(),
                 "update" => update_workload(&dev, quick, &mut rows).unwrap(),
                 other => eprintln!("workload {other} is not implemented yet"),

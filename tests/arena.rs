@@ -57,6 +57,16 @@ fn fresh_device(dev: &Device) -> Device {
     Device::open_new(dev.kind()).unwrap()
 }
 
+/// A fresh device with its byte count before anything, a holder on it to replay, and one on
+/// a device of its own to run eagerly (so the first device's bytes are the recordings').
+fn counted(dev: &Device) -> (Device, u64, KeyedStep, KeyedStep) {
+    let own = fresh_device(dev);
+    let base = own.allocated_bytes();
+    let rep = KeyedStep::new(&own).unwrap();
+    let eag = KeyedStep::new(&fresh_device(dev)).unwrap();
+    (own, base, rep, eag)
+}
+
 /// Key A: 256 elements (arena 3 KiB, input slot 1 KiB); key B: 96 (arena 1,152 B, input slot
 /// 384 B); the poison key P of A's length fits A's arena exactly.
 const A: usize = 256;
@@ -186,12 +196,8 @@ fn alternating_keys_replay_bitwise_as_eager_with_the_arena_poisoned_between() {
 #[test]
 fn a_larger_key_grows_the_arena_and_the_smaller_records_again_into_it() {
     on_every_backend(|dev| {
-        let dev = &fresh_device(dev);
         let mut r = rng("arena_growth");
-        let base = dev.allocated_bytes();
-        let mut rep = KeyedStep::new(dev).unwrap();
-        // The eager runs on a device of their own: this one's bytes are the recordings'.
-        let mut eag = KeyedStep::new(&fresh_device(dev)).unwrap();
+        let (dev, base, mut rep, mut eag) = counted(dev);
         same(&mut rep, &mut eag, &mut r, B, 0, "B first");
         let s = rep.stats();
         assert_eq!(
@@ -280,11 +286,8 @@ fn evicting_one_key_keeps_the_arena_and_evicting_the_last_frees_it() {
 #[test]
 fn a_failed_clear_parks_the_arena_and_the_next_recording_never_reuses_it() {
     on_every_backend(|dev| {
-        let dev = &fresh_device(dev);
         let mut r = rng("arena_parked");
-        let base = dev.allocated_bytes();
-        let mut rep = KeyedStep::new(dev).unwrap();
-        let mut eag = KeyedStep::new(&fresh_device(dev)).unwrap();
+        let (dev, base, mut rep, mut eag) = counted(dev);
         same(&mut rep, &mut eag, &mut r, A, 0, "A");
         same(&mut rep, &mut eag, &mut r, B, 0, "B");
         rep.holder().__fail_next_drain();

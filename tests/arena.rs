@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{bitwise_eq, floats, on_every_backend, rng};
 use graphed::prelude::*;
@@ -20,8 +20,10 @@ pub fn axpb(a: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
-/// Makes the next body panic (after its first launch), once.
-static PANIC_IN_BODY: AtomicBool = AtomicBool::new(false);
+/// Makes the next body of this input length panic (after its first launch), once. A length
+/// no other test uses: the tests of this file run at once.
+static PANIC_AT_LEN: AtomicUsize = AtomicUsize::new(0);
+const PANIC_LEN: usize = 77;
 
 /// `poison == 0`: x → a (ws, n) → b (ws, n) → c (ws, 2n, half used) → y, whose arena is 3n
 /// words (a and c share [0, 2n), b and y [2n, 3n)). `poison == 1`: a workspace of 3n words
@@ -39,7 +41,11 @@ fn keyed_step(cx: &mut Step, x: &Input<f32>, s: f32, #[key] poison: u32) -> Resu
     }
     let mut a = cx.workspace::<f32>(n)?;
     axpb::launch(cx, n, s, x, &mut a)?;
-    if PANIC_IN_BODY.swap(false, Ordering::SeqCst) {
+    if n > 0
+        && PANIC_AT_LEN
+            .compare_exchange(n, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    {
         panic!("a body panics mid-recording");
     }
     let mut b = cx.workspace::<f32>(n)?;
@@ -330,8 +336,8 @@ fn a_body_that_panics_mid_recording_leaves_the_shared_arena_as_it_was() {
         let mut eag = KeyedStep::new(dev).unwrap();
         same(&mut rep, &mut eag, &mut r, A, 0, "A");
         let before = rep.stats();
-        PANIC_IN_BODY.store(true, Ordering::SeqCst);
-        let x = floats(&mut r, B, -1.0, 1.0);
+        PANIC_AT_LEN.store(PANIC_LEN, Ordering::SeqCst);
+        let x = floats(&mut r, PANIC_LEN, -1.0, 1.0);
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _ = rep.call(&x[..], 1.0, 0);
         }));
@@ -346,8 +352,8 @@ fn a_body_that_panics_mid_recording_leaves_the_shared_arena_as_it_was() {
                 before.static_bytes
             )
         );
-        // A replays exactly, B records into A's arena, both stay exact.
-        for (i, n) in [A, B, A, B].into_iter().enumerate() {
+        // A replays exactly; the key that panicked, and B, record into A's arena.
+        for (i, n) in [A, PANIC_LEN, A, B, PANIC_LEN].into_iter().enumerate() {
             same(
                 &mut rep,
                 &mut eag,
@@ -357,7 +363,9 @@ fn a_body_that_panics_mid_recording_leaves_the_shared_arena_as_it_was() {
                 &format!("after the panic {i}"),
             );
         }
-        assert_eq!(rep.stats().recordings, 2);
+        let s = rep.stats();
+        assert_eq!((s.recordings, s.arena_growths), (3, 0), "{s:?}");
+        assert_eq!(s.arena_bytes, arena_of(A));
     });
 }
 
@@ -458,5 +466,40 @@ fn an_empty_key_holds_no_arena_and_disturbs_none() {
             );
         }
         assert_eq!(rep.stats().arena_bytes, arena_of(A));
+    });
+}
+
+#[test]
+fn the_byte_bound_counts_the_shared_arena_once() {
+    on_every_backend(|dev| {
+        let mut r = rng("arena_byte_bound");
+        let shared = arena_of(A) + slot_of(A) + slot_of(B);
+        let bounded = |max_bytes| {
+            KeyedStep::with_config(
+                dev,
+                Config {
+                    max_bytes,
+                    ..Config::default()
+                },
+            )
+            .unwrap()
+        };
+        let mut eag = KeyedStep::new(dev).unwrap();
+        // Exactly the two keys' bytes with one arena: both stay (the sum would not fit).
+        let mut rep = bounded(shared);
+        for (i, n) in [A, B, A, B].into_iter().enumerate() {
+            same(&mut rep, &mut eag, &mut r, n, 0, &format!("bounded {i}"));
+        }
+        let s = rep.stats();
+        assert_eq!((s.recordings, s.cached, s.evictions), (2, 2, 0), "{s:?}");
+        assert_eq!(s.static_bytes, shared);
+        // A byte less: B evicts A, and keeps the arena A made (it is B's now, counted).
+        let mut tight = bounded(shared - 1);
+        same(&mut tight, &mut eag, &mut r, A, 0, "tight A");
+        same(&mut tight, &mut eag, &mut r, B, 0, "tight B");
+        let s = tight.stats();
+        assert_eq!((s.recordings, s.cached, s.evictions), (2, 1, 1), "{s:?}");
+        assert_eq!(s.static_bytes, arena_of(A) + slot_of(B));
+        assert_eq!(s.arena_bytes, arena_of(A));
     });
 }

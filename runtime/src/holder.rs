@@ -1045,15 +1045,10 @@ impl Graphed {
         };
         let lower_time = t1.elapsed();
         let bytes = rec.plan.static_bytes();
-        let added = match packed {
-            crate::liveness::Packed::InShared => bytes - rec.plan.arena_bytes,
-            crate::liveness::Packed::New { shareable: true } if self.config.share_arena => {
-                self.grow_arena(&rec.plan)?;
-                bytes
-            }
-            _ => bytes,
-        };
-        self.make_room(added)?;
+        if packed == (crate::liveness::Packed::New { shareable: true }) && self.config.share_arena {
+            self.grow_arena(&rec.plan)?;
+        }
+        self.make_room(&rec.plan, bytes)?;
         self.stats.recordings += 1;
         self.stats.last_record = Some(record_time);
         self.stats.last_lower = Some(lower_time);
@@ -1156,15 +1151,27 @@ impl Graphed {
         Ok(State::Eager)
     }
 
-    /// Evicts least-recently-used recordings until one of `bytes` more fits the bounds.
-    fn make_room(&mut self, bytes: u64) -> Result<()> {
+    /// Evicts least-recently-used recordings until `plan`'s (of `bytes` static bytes) fits the
+    /// bounds beside them: its arena counts only while no cached recording holds it already.
+    fn make_room(&mut self, plan: &Plan, bytes: u64) -> Result<()> {
         loop {
             let recorded: Vec<usize> = (0..self.entries.len())
                 .filter(|&i| matches!(self.entries[i].state, State::Recorded(_)))
                 .collect();
+            let arena_held = plan.arena.as_ref().is_some_and(|a| {
+                recorded.iter().any(|&i| {
+                    matches!(&self.entries[i].state, State::Recorded(r)
+                        if r.plan.arena.as_ref().is_some_and(|b| b.id == a.id))
+                })
+            });
+            let added = if arena_held {
+                bytes - plan.arena_bytes
+            } else {
+                bytes
+            };
             let over_count = recorded.len() >= self.config.max_recordings.max(1);
             let over_bytes =
-                !recorded.is_empty() && self.static_bytes() + bytes > self.config.max_bytes;
+                !recorded.is_empty() && self.static_bytes() + added > self.config.max_bytes;
             if !(over_count || over_bytes) {
                 return Ok(());
             }

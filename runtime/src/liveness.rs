@@ -1,6 +1,7 @@
 //! Liveness packing: a recording's workspaces and outputs share one arena, each placed where
 //! no buffer live at the same time (in the plan's op order) sits, so a recording holds no
-//! more than an eager step's peak.
+//! more than an eager step's peak. The recordings of one holder share one such arena, sized
+//! to the largest (`Config::share_arena`; the growth rule is the holder's).
 //!
 //! A buffer is live from the first op that touches it to the last; an output the step returns
 //! stays live to the end (the caller reads it after the replay). Inputs and state are never

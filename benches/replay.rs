@@ -12,7 +12,10 @@
 //! small elementwise kernel (1024 floats), as our eager launches, our replay, and (on CUDA)
 //! raw cudarc launches with and without a hand-made CUDA graph, side by side in one run.
 //! Workload `mlp`: the training step of `graphed::train` on the MLP-S and MLP-M shapes of
-//! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them). Workload `mixed`:
+//! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them); where the device
+//! reports its multiprocessors (CUDA), the same steps run again with split-K's fill rule off
+//! (`Device::set_split_fill(false)`), as variants `eager+nosplit`, `replay+nosplit`, ….
+//! Workload `mixed`:
 //! `graphed::nn::mixed`'s step on the MLP-M and MLP-L shapes of
 //! `shared/bench/torch_mixed_step.py` (`mixed-M`, `mixed-L`; MLP-L on CUDA only) at each
 //! `--precision` given (default bf16), with each step's achieved TFLOP/s. Workload `sampler`: one timestep of `graphed::sample`
@@ -1167,6 +1170,25 @@ fn main() {
                         dev.set_vendor_blas(false);
                         mlp_workload(&dev, quick, only, &mut rows).unwrap();
                         dev.set_vendor_blas(true);
+                    }
+                    if dev.split_fill().is_some() {
+                        // The same steps with split-K's fill rule off (`Device::set_split_fill`),
+                        // both routes, as variants `eager+nosplit`, `replay+nosplit`, ….
+                        let vendor = dev.vendor_blas();
+                        dev.set_split_fill(false);
+                        for v in [vendor, false] {
+                            dev.set_vendor_blas(v);
+                            let start = rows.len();
+                            mlp_workload(&dev, quick, only, &mut rows).unwrap();
+                            for r in &mut rows[start..] {
+                                r.variant.push_str("+nosplit");
+                            }
+                            if !vendor {
+                                break;
+                            }
+                        }
+                        dev.set_vendor_blas(vendor);
+                        dev.set_split_fill(true);
                     }
                     if checked && kind != BackendKind::Host && !dev.checked() {
                         // The same steps in checked mode (cuBLAS products are not checked:

@@ -103,7 +103,7 @@ pub mod ops {
     pub use crate::loss::{
         mse, mse_backward, mse_with_grad, softmax_cross_entropy, softmax_cross_entropy_scaled,
     };
-    pub use crate::matmul::{matmul, matmul_row_sums, Epilogue, Gemm, Tile};
+    pub use crate::matmul::{matmul, matmul_row_sums, Epilogue, Gemm, Split, Tile};
     pub use crate::optim::{Adam, AdamConfig, AdamScalars, AdamW, GradClip, Sgd, SgdConfig};
     pub use crate::reduce::{l2_norm, max, mean, reduce, reduce_rows, sum, sum_sq, Reduce};
     pub use crate::rng::{dropout_backward, Philox};

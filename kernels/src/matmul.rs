@@ -420,6 +420,28 @@ pub fn gemm_row_sums(m: u32, k: u32, ta: bool, accumulate: bool, a: &[f32], db: 
 /// run split alike; products of up to this `k` (MLP-sized ones) are one launch as before.
 pub const SPLIT_K: usize = 16384;
 
+/// The shortest `k` range one part of a product split to fill the device gets (see
+/// [`Gemm::split_parts`]): below it the second pass and the partial products cost more than
+/// the idle multiprocessors.
+pub const FILL_MIN_CHUNK: usize = 128;
+
+/// How a product splits `k` into parts computed side by side and summed by
+/// [`matmul_split_sum`](mod@matmul_split_sum) (see [`Gemm::split_parts`]). Products that go to
+/// the vendor BLAS never split here (cuBLAS picks its own split).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Split {
+    /// The rule: split `k` past [`SPLIT_K`], and fill the device's multiprocessors
+    /// ([`Device::split_fill`](graphed_runtime::Device::split_fill)) where the output tiles
+    /// are fewer than them.
+    #[default]
+    Auto,
+    /// Only the [`SPLIT_K`] bound: the fill rule off for this product.
+    Bounded,
+    /// `k` in this many parts (ranges a multiple of 64 long, so fewer where `k` is short; more
+    /// where a part would be longer than [`SPLIT_K`]). `Parts(1)` is [`Split::Bounded`].
+    Parts(usize),
+}
+
 /// Products with at least this many multiply-adds (`m·n·k`) take the vendor BLAS under
 /// [`Tile::Auto`]. Measured on the H200 (BENCHMARKS.md): MLP-S, whose largest product is
 /// 64×256×784 (12.8 M), steps faster on the DSL kernels (57.0 vs 71.1 µs, the library adding
@@ -463,6 +485,8 @@ pub struct Gemm {
     /// How the vendor BLAS multiplies `f32` inputs: [`Math::Tf32`] is an explicit opt-in to
     /// the tensor cores' TF32 (cuBLAS only; the DSL kernels always compute full `f32`).
     pub math: Math,
+    /// How `k` is split ([`Split::Auto`]: by the rule of [`Gemm::split_parts`]).
+    pub split: Split,
 }
 
 impl Gemm {
@@ -476,6 +500,7 @@ impl Gemm {
             tb: false,
             tile: Tile::Auto,
             math: Math::F32,
+            split: Split::Auto,
         }
     }
     /// `C = A·Bᵀ`: `A` is `m × k`, `B` is `n × k`.
@@ -488,6 +513,7 @@ impl Gemm {
             tb: true,
             tile: Tile::Auto,
             math: Math::F32,
+            split: Split::Auto,
         }
     }
     /// `C = Aᵀ·B`: `A` is `k × m`, `B` is `k × n`.
@@ -500,6 +526,7 @@ impl Gemm {
             tb: false,
             tile: Tile::Auto,
             math: Math::F32,
+            split: Split::Auto,
         }
     }
     /// The same product with tiling `tile`.
@@ -510,6 +537,68 @@ impl Gemm {
     /// The same product with `f32` inputs multiplied as `math` ([`Math::Tf32`]: an opt-in).
     pub fn with_math(self, math: Math) -> Gemm {
         Gemm { math, ..self }
+    }
+
+    /// The same product with `k` split as `split` (e.g. [`Split::Bounded`] to compare with the
+    /// fill rule off, [`Split::Parts`] to force one).
+    pub fn with_split(self, split: Split) -> Gemm {
+        Gemm { split, ..self }
+    }
+
+    /// Output tiles of the tiling this product resolves to (workgroups of one layer).
+    pub fn tiles(&self) -> usize {
+        let t = if self.resolved_tile() == Tile::T16 {
+            16
+        } else {
+            64
+        };
+        self.n.div_ceil(t).max(1) * self.m.div_ceil(t).max(1)
+    }
+
+    /// The parts the DSL kernels split `k` into on a device that fills `multiprocessors`
+    /// ([`Device::split_fill`](graphed_runtime::Device::split_fill); `None`: no fill rule), 1
+    /// for one pass. The rule, under [`Split::Auto`]:
+    ///
+    /// - `k` past [`SPLIT_K`] takes at least `⌈k / SPLIT_K⌉` parts (a bound on one
+    ///   invocation's loop, on every backend);
+    /// - a product of fewer [`tiles`](Gemm::tiles) than multiprocessors, with
+    ///   `k ≥ 2·`[`FILL_MIN_CHUNK`], takes `⌊multiprocessors / tiles⌋` parts, at most
+    ///   `⌊k / FILL_MIN_CHUNK⌋`, so tiles × parts ≤ the multiprocessors, each part busy on at
+    ///   least [`FILL_MIN_CHUNK`] of `k`;
+    /// - a part's range is a multiple of 64 long (the last one shorter), which may leave fewer
+    ///   parts than asked for.
+    ///
+    /// On an H200 (132 multiprocessors) MLP-S's 64×256×784 product (64 tiles of 16×16) takes
+    /// 2 parts; a 64×10×1024 one (4 tiles) 8; 512×1024×1024 (128 tiles of 64×64) stays whole.
+    pub fn split_parts(&self, multiprocessors: Option<u32>) -> usize {
+        self.k.div_ceil(self.k_range(multiprocessors)).max(1)
+    }
+
+    /// The length of each part's `k` range (`k` itself: one pass).
+    fn k_range(&self, multiprocessors: Option<u32>) -> usize {
+        let k = self.k;
+        if k == 0 {
+            return 1;
+        }
+        let bounded = k.div_ceil(SPLIT_K);
+        let want = match self.split {
+            Split::Bounded => 1,
+            Split::Parts(p) => p,
+            Split::Auto => match multiprocessors.map(|s| s as usize) {
+                Some(sms) if self.tiles() < sms && k >= 2 * FILL_MIN_CHUNK => {
+                    (sms / self.tiles()).min(k / FILL_MIN_CHUNK)
+                }
+                _ => 1,
+            },
+        };
+        if want <= bounded {
+            if bounded == 1 {
+                return k;
+            }
+            // As long as SPLIT_K (more only past SPLIT_K², keeping the parts at most SPLIT_K).
+            return k.div_ceil(SPLIT_K).next_multiple_of(64).max(SPLIT_K);
+        }
+        k.div_ceil(want).next_multiple_of(64)
     }
 
     /// The vendor-BLAS call of this product.
@@ -703,8 +792,9 @@ fn launch<C: Launch + ?Sized>(
         )));
     }
     let (gx, gy) = (gx.max(1) as u32, gy.max(1) as u32);
-    if g.k > SPLIT_K {
-        return split_k(cx, g, tile, (gx, gy), a, b, c, db, epi);
+    let kc = g.k_range(a.device().split_fill());
+    if kc < g.k {
+        return split_k(cx, g, kc, tile, (gx, gy), a, b, c, db, epi);
     }
     let grid = Grid::workgroups_2d(gx, gy);
     let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
@@ -768,14 +858,15 @@ fn launch<C: Launch + ?Sized>(
     }
 }
 
-/// A product with `k > SPLIT_K`: layer `z` of one launch computes the raw partial product of
-/// `k` range `z` (at most `SPLIT_K` long, more only past `SPLIT_K²`, keeping the ranges at
-/// most `SPLIT_K`) into a scratch buffer, and [`matmul_split_sum`](mod@matmul_split_sum) adds
-/// the ranges in order and applies the epilogue.
+/// A product split by [`Gemm::split_parts`]: layer `z` of one launch computes the raw partial
+/// product of the `k` range `[z·kc, (z + 1)·kc)` into a scratch buffer, and
+/// [`matmul_split_sum`](mod@matmul_split_sum) adds the ranges in order and applies the
+/// epilogue.
 #[allow(clippy::too_many_arguments)]
 fn split_k<C: Launch + ?Sized>(
     cx: &C,
     g: Gemm,
+    kc: usize,
     tile: Tile,
     (gx, gy): (u32, u32),
     a: &Buffer<f32>,
@@ -784,8 +875,13 @@ fn split_k<C: Launch + ?Sized>(
     db: Option<&mut Buffer<f32>>,
     epi: &Epilogue<'_>,
 ) -> Result<()> {
-    let kc = g.k.div_ceil(SPLIT_K).next_multiple_of(64).max(SPLIT_K);
     let parts = g.k.div_ceil(kc);
+    if parts > 65535 {
+        return Err(Error::Shape(format!(
+            "matmul: {}×{}×{} split into {parts} parts, more than 65535 workgroup layers",
+            g.m, g.n, g.k
+        )));
+    }
     let (mn, m) = (g.m * g.n, g.m);
     let has_db = db.is_some();
     let dlen = if has_db { parts * m } else { 0 };

@@ -78,6 +78,9 @@ pub(crate) struct DeviceInner {
     pub(crate) vendor_blas: AtomicBool,
     /// The kernel library may pick its subgroup variants (see [`Device::set_library_subgroups`]).
     pub(crate) library_subgroups: AtomicBool,
+    /// The kernel library's products may split `k` to fill the multiprocessors (see
+    /// [`Device::set_split_fill`]).
+    pub(crate) split_fill: AtomicBool,
 }
 
 /// A handle to one device on one backend. Cheap to clone; buffers keep their device alive.
@@ -163,6 +166,7 @@ impl Device {
                 peak: AtomicU64::new(0),
                 vendor_blas: AtomicBool::new(vendor_blas_from_env()),
                 library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
+                split_fill: AtomicBool::new(switch_from_env("GRAPHED_SPLIT_FILL")),
             }),
         }
     }
@@ -365,6 +369,29 @@ impl Device {
     /// `min < max`): there kernels run, but the size is known only inside them.
     pub fn subgroup_size(&self) -> Option<u32> {
         self.inner.backend.subgroup_size()
+    }
+
+    /// The device's multiprocessors (CUDA: `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`, 132 on
+    /// an H200). `None` on wgpu, which reports no count of compute units, and on the host,
+    /// which runs a launch's workgroups one after another.
+    pub fn multiprocessors(&self) -> Option<u32> {
+        self.inner.backend.multiprocessors()
+    }
+
+    /// The multiprocessors the kernel library's matrix products fill by splitting `k`
+    /// (`graphed::kernels::matmul`'s rule): [`Device::multiprocessors`] unless switched off
+    /// ([`Device::set_split_fill`], `GRAPHED_SPLIT_FILL=0`).
+    pub fn split_fill(&self) -> Option<u32> {
+        self.multiprocessors()
+            .filter(|_| self.inner.split_fill.load(Ordering::Relaxed))
+    }
+
+    /// Lets the kernel library's matrix products split `k` so that small products fill the
+    /// multiprocessors (on, the default) or not. A split adds the parts in another order
+    /// than one pass, so set it before recording: a recording keeps the split it was made
+    /// with, and eager runs follow the current setting.
+    pub fn set_split_fill(&self, on: bool) {
+        self.inner.split_fill.store(on, Ordering::Relaxed);
     }
 
     /// Whether kernels that compute with `dtype` run on this device. Buffers of every type

@@ -77,6 +77,14 @@ pub struct Config {
     /// live ranges (in op order) are disjoint. Default true; false keeps one allocation per
     /// buffer (to compare, as the bench does).
     pub pack_workspaces: bool,
+    /// The recordings of one holder share one workspace arena, sized to the largest
+    /// (default true; needs [`Config::pack_workspaces`]). They never run at once: every
+    /// replay of a holder goes to the device's one stream or queue in call order, and the
+    /// outputs a call returns borrow the holder until the next call. A recording that
+    /// outgrows the arena gets a larger one, and the recordings placed in the smaller one are
+    /// dropped (after a drain) and record again, into the larger one, on their next call
+    /// ([`Stats::arena_growths`]). False gives each recording an arena of its own.
+    pub share_arena: bool,
     /// Device inputs are bound by address (default true); false copies them into the
     /// recording's input slots before each replay.
     pub bind_device_inputs: bool,
@@ -108,6 +116,7 @@ impl Default for Config {
             fallback: Fallback::Warn,
             sentinel_every: 0,
             pack_workspaces: true,
+            share_arena: true,
             bind_device_inputs: true,
             update_states: true,
             concurrent_ops: true,
@@ -179,8 +188,14 @@ pub struct Stats {
     pub last_record: Option<Duration>,
     /// Time to lower the plan to the backend, last recording.
     pub last_lower: Option<Duration>,
-    /// Static bytes held by cached recordings.
+    /// Static bytes held by cached recordings, an arena they share counted once.
     pub static_bytes: u64,
+    /// Bytes of the workspace arena the holder's recordings share (0: none yet); included in
+    /// `static_bytes`.
+    pub arena_bytes: u64,
+    /// Times a recording outgrew the shared arena: the recordings placed in the old one
+    /// were dropped, to record again into the new one on their next call.
+    pub arena_growths: u64,
     /// Recordings currently cached.
     pub cached: usize,
     /// Kernel launches per replay of the last recording.
@@ -382,6 +397,10 @@ pub struct Graphed {
     /// may still use them, so they are released by the next drain (one is made when more
     /// than [`RETIRED_MAX`] wait).
     retired: Vec<RawView>,
+    /// The workspace arena the recordings share ([`Config::share_arena`]); it lives as long
+    /// as a recording placed in it. Reset by `clear()`: memory a failed drain parked is never
+    /// reused.
+    arena: std::sync::Weak<RawBuffer>,
     /// Recordings and outputs of a `clear()` whose drain failed: the device may still use
     /// their memory, so they are kept (never freed, never reused) until a later drain of this
     /// holder succeeds, and released then.
@@ -415,6 +434,7 @@ impl Graphed {
             warned: HashSet::new(),
             fail_next_drain: false,
             retired: Vec::new(),
+            arena: std::sync::Weak::new(),
             parked: Vec::new(),
             #[cfg(feature = "nccl")]
             ranks: crate::dist::Ranks::default(),
@@ -454,20 +474,12 @@ impl Graphed {
             .filter(|e| matches!(e.state, State::Recorded(_)))
             .count();
         s.static_bytes = self.static_bytes();
+        s.arena_bytes = self.arena.upgrade().map_or(0, |a| a.bytes());
         s
     }
 
     fn static_bytes(&self) -> u64 {
-        self.entries
-            .iter()
-            .map(|e| {
-                if let State::Recorded(r) = &e.state {
-                    r.bytes
-                } else {
-                    0
-                }
-            })
-            .sum()
+        recorded_bytes(&self.entries)
     }
 
     /// Part of every key from now on (e.g. a model version after a weight swap).
@@ -1000,8 +1012,16 @@ impl Graphed {
         rec.plan.input_slot_bytes = input_slots.iter().flatten().map(|s| s.buf.bytes()).sum();
         rec.plan.serial = !self.config.concurrent_ops;
         rec.plan.programmatic = self.config.programmatic_launch;
+        let mut packed = crate::liveness::Packed::Apart;
         if self.config.pack_workspaces {
-            crate::liveness::pack(&self.device, owner, &mut rec.plan, &mut outputs)?;
+            let shared = self.arena.upgrade().filter(|_| self.config.share_arena);
+            packed = crate::liveness::pack(
+                &self.device,
+                owner,
+                &mut rec.plan,
+                &mut outputs,
+                shared.as_ref(),
+            )?;
         } else {
             rec.plan.inspect = Some(rec.plan.ops());
         }
@@ -1025,7 +1045,10 @@ impl Graphed {
         };
         let lower_time = t1.elapsed();
         let bytes = rec.plan.static_bytes();
-        self.make_room(bytes)?;
+        if packed == (crate::liveness::Packed::New { shareable: true }) && self.config.share_arena {
+            self.grow_arena(&rec.plan)?;
+        }
+        self.make_room(&rec.plan, bytes)?;
         self.stats.recordings += 1;
         self.stats.last_record = Some(record_time);
         self.stats.last_lower = Some(lower_time);
@@ -1053,6 +1076,48 @@ impl Graphed {
             bytes,
             replays: 0,
         })))
+    }
+
+    /// Makes `plan`'s new arena the one this holder's recordings share. The growth rule: the
+    /// recordings placed in the old (smaller) arena are dropped, after a drain, and record
+    /// again into the new one on their next call, so the holder keeps one arena, of the
+    /// largest recording's size. (Re-placing them would re-lower every one of them now, for
+    /// keys that may never be called again.) With NCCL, ranks that call the same keys in the
+    /// same order grow at the same call (sizes follow from shapes alone), as they evict
+    /// alike, so their recordings' votes still meet.
+    ///
+    /// Why sharing is safe: a holder's replays, eager runs and its recordings' copies all go
+    /// to the device's one stream (CUDA) or queue (wgpu), or run in call order (host), so two
+    /// recordings of one holder are never in flight at once over the arena; the CUDA graphs'
+    /// baked addresses may coincide because one graph launch on a stream starts after the
+    /// previous one finished (programmatic launch works inside a graph only). An output lives
+    /// in the arena, and `call()` lends it out borrowed from the holder, so no key's output
+    /// can be read after another key ran; `Out::to_buffer`/`copy_into`/`to_host` copy it
+    /// out, and a clone of a step's buffer taken in the body is refused outside it
+    /// (`Error::StepSlot`). Eager runs (fallback, warm-up, the sentinel) allocate their own
+    /// outputs, never the arena.
+    fn grow_arena(&mut self, plan: &Plan) -> Result<()> {
+        let Some(new) = &plan.arena else {
+            return Ok(());
+        };
+        if let Some(old) = self.arena.upgrade() {
+            let in_old = |e: &Entry| {
+                matches!(&e.state, State::Recorded(r)
+                    if r.plan.arena.as_ref().is_some_and(|a| a.id == old.id))
+            };
+            if self.entries.iter().any(in_old) {
+                // Their replays may still be queued.
+                self.drain()?;
+                // A warming entry that has had its warm-up records at its next call.
+                let warmup = self.config.warmup;
+                for e in self.entries.iter_mut().filter(|e| in_old(e)) {
+                    e.state = State::Warming(warmup);
+                }
+                self.stats.arena_growths += 1;
+            }
+        }
+        self.arena = Arc::downgrade(new);
+        Ok(())
     }
 
     fn fall_back(&mut self, key: &CaptureKey, reason: String) -> Result<State> {
@@ -1086,15 +1151,27 @@ impl Graphed {
         Ok(State::Eager)
     }
 
-    /// Evicts least-recently-used recordings until one of `bytes` more fits the bounds.
-    fn make_room(&mut self, bytes: u64) -> Result<()> {
+    /// Evicts least-recently-used recordings until `plan`'s (of `bytes` static bytes) fits the
+    /// bounds beside them: its arena counts only while no cached recording holds it already.
+    fn make_room(&mut self, plan: &Plan, bytes: u64) -> Result<()> {
         loop {
             let recorded: Vec<usize> = (0..self.entries.len())
                 .filter(|&i| matches!(self.entries[i].state, State::Recorded(_)))
                 .collect();
+            let arena_held = plan.arena.as_ref().is_some_and(|a| {
+                recorded.iter().any(|&i| {
+                    matches!(&self.entries[i].state, State::Recorded(r)
+                        if r.plan.arena.as_ref().is_some_and(|b| b.id == a.id))
+                })
+            });
+            let added = if arena_held {
+                bytes - plan.arena_bytes
+            } else {
+                bytes
+            };
             let over_count = recorded.len() >= self.config.max_recordings.max(1);
             let over_bytes =
-                !recorded.is_empty() && self.static_bytes() + bytes > self.config.max_bytes;
+                !recorded.is_empty() && self.static_bytes() + added > self.config.max_bytes;
             if !(over_count || over_bytes) {
                 return Ok(());
             }
@@ -1164,6 +1241,8 @@ impl Graphed {
         let entries = std::mem::take(&mut self.entries);
         let eager = std::mem::take(&mut self.eager_outputs);
         let retired = std::mem::take(&mut self.retired);
+        // Parked or not, what the recordings shared is not handed to the next one.
+        self.arena = std::sync::Weak::new();
         if result.is_err() {
             self.parked.push((entries, eager, retired));
         }
@@ -1175,12 +1254,8 @@ impl Graphed {
     pub fn parked_bytes(&self) -> u64 {
         self.parked
             .iter()
-            .flat_map(|(entries, eager, _)| {
-                let recorded = entries.iter().map(|e| match &e.state {
-                    State::Recorded(r) => r.bytes,
-                    _ => 0,
-                });
-                recorded.chain(eager.iter().map(|v| v.buf.bytes()))
+            .map(|(entries, eager, _)| {
+                recorded_bytes(entries) + eager.iter().map(|v| v.buf.bytes()).sum::<u64>()
             })
             .sum()
     }
@@ -1207,6 +1282,27 @@ impl Drop for Graphed {
             std::process::abort();
         }
     }
+}
+
+/// Static bytes of the recordings among `entries`, each arena once (the recordings that share
+/// one each count it in their own `bytes`).
+fn recorded_bytes(entries: &[Entry]) -> u64 {
+    let mut arenas: Vec<u64> = Vec::new();
+    let mut total = 0;
+    for e in entries {
+        let State::Recorded(r) = &e.state else {
+            continue;
+        };
+        total += r.bytes;
+        if let Some(a) = &r.plan.arena {
+            if arenas.contains(&a.id) {
+                total -= r.plan.arena_bytes;
+            } else {
+                arenas.push(a.id);
+            }
+        }
+    }
+    total
 }
 
 /// Every view's element bits, read back (waits for the device).

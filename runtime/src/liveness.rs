@@ -1,6 +1,7 @@
 //! Liveness packing: a recording's workspaces and outputs share one arena, each placed where
 //! no buffer live at the same time (in the plan's op order) sits, so a recording holds no
-//! more than an eager step's peak.
+//! more than an eager step's peak. The recordings of one holder share one such arena, sized
+//! to the largest (`Config::share_arena`; the growth rule is the holder's).
 //!
 //! A buffer is live from the first op that touches it to the last; an output the step returns
 //! stays live to the end (the caller reads it after the replay). Inputs and state are never
@@ -86,14 +87,21 @@ fn place_in(intervals: &[Interval], order: &[usize]) -> (Vec<usize>, usize) {
 }
 
 /// Packs the workspaces and outputs of `plan` into one arena (a static slot of `owner`) and
-/// re-points every view of them, `outputs` included. Leaves the plan as it is where packing
-/// saves nothing or the arena would exceed what one allocation may hold on this backend.
+/// re-points every view of them, `outputs` included, and says where they went.
+///
+/// `shared`: the arena the holder's other recordings sit in. The plan is placed in it where
+/// it fits (its own placement, from offset 0: the recordings of one holder never run at
+/// once); where it does not, a new arena of this plan's size is returned, and the caller
+/// decides what the older recordings do (the holder's growth rule). A plan that itself
+/// touches `shared` (no API hands a view of it out, but it would then read its own
+/// workspaces) gets an arena of its own that is not shared.
 pub(crate) fn pack(
     device: &Device,
     owner: (u64, &'static str),
     plan: &mut Plan,
     outputs: &mut [RawView],
-) -> Result<()> {
+    shared: Option<&Arc<RawBuffer>>,
+) -> Result<Packed> {
     plan.inspect = Some(plan.ops());
     let n = plan.ops.len();
     let returned: Vec<u64> = outputs.iter().map(|o| o.buf.id).collect();
@@ -134,14 +142,35 @@ pub(crate) fn pack(
     }
     let (at, total) = place(&intervals);
     let separate: usize = intervals.iter().map(|i| i.words).sum();
-    if total >= separate || total > u32::MAX as usize {
-        return Ok(());
-    }
-    let arena: Arc<RawBuffer> = match device.alloc_slot(crate::DType::U32, total, owner) {
-        Ok(a) => a,
-        // One buffer of that size is past this adapter's limits: keep them apart.
-        Err(Error::Limit { .. }) => return Ok(()),
-        Err(e) => return Err(e),
+    let touched = shared.is_some_and(|a| {
+        plan.ops
+            .iter()
+            .any(|op| op.views().iter().any(|v| v.buf.id == a.id))
+    });
+    let shared = shared.filter(|_| !touched);
+    let (arena, packed): (Arc<RawBuffer>, Packed) = match shared {
+        Some(a) if total > 0 && total <= a.words => (a.clone(), Packed::InShared),
+        // Outgrown: a new arena, to be shared from now on, even where the plan alone would
+        // gain nothing from packing (the older recordings move into it).
+        Some(_) if total > 0 && total <= u32::MAX as usize => {
+            match device.alloc_slot(crate::DType::U32, total, owner) {
+                Ok(a) => (a, Packed::New { shareable: true }),
+                Err(Error::Limit { .. }) => return Ok(Packed::Apart),
+                Err(e) => return Err(e),
+            }
+        }
+        _ if total >= separate || total > u32::MAX as usize => return Ok(Packed::Apart),
+        _ => match device.alloc_slot(crate::DType::U32, total, owner) {
+            Ok(a) => (
+                a,
+                Packed::New {
+                    shareable: !touched,
+                },
+            ),
+            // One buffer of that size is past this adapter's limits: keep them apart.
+            Err(Error::Limit { .. }) => return Ok(Packed::Apart),
+            Err(e) => return Err(e),
+        },
     };
     let moved = |v: &RawView| -> Option<RawView> {
         let i = *slot.get(&v.buf.id)?;
@@ -175,7 +204,19 @@ pub(crate) fn pack(
         }
     }
     plan.arena_bytes = arena.bytes();
-    Ok(())
+    plan.arena = Some(arena);
+    Ok(packed)
+}
+
+/// Where [`pack`] put a plan's workspaces and outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Packed {
+    /// Nowhere shared: each kept its own allocation.
+    Apart,
+    /// In the holder's shared arena (`Plan::arena`).
+    InShared,
+    /// In a new arena (`Plan::arena`); `shareable` where the holder may share it from now on.
+    New { shareable: bool },
 }
 
 #[cfg(test)]

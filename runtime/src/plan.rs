@@ -118,8 +118,11 @@ pub struct Plan {
     /// The ops as recorded, for inspection: fixed once the plan is recorded, since packing
     /// and rebinding re-point views to other allocations.
     pub(crate) inspect: Option<Vec<PlanOp>>,
-    /// Bytes of the workspace arena liveness packing made (0: none).
+    /// Bytes of the workspace arena liveness packing placed this plan in (0: none); it may be
+    /// shared with the holder's other recordings.
     pub(crate) arena_bytes: u64,
+    /// That arena.
+    pub(crate) arena: Option<std::sync::Arc<crate::buffer::RawBuffer>>,
     /// Bytes of the input slots the recording allocated (an input recorded over the caller's
     /// device buffer has none).
     pub(crate) input_slot_bytes: u64,
@@ -262,7 +265,9 @@ impl Plan {
                 .sum::<u64>()
     }
 
-    /// Bytes of the workspace arena (0 where nothing shares memory).
+    /// Bytes of the workspace arena the plan sits in (0 where nothing shares memory): with
+    /// [`Config::share_arena`](crate::Config::share_arena), the arena of the holder's
+    /// recordings, sized to the largest of them.
     pub fn arena_bytes(&self) -> u64 {
         self.arena_bytes
     }

@@ -77,6 +77,7 @@ fn every_transposition_and_tiling_on_odd_shapes() {
                     tb,
                     tile,
                     math: Default::default(),
+                    split: Default::default(),
                 };
                 let mut c = poisoned(dev, m * n);
                 matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::none()).unwrap();
@@ -113,6 +114,7 @@ fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
                     tb,
                     tile,
                     math: Default::default(),
+                    split: Default::default(),
                 };
                 let a_host = floats(&mut r, m * k, -1.0, 1.0);
                 let b_host = floats(&mut r, k * n, -1.0, 1.0);
@@ -301,4 +303,153 @@ fn tile_kernels_emit_their_epilogue_once_per_row_pair_and_keep_their_k_loops() {
     };
     assert!(k_loop(matmul_t64::CUDA, "16u"), "{}", matmul_t64::CUDA);
     assert!(k_loop(matmul_t16::CUDA, "64u"), "{}", matmul_t16::CUDA);
+}
+
+#[test]
+fn split_k_rule_choices() {
+    use graphed_kernels::matmul::{Split, FILL_MIN_CHUNK, SPLIT_K};
+    let h200 = Some(132);
+    // MLP-S's first layer: 64 tiles of 16×16 on 132 multiprocessors → 2 parts.
+    let g = Gemm::nn(64, 256, 784);
+    assert_eq!((g.tiles(), g.split_parts(h200)), (64, 2));
+    // Four tiles, k = 1024: ⌊132 / 4⌋ = 33, capped at 1024 / 128 = 8.
+    let g = Gemm::nn(64, 10, 1024);
+    assert_eq!((g.tiles(), g.split_parts(h200)), (4, 8));
+    assert_eq!(Gemm::tn(10, 64, 1024).split_parts(h200), 8);
+    // 128 tiles of 64×64 (MLP-M's hidden layers): ⌊132 / 128⌋ = 1, one pass.
+    let g = Gemm::nn(512, 1024, 1024);
+    assert_eq!((g.tiles(), g.split_parts(h200)), (128, 1));
+    // Enough tiles, or too short a k, or no count of multiprocessors: one pass.
+    assert_eq!(Gemm::nn(1024, 1024, 4096).split_parts(h200), 1);
+    assert_eq!(
+        Gemm::nn(64, 10, 2 * FILL_MIN_CHUNK - 1).split_parts(h200),
+        1
+    );
+    assert_eq!(Gemm::nn(64, 10, 2 * FILL_MIN_CHUNK).split_parts(h200), 2);
+    assert_eq!(Gemm::nn(64, 10, 1024).split_parts(None), 1);
+    // Ranges are multiples of 64: 784 in 3 parts is 320 + 320 + 144.
+    assert_eq!(Gemm::nn(16, 16, 784).split_parts(Some(3)), 3);
+    // The fill rule off, or forced.
+    let g = Gemm::nn(64, 10, 1024);
+    assert_eq!(g.with_split(Split::Bounded).split_parts(h200), 1);
+    assert_eq!(g.with_split(Split::Parts(3)).split_parts(None), 3);
+    assert_eq!(g.with_split(Split::Parts(1)).split_parts(h200), 1);
+    assert_eq!(g.with_split(Split::Parts(0)).split_parts(h200), 1);
+    // At most k / 64 parts: 1000 / 100 rounds up to ranges of 64, 16 of them.
+    assert_eq!(
+        Gemm::nn(4, 4, 1000)
+            .with_split(Split::Parts(100))
+            .split_parts(None),
+        16
+    );
+    // Past SPLIT_K at least ⌈k / SPLIT_K⌉ parts, whatever the rule says.
+    let long = Gemm::nn(64, 10, 2 * SPLIT_K + 5);
+    assert_eq!(long.with_split(Split::Bounded).split_parts(h200), 3);
+    assert_eq!(long.split_parts(None), 3);
+    assert_eq!(long.with_split(Split::Parts(2)).split_parts(None), 3);
+    assert_eq!(long.split_parts(h200), 33, "the fill rule asks for more");
+    assert_eq!(Gemm::nn(3, 3, 0).split_parts(h200), 1);
+}
+
+#[test]
+fn split_products_match_one_pass_and_the_oracle() {
+    use graphed_kernels::matmul::Split;
+    let mut r = rng("split_products_match_one_pass_and_the_oracle");
+    on_every_backend(|dev| {
+        // Where the device reports no multiprocessors (host, wgpu) the rule never splits.
+        let sms = dev.multiprocessors();
+        assert_eq!(
+            sms.is_some(),
+            dev.kind() == graphed_runtime::BackendKind::Cuda
+        );
+        assert_eq!(dev.split_fill(), sms);
+        for &(m, n, k, tile, parts) in &[
+            (7, 9, 700, Tile::T16, 4),
+            (33, 20, 300, Tile::T16, 2),
+            (5, 70, 513, Tile::T64, 3),
+            (1, 1, 200, Tile::T16, 4),
+        ] {
+            let a_host = floats(&mut r, m * k, -1.0, 1.0);
+            let b_host = floats(&mut r, k * n, -1.0, 1.0);
+            let bias_host = floats(&mut r, n, -1.0, 1.0);
+            let c0 = floats(&mut r, m * n, -1.0, 1.0);
+            let db0 = floats(&mut r, m, -1.0, 1.0);
+            let (a, b) = (dev.upload(&a_host).unwrap(), dev.upload(&b_host).unwrap());
+            let bias = dev.upload(&bias_host).unwrap();
+            for (ta, tb) in [(false, false), (true, true), (false, true)] {
+                let g = Gemm {
+                    ta,
+                    tb,
+                    ..Gemm::nn(m, n, k).with_tile(tile)
+                };
+                let split = g.with_split(Split::Parts(parts));
+                assert_eq!(split.split_parts(sms), parts, "{}", shapes(g));
+                let prod = reference(g, &a_host, &b_host);
+                let row_sums: Vec<f64> = (0..m)
+                    .map(|row| {
+                        (0..k)
+                            .map(|kk| {
+                                if ta {
+                                    a_host[kk * m + row]
+                                } else {
+                                    a_host[row * k + kk]
+                                }
+                            })
+                            .map(f64::from)
+                            .sum()
+                    })
+                    .collect();
+                // Plain, one pass against split.
+                let mut one = poisoned(dev, m * n);
+                let one_g = g.with_split(Split::Bounded);
+                matmul::matmul(dev, one_g, &a, &b, &mut one, &Epilogue::none()).unwrap();
+                let mut c = poisoned(dev, m * n);
+                matmul::matmul(dev, split, &a, &b, &mut c, &Epilogue::none()).unwrap();
+                let case = format!("{} in {parts} parts", shapes(g));
+                let (c, one) = (c.to_host().unwrap(), one.to_host().unwrap());
+                assert_close(&case, &c, &prod, TOL);
+                assert_close(&case, &one, &prod, TOL);
+                let one64: Vec<f64> = one.iter().map(|&v| f64::from(v)).collect();
+                assert_close(&format!("{case} against one pass"), &c, &one64, TOL);
+                // Bias and activation, then accumulate with row sums, split.
+                let mut c = poisoned(dev, m * n);
+                let epi = Epilogue::bias_act(&bias, Act::Tanh);
+                matmul::matmul(dev, split, &a, &b, &mut c, &epi).unwrap();
+                let want: Vec<f64> = (0..m * n)
+                    .map(|i| Act::Tanh.eval_f64(prod[i] + f64::from(bias_host[i % n])))
+                    .collect();
+                assert_close_floor(
+                    &format!("{case} bias+tanh"),
+                    &c.to_host().unwrap(),
+                    &want,
+                    TOL,
+                    0.1,
+                );
+                let mut c = dev.upload(&c0).unwrap();
+                let mut db = dev.upload(&db0).unwrap();
+                let epi = Epilogue::none().accumulate(true);
+                matmul::matmul_row_sums(dev, split, &a, &b, &mut c, &mut db, &epi).unwrap();
+                let want: Vec<f64> = (0..m * n).map(|i| prod[i] + f64::from(c0[i])).collect();
+                let want_db: Vec<f64> = (0..m).map(|i| row_sums[i] + f64::from(db0[i])).collect();
+                assert_close(
+                    &format!("{case} accumulate"),
+                    &c.to_host().unwrap(),
+                    &want,
+                    TOL,
+                );
+                assert_close(
+                    &format!("{case} row sums"),
+                    &db.to_host().unwrap(),
+                    &want_db,
+                    TOL,
+                );
+            }
+        }
+        // The switch (on a device of its own: other tests share `dev`).
+        let own = graphed_runtime::Device::open_new(dev.kind()).unwrap();
+        own.set_split_fill(false);
+        assert_eq!(own.split_fill(), None);
+        own.set_split_fill(true);
+        assert_eq!(own.split_fill(), sms);
+    });
 }

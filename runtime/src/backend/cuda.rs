@@ -218,6 +218,7 @@ pub(crate) struct CudaBackend {
     stream: Stream,
     arch: String,
     name: String,
+    multiprocessors: u32,
     functions: Mutex<HashMap<usize, CudaFunction>>,
     /// Serialises work on the stream, so no other thread's launch lands inside a capture.
     lock: Arc<Mutex<Health>>,
@@ -265,6 +266,10 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability().map_err(err)?;
         let name = ctx.name().map_err(err)?;
+        let multiprocessors = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(err)?
+            .max(1) as u32;
         ctx.bind_to_thread().map_err(err)?;
         let stream =
             result::stream::create(result::stream::StreamKind::NonBlocking).map_err(err)?;
@@ -281,6 +286,7 @@ impl CudaBackend {
             stream: Stream(stream),
             arch: format!("sm_{major}{minor}"),
             name: format!("{name} (sm_{major}{minor})"),
+            multiprocessors,
             functions: Mutex::new(HashMap::new()),
             lock: Arc::new(Mutex::new(Health)),
             ring: Mutex::new(None),
@@ -728,6 +734,9 @@ impl Backend for CudaBackend {
     }
     fn subgroup_size(&self) -> Option<u32> {
         Some(32)
+    }
+    fn multiprocessors(&self) -> Option<u32> {
+        Some(self.multiprocessors)
     }
     fn arg_align_words(&self) -> usize {
         ARG_ALIGN

@@ -64,6 +64,10 @@ pub(crate) trait Backend: Send + Sync {
     fn subgroup_size(&self) -> Option<u32> {
         None
     }
+    /// The device's multiprocessors, where the backend can tell.
+    fn multiprocessors(&self) -> Option<u32> {
+        None
+    }
     /// Alignment (in 32-bit words) of each launch's argument block inside a recording's arena.
     fn arg_align_words(&self) -> usize;
     /// A zeroed allocation of `words` 32-bit words.

@@ -944,7 +944,10 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
     use graphed::kernels::matmul::{matmul_half, Gemm};
     use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm};
     if dev.kind() != BackendKind::Cuda {
-        eprintln!("workload mma runs on CUDA only (beside cuBLAS); skipped on {}", dev.kind());
+        eprintln!(
+            "workload mma runs on CUDA only (beside cuBLAS); skipped on {}",
+            dev.kind()
+        );
         return Ok(());
     }
     let steps = if quick { 5 } else { 50 };
@@ -1013,11 +1016,7 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
                 record_ms: None,
             });
         }
-        writeln!(
-            line,
-            "  (largest |dsl - cublas| / sqrt(k): {worst:.2e})"
-        )
-        .unwrap();
+        writeln!(line, "  (largest |dsl - cublas| / sqrt(k): {worst:.2e})").unwrap();
         summary.push_str(&line);
     }
     eprint!("{summary}");

@@ -158,36 +158,49 @@ fn check(dev: &Device, what: &str, got: &[f32], cs: &Case, reps: u32) {
     }
 }
 
-#[test]
-fn mma_bf16_matches_the_oracle_on_every_backend() {
-    let mut rng = rng("mma_bf16");
-    let round = |v: f32| bf16::from_f32(v).to_f32();
-    let cs = case(&mut rng, round);
+/// `mma_once_*` for `reps` calls on every backend against the oracle and the portable form.
+fn once_on_every_backend<T: graphed::Element>(
+    what: &str,
+    from: impl Fn(f32) -> T + Copy,
+    back: impl Fn(T) -> f32,
+    reps: &[u32],
+    launch: impl Fn(&Device, u32, &Buffer<T>, &Buffer<T>, &Buffer<f32>, &mut Buffer<f32>) + Copy,
+) {
+    let mut rng = rng(what);
+    let cs = case(&mut rng, |v| back(from(v)));
     on_every_backend(|dev| {
-        for reps in [1u32, 3] {
-            let got = run(dev, &cs, reps, bf16::from_f32, |dev, reps, a, b, c, d| {
-                mma_once_bf16::launch(dev, Grid::workgroups((GROUPS / 2) as u32), reps, a, b, c, d)
-                    .unwrap()
-            });
-            check(dev, &format!("bf16, {reps} calls"), &got, &cs, reps);
+        for &r in reps {
+            let got = run(dev, &cs, r, from, launch);
+            check(dev, &format!("{what}, {r} calls"), &got, &cs, r);
         }
     });
 }
 
 #[test]
+fn mma_bf16_matches_the_oracle_on_every_backend() {
+    once_on_every_backend(
+        "bf16",
+        bf16::from_f32,
+        bf16::to_f32,
+        &[1, 3],
+        |dev, r, a, b, c, d| {
+            mma_once_bf16::launch(dev, Grid::workgroups((GROUPS / 2) as u32), r, a, b, c, d)
+                .unwrap()
+        },
+    );
+}
+
+#[test]
 fn mma_f16_matches_the_oracle_on_every_backend() {
-    let mut rng = rng("mma_f16");
-    let round = |v: f32| f16::from_f32(v).to_f32();
-    let cs = case(&mut rng, round);
-    on_every_backend(|dev| {
-        for reps in [1u32, 2] {
-            let got = run(dev, &cs, reps, f16::from_f32, |dev, reps, a, b, c, d| {
-                mma_once_f16::launch(dev, Grid::workgroups((GROUPS / 2) as u32), reps, a, b, c, d)
-                    .unwrap()
-            });
-            check(dev, &format!("f16, {reps} calls"), &got, &cs, reps);
-        }
-    });
+    once_on_every_backend(
+        "f16",
+        f16::from_f32,
+        f16::to_f32,
+        &[1, 2],
+        |dev, r, a, b, c, d| {
+            mma_once_f16::launch(dev, Grid::workgroups((GROUPS / 2) as u32), r, a, b, c, d).unwrap()
+        },
+    );
 }
 
 /// No call at all (`reps = 0`) leaves `C`: the loop around the call is uniform.
@@ -216,7 +229,11 @@ fn kernels_validate_and_compile() {
     common::assert_cuda_compiles(&all);
     // The tensor-core instruction is in the CUDA C; the portable form in the WGSL.
     for k in all {
-        assert!(k.cuda.contains("mma.sync.aligned.m16n8k16.row.col.f32."), "{}", k.name);
+        assert!(
+            k.cuda.contains("mma.sync.aligned.m16n8k16.row.col.f32."),
+            "{}",
+            k.name
+        );
         assert!(k.wgsl.contains("var<workgroup> gd_mma"), "{}", k.name);
     }
 }
@@ -225,12 +242,7 @@ fn kernels_validate_and_compile() {
 
 /// `(m, n, k)` of the tiled product's cases: single elements, odd edges in every dimension,
 /// several tiles.
-const SHAPES: &[(usize, usize, usize)] = &[
-    (1, 1, 1),
-    (17, 33, 40),
-    (128, 64, 96),
-    (65, 7, 300),
-];
+const SHAPES: &[(usize, usize, usize)] = &[(1, 1, 1), (17, 33, 40), (128, 64, 96), (65, 7, 300)];
 
 /// `op(A)·op(B)` in `f64` and `Σ |products|` per element (`A` stored `k × m` when `ta`,
 /// `B` stored `n × k` when `tb`).
@@ -262,12 +274,22 @@ fn tiled<T: graphed::Element>(from: impl Fn(f32) -> T + Copy, back: impl Fn(T) -
     on_every_backend(|dev| {
         for &(m, n, k) in SHAPES {
             for (ta, tb) in [(false, false), (false, true), (true, false)] {
-                let a: Vec<f32> = floats(&mut rng, m * k, -1.0, 1.0).into_iter().map(round).collect();
-                let b: Vec<f32> = floats(&mut rng, k * n, -1.0, 1.0).into_iter().map(round).collect();
+                let a: Vec<f32> = floats(&mut rng, m * k, -1.0, 1.0)
+                    .into_iter()
+                    .map(round)
+                    .collect();
+                let b: Vec<f32> = floats(&mut rng, k * n, -1.0, 1.0)
+                    .into_iter()
+                    .map(round)
+                    .collect();
                 let c0 = floats(&mut rng, m * n, -1.0, 1.0);
                 let (want, scale) = product(&a, &b, (m, n, k), ta, tb);
-                let da = dev.upload(&a.iter().map(|&v| from(v)).collect::<Vec<T>>()).unwrap();
-                let db = dev.upload(&b.iter().map(|&v| from(v)).collect::<Vec<T>>()).unwrap();
+                let da = dev
+                    .upload(&a.iter().map(|&v| from(v)).collect::<Vec<T>>())
+                    .unwrap();
+                let db = dev
+                    .upload(&b.iter().map(|&v| from(v)).collect::<Vec<T>>())
+                    .unwrap();
                 for accumulate in [false, true] {
                     let mut dc = if accumulate {
                         dev.upload(&c0).unwrap()
@@ -318,20 +340,35 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
     }
     let mut rng = rng("matmul_mma_bitwise");
     let (m, n, k) = (70, 45, 129);
-    let a: Vec<bf16> = floats(&mut rng, m * k, -1.0, 1.0).into_iter().map(bf16::from_f32).collect();
-    let b: Vec<bf16> = floats(&mut rng, k * n, -1.0, 1.0).into_iter().map(bf16::from_f32).collect();
+    let a: Vec<bf16> = floats(&mut rng, m * k, -1.0, 1.0)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    let b: Vec<bf16> = floats(&mut rng, k * n, -1.0, 1.0)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
     let outs: Vec<Vec<f32>> = devs
         .iter()
         .map(|dev| {
             let da = dev.upload(&a).unwrap();
             let db = dev.upload(&b).unwrap();
             let mut dc = poisoned(dev, m * n);
-            let g = MmaGemm { m, n, k, ta: false, tb: true };
+            let g = MmaGemm {
+                m,
+                n,
+                k,
+                ta: false,
+                tb: true,
+            };
             matmul_mma(dev, g, &da, &db, &mut dc, false).unwrap();
             dc.to_host().unwrap()
         })
         .collect();
-    assert!(common::bitwise_eq(&outs[0], &outs[1]), "host and wgpu differ");
+    assert!(
+        common::bitwise_eq(&outs[0], &outs[1]),
+        "host and wgpu differ"
+    );
 }
 
 /// Shapes that make no product are errors, not panics.
@@ -341,7 +378,13 @@ fn mismatched_lengths_are_errors() {
     let a = dev.upload(&vec![bf16::ONE; 12]).unwrap();
     let b = dev.upload(&vec![bf16::ONE; 12]).unwrap();
     let mut c = poisoned(&dev, 9);
-    let g = MmaGemm { m: 3, n: 3, k: 5, ta: false, tb: false };
+    let g = MmaGemm {
+        m: 3,
+        n: 3,
+        k: 5,
+        ta: false,
+        tb: false,
+    };
     let e = matmul_mma(&dev, g, &a, &b, &mut c, false).unwrap_err();
     assert!(e.to_string().contains("matmul_mma"), "{e}");
 }

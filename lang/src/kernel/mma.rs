@@ -156,6 +156,157 @@ pub fn elems(body: &[Stmt]) -> Vec<Ty> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quote::quote;
+
+    fn lower(
+        args: proc_macro2::TokenStream,
+        item: proc_macro2::TokenStream,
+    ) -> Result<super::super::ir::Kernel, Vec<String>> {
+        let func: syn::ItemFn = syn::parse2(item).expect("test kernels are functions");
+        super::super::lower(args, &func)
+            .map_err(|(errors, _)| errors.iter().map(|e| e.to_string()).collect())
+    }
+
+    /// A call lowers to `Stmt::Mma` over the three arrays, makes the kernel synchronise, and
+    /// each target emits its form: `mma.sync` (and the shuffle fallback) in CUDA C, the
+    /// exchange array of 6 words per invocation in WGSL, `HostMma` on the host.
+    #[test]
+    fn a_call_lowers_and_emits_on_every_target() {
+        let k = lower(
+            quote!(workgroup = 64),
+            quote! {
+                pub fn once(a: &[f16], out: &mut [f32]) {
+                    let i = global_id().x;
+                    let fa = [a[i]; 8];
+                    let fb = [a[i + 1]; 4];
+                    let mut acc = [0.0f32; 4];
+                    mma_m16n8k16(&fa, &fb, &mut acc);
+                    out[i] = acc[0];
+                }
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:#?}"));
+        assert!(k.has_barrier);
+        assert_eq!(elems(&k.body), vec![Ty::F16]);
+        let m = k
+            .body
+            .iter()
+            .find_map(|s| match s {
+                Stmt::Mma(m) => Some(m.clone()),
+                _ => None,
+            })
+            .expect("an `Stmt::Mma`");
+        assert_eq!(
+            (k.arrays[m.a].len, k.arrays[m.b].len, k.arrays[m.acc].len),
+            (8, 4, 4)
+        );
+        assert_eq!(scratch_bytes(&k), 64 * 6 * 4);
+        let cuda = super::super::emit::cuda::emit(&k);
+        assert!(cuda.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
+        assert!(cuda.contains("__shfl_sync"), "the pre-sm_80 form");
+        assert!(cuda.contains("gd_mma_m16n8k16_f16("));
+        let wgsl = super::super::emit::wgsl::emit(&k);
+        assert!(
+            wgsl.contains("var<workgroup> gd_mma: array<u32, 384>;"),
+            "{wgsl}"
+        );
+        assert_eq!(wgsl.matches("workgroupBarrier();").count(), 2, "{wgsl}");
+        assert!(wgsl.contains("fn gd_f16_to_f32"));
+        let host = super::super::emit::host::emit(&k);
+        assert!(host.contains("gd::HostMma::new(GD_WG.x)"));
+        assert!(host.contains("gd_mma.m16n8k16(gd_li, &"));
+    }
+
+    /// Every misuse is one spanned error naming what is wrong.
+    #[test]
+    fn misuses_are_reported() {
+        let cases: &[(proc_macro2::TokenStream, &str)] = &[
+            (
+                quote!(mma_m16n8k16(&s, &fb, &mut acc);),
+                "`a` of `mma_m16n8k16` is `[bf16; 8]` or `[f16; 8]`, but `s` is `[bf16; 4]`",
+            ),
+            (
+                quote!(mma_m16n8k16(&fa, &h, &mut acc);),
+                "`a` holds `bf16` and `b` `f16`",
+            ),
+            (
+                quote!(mma_m16n8k16(&fa, &fb, &fixed);),
+                "`acc` of `mma_m16n8k16` is written: pass it as `&mut fixed`",
+            ),
+            (
+                quote!(mma_m16n8k16(&fa, &fb, &mut fixed);),
+                "`fixed` is written by `mma_m16n8k16`: declare it `let mut fixed",
+            ),
+            (
+                quote!(mma_m16n8k16(fa, &fb, &mut acc);),
+                "is passed by reference",
+            ),
+            (
+                quote!(mma_m16n8k16(&fa, &fb);),
+                "takes three per-invocation arrays",
+            ),
+            (
+                quote!(mma_m16n8k16(&fa, &fb, &mut wide);),
+                "`acc` of `mma_m16n8k16` is `[f32; 4]`, but `wide` is `[f32; 8]`",
+            ),
+            (
+                quote!(let x = mma_m16n8k16(&fa, &fb, &mut acc);),
+                "is a statement",
+            ),
+            (
+                quote!(if i < 3 {
+                    mma_m16n8k16(&fa, &fb, &mut acc);
+                }),
+                "must be reached by every invocation of the workgroup together",
+            ),
+        ];
+        for (stmt, needle) in cases {
+            let errs = lower(
+                quote!(workgroup = 64),
+                quote! {
+                    pub fn k(a: &[bf16], hs: &[f16], out: &mut [f32]) {
+                        let i = global_id().x;
+                        let fa = [a[i]; 8];
+                        let fb = [a[i]; 4];
+                        let s = [a[i]; 4];
+                        let h = [hs[i]; 4];
+                        let fixed = [0.0f32; 4];
+                        let mut wide = [0.0f32; 8];
+                        let mut acc = [0.0f32; 4];
+                        #stmt
+                        out[i] = acc[0] + wide[0] + fixed[0];
+                    }
+                },
+            )
+            .expect_err("rejected");
+            assert_eq!(errs.len(), 1, "{stmt}: {errs:#?}");
+            assert!(
+                errs[0].contains(needle),
+                "{stmt}: {:?} lacks {needle:?}",
+                errs[0]
+            );
+        }
+        for (args, needle) in [
+            (quote!(workgroup = 48), "a multiple of 32 invocations"),
+            (quote!(workgroup = (32, 2)), "one-dimensional workgroup"),
+        ] {
+            let errs = lower(
+                args,
+                quote! {
+                    pub fn k(a: &[bf16], out: &mut [f32]) {
+                        let fa = [a[0]; 8];
+                        let fb = [a[0]; 4];
+                        let mut acc = [0.0f32; 4];
+                        mma_m16n8k16(&fa, &fb, &mut acc);
+                        out[0] = acc[0];
+                    }
+                },
+            )
+            .expect_err("rejected");
+            assert_eq!(errs.len(), 1, "{errs:#?}");
+            assert!(errs[0].contains(needle), "{:?} lacks {needle:?}", errs[0]);
+        }
+    }
 
     /// The operand table inverts the fragment layout: for every lane, accumulator element and
     /// `k`, the named lane and element hold `A[r][k]` and `B[k][c]`.

@@ -224,7 +224,10 @@ impl Analysis<'_, '_> {
             }
             Stmt::Mma(m) => {
                 if let (Some(why), Some(r)) = (nu, self.report.as_deref_mut()) {
-                    r.push(syn::Error::new(m.span, crate::kernel::mma::uniformity_message(why == Why::Condition)));
+                    r.push(syn::Error::new(
+                        m.span,
+                        crate::kernel::mma::uniformity_message(why == Why::Condition),
+                    ));
                 }
             }
             Stmt::Barrier { span } => {

@@ -86,10 +86,10 @@ impl Checker<'_> {
         }
         let (name, len) = (which.name(), which.len());
         let want_mut = matches!(which, Operand::Acc);
-        let elem_word = if want_mut {
-            "f32".to_string()
+        let want = if want_mut {
+            format!("`[f32; {len}]`")
         } else {
-            "bf16` or `f16".to_string()
+            format!("`[bf16; {len}]` or `[f16; {len}]`")
         };
         let syn::Expr::Reference(r) = e else {
             let amp = if want_mut { "&mut " } else { "&" };
@@ -101,15 +101,24 @@ impl Checker<'_> {
         }
         if want_mut != r.mutability.is_some() {
             let msg = if want_mut {
-                format!("`acc` of `{NAME}` is written: pass it as `&mut {}`", crate::tokens::shown(&r.expr))
+                format!(
+                    "`acc` of `{NAME}` is written: pass it as `&mut {}`",
+                    crate::tokens::shown(&r.expr)
+                )
             } else {
-                format!("`{name}` of `{NAME}` is only read: pass it as `&{}`", crate::tokens::shown(&r.expr))
+                format!(
+                    "`{name}` of `{NAME}` is only read: pass it as `&{}`",
+                    crate::tokens::shown(&r.expr)
+                )
             };
             self.error(e, msg);
             return None;
         }
         let Some(arr) = self.array_of(&r.expr) else {
-            self.error(&r.expr, format!("`{name}` of `{NAME}` is a per-invocation array `[{elem_word}; {len}]` ({USAGE})"));
+            self.error(
+                &r.expr,
+                format!("`{name}` of `{NAME}` is a per-invocation array, {want} ({USAGE})"),
+            );
             return None;
         };
         let (elem, got, source) = {
@@ -122,11 +131,20 @@ impl Checker<'_> {
             elem.is_half()
         };
         if !elem_ok || got != len {
-            self.error(&r.expr, format!("`{name}` of `{NAME}` is `[{elem_word}; {len}]`, but `{source}` is `[{}; {got}]`", elem.rust()));
+            self.error(
+                &r.expr,
+                format!(
+                    "`{name}` of `{NAME}` is {want}, but `{source}` is `[{}; {got}]`",
+                    elem.rust()
+                ),
+            );
             return None;
         }
         if want_mut && !self.array_is_mutable(&r.expr) {
-            self.error(&r.expr, format!("`{source}` is written by `{NAME}`: declare it `let mut {source} = ...`"));
+            self.error(
+                &r.expr,
+                format!("`{source}` is written by `{NAME}`: declare it `let mut {source} = ...`"),
+            );
             return None;
         }
         Some((arr, elem))

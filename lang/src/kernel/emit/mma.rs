@@ -52,7 +52,13 @@ pub(super) fn cuda_helper(elem: Ty, t: &str) -> String {
         "gd_f16_to_f32"
     };
     let mut s = format!("static __device__ __forceinline__ void {name}(const {t}* gd_a, const {t}* gd_b, float* gd_c) {{\n#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n");
-    let pack = |arr: &str, w: u32| format!("((gd_u32){arr}[{}] | ((gd_u32){arr}[{}] << 16))", 2 * w, 2 * w + 1);
+    let pack = |arr: &str, w: u32| {
+        format!(
+            "((gd_u32){arr}[{}] | ((gd_u32){arr}[{}] << 16))",
+            2 * w,
+            2 * w + 1
+        )
+    };
     for w in 0..A_LEN / 2 {
         writeln!(s, "    const gd_u32 gd_a{w} = {};", pack("gd_a", w)).unwrap();
     }

@@ -124,7 +124,12 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     }
     if crate::kernel::mma::used(&k.body) {
         let words = k.workgroup[0] * crate::kernel::mma::SCRATCH_WORDS;
-        writeln!(head, "var<workgroup> {}: array<u32, {words}>;", super::mma::WGSL_SCRATCH).unwrap();
+        writeln!(
+            head,
+            "var<workgroup> {}: array<u32, {words}>;",
+            super::mma::WGSL_SCRATCH
+        )
+        .unwrap();
     }
     let [x, y, z] = k.workgroup;
     writeln!(head, "\n@compute @workgroup_size({x}, {y}, {z})").unwrap();

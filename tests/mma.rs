@@ -375,8 +375,8 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
 #[test]
 fn mismatched_lengths_are_errors() {
     let dev = Device::host();
-    let a = dev.upload(&vec![bf16::ONE; 12]).unwrap();
-    let b = dev.upload(&vec![bf16::ONE; 12]).unwrap();
+    let a = dev.upload(&[bf16::ONE; 12]).unwrap();
+    let b = dev.upload(&[bf16::ONE; 12]).unwrap();
     let mut c = poisoned(&dev, 9);
     let g = MmaGemm {
         m: 3,

@@ -854,6 +854,7 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
 /// subgroups where the device has them: a whole-buffer sum and per-row sums and maxima.
 /// Both variants give the same bits (checked here); the rows compare their times.
 fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Result<()> {
+    use graphed::kernels::loss;
     use graphed::kernels::reduce::{self, Reduce};
     let steps = if quick { 20 } else { 200 };
     let (r, c) = (4096usize, 1024usize);
@@ -864,6 +865,23 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
     let mut out = dev.alloc::<f32>(r)?;
     let mut one = dev.alloc::<f32>(1)?;
     let mut ws = dev.alloc::<f32>(reduce::workspace_len(xs.len()).max(1))?;
+    // The losses' row reductions: wide rows (one workgroup a row: `x` as 4096 × 1024
+    // logits), narrow rows (one invocation a row: `x` as 419,430 × 10 logits, several
+    // workgroups and a second pass) and the MSE of `x` against its reverse.
+    let narrow = 10usize;
+    let labels = |rows: usize, classes: usize| -> Vec<u32> {
+        (0..rows).map(|i| ((i * 31) % classes) as u32).collect()
+    };
+    let wide_labels = dev.upload(&labels(r, c))?;
+    let narrow_x = x.slice(0..(xs.len() / narrow) * narrow)?;
+    let narrow_labels = dev.upload(&labels(xs.len() / narrow, narrow))?;
+    let target = dev.upload(&xs.iter().rev().copied().collect::<Vec<f32>>())?;
+    let mut dlogits = dev.alloc::<f32>(xs.len())?;
+    let mut dnarrow = dev.alloc::<f32>(narrow_x.len())?;
+    let lws = loss::xent_workspace_len(xs.len() / narrow, narrow)
+        .max(loss::mse_workspace_len(xs.len()))
+        .max(1);
+    let mut lws = dev.alloc::<f32>(lws)?;
     let sync = || dev.synchronize().unwrap();
     let mut results = Vec::new();
     let variants: &[bool] = if dev.subgroup_size().is_some() {
@@ -878,15 +896,7 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
         } else {
             "workgroup-tree".to_string()
         };
-        for (name, op) in [
-            ("reduce-rows-sum", Reduce::Sum),
-            ("reduce-rows-max", Reduce::Max),
-        ] {
-            let (us, lo, hi, cpu) = measure(
-                steps,
-                || reduce::reduce_rows(dev, op, &x, c, &mut out).unwrap(),
-                sync,
-            );
+        let mut row = |name: &str, (us, lo, hi, cpu): (f64, f64, f64, f64), nodes| {
             rows.push(Row {
                 workload: name.into(),
                 backend: dev.kind().to_string(),
@@ -895,28 +905,73 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
                 us_step: us,
                 spread: (lo, hi),
                 cpu_us: cpu,
-                nodes: 1,
+                nodes,
                 record_ms: None,
-            });
+            })
+        };
+        for (name, op) in [
+            ("reduce-rows-sum", Reduce::Sum),
+            ("reduce-rows-max", Reduce::Max),
+        ] {
+            let m = measure(
+                steps,
+                || reduce::reduce_rows(dev, op, &x, c, &mut out).unwrap(),
+                sync,
+            );
+            row(name, m, 1);
             results.push(out.to_host()?);
         }
-        let (us, lo, hi, cpu) = measure(
+        let m = measure(
             steps,
             || reduce::sum(dev, &x, &mut one, &mut ws).unwrap(),
             sync,
         );
-        rows.push(Row {
-            workload: "reduce-sum".into(),
-            backend: dev.kind().to_string(),
-            variant,
-            n: r * c,
-            us_step: us,
-            spread: (lo, hi),
-            cpu_us: cpu,
-            nodes: 2,
-            record_ms: None,
-        });
+        row("reduce-sum", m, 2);
         results.push(one.to_host()?);
+        for (name, nodes) in [("xent-wide", 1), ("xent-narrow", 2), ("mse", 2)] {
+            let m = measure(
+                steps,
+                || {
+                    match name {
+                        "xent-wide" => loss::softmax_cross_entropy(
+                            dev,
+                            &x,
+                            &wide_labels,
+                            &mut one,
+                            &mut dlogits,
+                            &mut lws,
+                        ),
+                        "xent-narrow" => loss::softmax_cross_entropy(
+                            dev,
+                            &narrow_x,
+                            &narrow_labels,
+                            &mut one,
+                            &mut dnarrow,
+                            &mut lws,
+                        ),
+                        _ => loss::mse_with_grad(
+                            dev,
+                            &x,
+                            &target,
+                            &mut one,
+                            &mut dlogits,
+                            &mut lws,
+                            false,
+                        ),
+                    }
+                    .unwrap()
+                },
+                sync,
+            );
+            row(name, m, nodes);
+            results.push(one.to_host()?);
+            let grad = if name == "xent-narrow" {
+                &dnarrow
+            } else {
+                &dlogits
+            };
+            results.push(grad.to_host()?);
+        }
     }
     dev.set_library_subgroups(true);
     let half = results.len() / 2;
@@ -926,7 +981,7 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
             .zip(&results[half..])
             .all(|(a, b)| a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()));
     eprintln!(
-        "reduce on {}: subgroup size {:?}; subgroup variants bitwise equal to the workgroup tree: {same}",
+        "reduce and losses on {}: subgroup size {:?}; subgroup variants bitwise equal to the workgroup tree: {same}",
         dev.kind(),
         dev.subgroup_size()
     );

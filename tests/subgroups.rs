@@ -200,14 +200,9 @@ fn bits(v: &[f32]) -> Vec<u32> {
 fn every_operation_matches_the_host_emulation() {
     let mut rng = rng("every_operation_matches_the_host_emulation");
     on_every_backend(|dev| {
-        let Some(size) = dev.subgroup_size() else {
-            eprintln!(
-                "note: {} has no fixed subgroup size; skipped",
-                dev.adapter()
-            );
+        let Some((size, host)) = common::subgroup_host(dev) else {
             return;
         };
-        let host = Device::host_with_subgroup_size(size).unwrap();
         for _ in 0..4 {
             let inp = inputs(&mut rng, size);
             let (of, oi, ou, meta) = run_all(dev, &inp);

@@ -4,37 +4,141 @@
 //! A loss is a reduction, in the order of [`crate::reduce`]: per-row (or per-element) terms
 //! are folded by invocation, then a tree per workgroup; when a launch needs more than one
 //! workgroup their partial sums are added by a second launch of [`crate::reduce::reduce_all`].
+//! Where the device has subgroups ([`Launch::library_subgroups`]), each kernel's `_sg`
+//! variant runs instead: the same trees with their first levels on subgroups, in the same
+//! order ([`crate::reduce_subgroup`]), so the losses and gradients are bitwise the same.
 
 use graphed_macros::{device, kernel};
 use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
-use crate::reduce::{reduce_all, tree_max, tree_sum, SINGLE_PASS_MAX};
+use crate::reduce::{tree_wg, SINGLE_PASS_MAX};
+use crate::reduce_subgroup::{launch_all, on_subgroups, tree_sg};
 use crate::shape::{expect_at_least, expect_len, u32_of};
 
 /// Rows of at most this many classes get one invocation per row; wider rows one workgroup.
 pub const NARROW_CLASSES: usize = 64;
 
-/// Softmax cross-entropy of rows of at most [`NARROW_CLASSES`] classes, one invocation per
-/// row: `dlogits = (softmax(z) − onehot(label))·gscale`, and workgroup `w` writes
-/// `out[w] = lscale · Σ_rows (ln Σ_j e^(z_j − max) − (z_label − max))`. A label `≥ classes`
-/// marks a row to ignore: no loss, zero gradient.
-#[kernel(workgroup = 256)]
-pub fn softmax_xent_narrow(
+/// The loss kernels, once for each way of summing over a workgroup: `$tree(op, v, s, t)` is
+/// `tree_wg` (a tree in workgroup memory) or `tree_sg` (its first levels on subgroups), which
+/// combine in the same order and so give the same bits (see [`crate::reduce_subgroup`]).
+macro_rules! loss_kernels {
+    ($tree:ident, $how:literal, $narrow:ident, $wide:ident, $mse:ident) => {
+        /// Softmax cross-entropy of rows of at most [`NARROW_CLASSES`] classes, one
+        /// invocation per row: `dlogits = (softmax(z) − onehot(label))·gscale`, and workgroup
+        /// `w` writes `out[w] = lscale · Σ_rows (ln Σ_j e^(z_j − max) − (z_label − max))`. A
+        /// label `≥ classes` marks a row to ignore: no loss, zero gradient.
+        #[doc = $how]
+        #[kernel(workgroup = 256)]
+        pub fn $narrow(
+            classes: u32,
+            lscale: f32,
+            gscale: f32,
+            logits: &[f32],
+            labels: &[u32],
+            dlogits: &mut [f32],
+            out: &mut [f32],
+        ) {
+            let s = shared::<f32, 256>();
+            let t = local_id().x;
+            let first = global_id().x;
+            let stride = global_size().x;
+            let acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
+            let total = $tree(0u32, acc, s, t);
+            partial(t, total, lscale, out, workgroup_id().x);
+        }
+
+        /// Softmax cross-entropy of wide rows, one workgroup per row (rows `w, w + G, …`):
+        /// the row's max and sum of exponentials are reductions over the workgroup. Outputs
+        /// as for the narrow rows.
+        #[doc = $how]
+        #[kernel(workgroup = 256)]
+        pub fn $wide(
+            classes: u32,
+            lscale: f32,
+            gscale: f32,
+            logits: &[f32],
+            labels: &[u32],
+            dlogits: &mut [f32],
+            out: &mut [f32],
+        ) {
+            let s = shared::<f32, 256>();
+            let t = local_id().x;
+            let mut acc = 0.0;
+            let mut r = workgroup_id().x;
+            while r < labels.len() {
+                let base = r * classes;
+                let m = $tree(2u32, wide_max(logits, base, classes, t), s, t);
+                barrier();
+                let total = $tree(0u32, wide_exp_sum(logits, base, classes, t, m), s, t);
+                barrier();
+                acc = wide_finish(
+                    acc, classes, gscale, logits, labels, dlogits, r, t, m, total,
+                );
+                r += num_workgroups().x;
+            }
+            partial(t, acc, lscale, out, workgroup_id().x);
+        }
+
+        /// Mean squared error pass: workgroup `w` writes `out[w] = lscale · Σ (p − y)²` over
+        /// its grid-stride share (order of [`crate::reduce`]), and, when `write_grad`, `grad =
+        /// gscale · (p − y)` (added to `grad` when `accumulate`).
+        #[doc = $how]
+        #[kernel(workgroup = 256)]
+        pub fn $mse(
+            lscale: f32,
+            gscale: f32,
+            write_grad: bool,
+            accumulate: bool,
+            pred: &[f32],
+            target: &[f32],
+            grad: &mut [f32],
+            out: &mut [f32],
+        ) {
+            let s = shared::<f32, 256>();
+            let t = local_id().x;
+            let first = global_id().x;
+            let stride = global_size().x;
+            let acc = mse_span(
+                gscale, write_grad, accumulate, pred, target, grad, first, stride,
+            );
+            let total = $tree(0u32, acc, s, t);
+            partial(t, total, lscale, out, workgroup_id().x);
+        }
+    };
+}
+
+loss_kernels!(
+    tree_wg,
+    "The workgroup's sums are trees in workgroup memory (the `_sg` variants: on subgroups).",
+    softmax_xent_narrow,
+    softmax_xent_wide,
+    mse_pass
+);
+loss_kernels!(
+    tree_sg,
+    "The workgroup's sums have their first levels on subgroups, in the workgroup tree's \
+     order: the same bits as the kernel without `_sg`.",
+    softmax_xent_narrow_sg,
+    softmax_xent_wide_sg,
+    mse_pass_sg
+);
+
+/// One invocation's rows `first, first + stride, …` of a narrow cross-entropy: their
+/// gradients written, the sum of their losses returned (in row order, step 1 of
+/// [`crate::reduce`]'s order).
+#[device]
+fn narrow_rows(
     classes: u32,
-    lscale: f32,
     gscale: f32,
     logits: &[f32],
     labels: &[u32],
     dlogits: &mut [f32],
-    out: &mut [f32],
-) {
-    let s = shared::<f32, 256>();
-    let t = local_id().x;
-    let rows = labels.len();
-    let stride = global_size().x;
+    first: u32,
+    stride: u32,
+) -> f32 {
     let mut acc = 0.0;
-    let mut r = global_id().x;
-    while r < rows {
+    let mut r = first;
+    while r < labels.len() {
         let base = r * classes;
         let mut mx = f32::NEG_INFINITY;
         for j in 0..classes {
@@ -56,98 +160,90 @@ pub fn softmax_xent_narrow(
         }
         r += stride;
     }
-    partial_sum(s, t, acc, lscale, out, workgroup_id().x);
+    acc
 }
 
-/// Step 2 of [`crate::reduce`]'s order for a loss: the workgroup's accumulators `acc` (of
-/// invocations `t`) summed in `s`, and `out[w] = scale · Σ acc` written by invocation 0.
+/// A loss's workgroup result: `out[w] = scale · total`, written by invocation 0.
 #[device]
-fn partial_sum(s: &mut [f32; 256], t: u32, acc: f32, scale: f32, out: &mut [f32], w: u32) {
-    s[t] = acc;
-    let total = tree_sum(s, t);
+fn partial(t: u32, total: f32, scale: f32, out: &mut [f32], w: u32) {
     if t == 0 {
         out[w] = total * scale;
     }
 }
 
-/// Softmax cross-entropy of wide rows, one workgroup per row (rows `w, w + G, …`): the row's
-/// max and sum of exponentials are tree reductions in workgroup memory. Outputs as in
-/// [`softmax_xent_narrow`].
-#[kernel(workgroup = 256)]
-pub fn softmax_xent_wide(
+/// Invocation `t`'s share of the max of the row at `base` of a wide cross-entropy.
+#[device]
+fn wide_max(logits: &[f32], base: u32, classes: u32, t: u32) -> f32 {
+    let mut mx = f32::NEG_INFINITY;
+    let mut j = t;
+    while j < classes {
+        mx = max(mx, logits[base + j]);
+        j += 256u32;
+    }
+    mx
+}
+
+/// Invocation `t`'s share of the row's `Σ e^(z_j − m)`.
+#[device]
+fn wide_exp_sum(logits: &[f32], base: u32, classes: u32, t: u32, m: f32) -> f32 {
+    let mut sum = 0.0;
+    let mut j = t;
+    while j < classes {
+        sum += exp(logits[base + j] - m);
+        j += 256u32;
+    }
+    sum
+}
+
+/// Row `r`'s gradients (invocation `t`'s share), from its max `m` and sum of exponentials
+/// `total`; returns `acc` with the row's loss added by invocation 0.
+#[device]
+#[allow(clippy::too_many_arguments)]
+fn wide_finish(
+    acc: f32,
     classes: u32,
-    lscale: f32,
     gscale: f32,
     logits: &[f32],
     labels: &[u32],
     dlogits: &mut [f32],
-    out: &mut [f32],
-) {
-    let s = shared::<f32, 256>();
-    let t = local_id().x;
-    let rows = labels.len();
-    let mut acc = 0.0;
-    let mut r = workgroup_id().x;
-    while r < rows {
-        let base = r * classes;
-        let mut mx = f32::NEG_INFINITY;
-        let mut j = t;
-        while j < classes {
-            mx = max(mx, logits[base + j]);
-            j += 256u32;
-        }
-        s[t] = mx;
-        let m = tree_max(s, t);
-        barrier();
-        let mut sum = 0.0;
-        j = t;
-        while j < classes {
-            sum += exp(logits[base + j] - m);
-            j += 256u32;
-        }
-        s[t] = sum;
-        let total = tree_sum(s, t);
-        barrier();
-        let lab = labels[r];
-        let valid = lab < classes;
-        j = t;
-        while j < classes {
-            let p = exp(logits[base + j] - m) / total;
-            let y = if j == lab { 1.0 } else { 0.0 };
-            dlogits[base + j] = if valid { (p - y) * gscale } else { 0.0 };
-            j += 256u32;
-        }
-        if t == 0 && valid {
-            acc += log(total) - (logits[base + lab] - m);
-        }
-        r += num_workgroups().x;
+    r: u32,
+    t: u32,
+    m: f32,
+    total: f32,
+) -> f32 {
+    let base = r * classes;
+    let lab = labels[r];
+    let valid = lab < classes;
+    let mut j = t;
+    while j < classes {
+        let p = exp(logits[base + j] - m) / total;
+        let y = if j == lab { 1.0 } else { 0.0 };
+        dlogits[base + j] = if valid { (p - y) * gscale } else { 0.0 };
+        j += 256u32;
     }
-    if t == 0 {
-        out[workgroup_id().x] = acc * lscale;
+    if t == 0 && valid {
+        return acc + (log(total) - (logits[base + lab] - m));
     }
+    acc
 }
 
-/// Mean squared error pass: workgroup `w` writes `out[w] = lscale · Σ (p − y)²` over its
-/// grid-stride share (order of [`crate::reduce`]), and, when `write_grad`, `grad = gscale ·
-/// (p − y)` (added to `grad` when `accumulate`).
-#[kernel(workgroup = 256)]
-pub fn mse_pass(
-    lscale: f32,
+/// One invocation's elements `first, first + stride, …` of an MSE pass: `Σ (p − y)²` in
+/// order, and the gradient written when `write_grad`.
+#[device]
+#[allow(clippy::too_many_arguments)]
+fn mse_span(
     gscale: f32,
     write_grad: bool,
     accumulate: bool,
     pred: &[f32],
     target: &[f32],
     grad: &mut [f32],
-    out: &mut [f32],
-) {
-    let s = shared::<f32, 256>();
-    let t = local_id().x;
-    let n = pred.len();
-    let stride = global_size().x;
+    first: u32,
+    stride: u32,
+) -> f32 {
     let mut acc = 0.0;
-    let mut i = global_id().x;
-    while i < n {
+    let mut i = first;
+    while i < pred.len() {
         let d = pred[i] - target[i];
         acc += d * d;
         if write_grad {
@@ -159,7 +255,7 @@ pub fn mse_pass(
         }
         i += stride;
     }
-    partial_sum(s, t, acc, lscale, out, workgroup_id().x);
+    acc
 }
 
 /// `grad = gscale · (p − y)` (added to `grad` when `accumulate`): the MSE gradient alone.
@@ -252,15 +348,22 @@ pub fn softmax_cross_entropy_scaled<C: Launch + ?Sized>(
     let grid = Grid::workgroups(g);
     let narrow = classes <= NARROW_CLASSES;
     let classes = classes as u32;
+    let sg = on_subgroups(cx);
     into_loss(cx, op, g, loss, ws, |out| {
-        if narrow {
-            softmax_xent_narrow::launch(
-                cx, grid, classes, lscale, grad_scale, logits, labels, dlogits, out,
-            )
-        } else {
-            softmax_xent_wide::launch(
-                cx, grid, classes, lscale, grad_scale, logits, labels, dlogits, out,
-            )
+        let (c, ls, gs, y) = (classes, lscale, grad_scale, labels);
+        match (narrow, sg) {
+            (true, false) => {
+                softmax_xent_narrow::launch(cx, grid, c, ls, gs, logits, y, dlogits, out)
+            }
+            (true, true) => {
+                softmax_xent_narrow_sg::launch(cx, grid, c, ls, gs, logits, y, dlogits, out)
+            }
+            (false, false) => {
+                softmax_xent_wide::launch(cx, grid, c, ls, gs, logits, y, dlogits, out)
+            }
+            (false, true) => {
+                softmax_xent_wide_sg::launch(cx, grid, c, ls, gs, logits, y, dlogits, out)
+            }
         }
     })
 }
@@ -281,7 +384,7 @@ fn into_loss<C: Launch + ?Sized>(
     expect_at_least(op, "ws", ws.len(), g as usize)?;
     let mut partials = ws.slice(0..g as usize)?;
     pass(&mut partials)?;
-    reduce_all::launch(cx, Grid::workgroups(1), 0u32, 0u32, 0.0f32, &partials, loss)
+    launch_all(cx, Grid::workgroups(1), 0u32, 0u32, 0.0f32, &partials, loss)
 }
 
 /// Workgroups of an MSE pass over `n` elements.
@@ -325,10 +428,17 @@ fn mse_launch<C: Launch + ?Sized>(
         }
     };
     let grid = Grid::workgroups(g);
+    let sg = on_subgroups(cx);
     into_loss(cx, op, g, loss, ws, |out| {
-        mse_pass::launch(
-            cx, grid, lscale, gscale, write, accumulate, pred, target, grad, out,
-        )
+        if sg {
+            mse_pass_sg::launch(
+                cx, grid, lscale, gscale, write, accumulate, pred, target, grad, out,
+            )
+        } else {
+            mse_pass::launch(
+                cx, grid, lscale, gscale, write, accumulate, pred, target, grad, out,
+            )
+        }
     })
 }
 

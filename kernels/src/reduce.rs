@@ -97,6 +97,37 @@ pub(crate) fn fold(op: u32, acc: f32, v: f32) -> f32 {
     }
 }
 
+/// Step 1 of the module's order for one invocation: `x[from]`, `x[from + step]`, … below
+/// `end` folded by accumulation `op`, in increasing order, from its identity.
+#[device]
+pub(crate) fn fold_span(op: u32, x: &[f32], from: u32, end: u32, step: u32) -> f32 {
+    let mut acc = start(op);
+    let mut i = from;
+    while i < end {
+        acc = fold(op, acc, x[i]);
+        i += step;
+    }
+    acc
+}
+
+/// Step 1 for invocation `t` of the 256 reducing part `r` of a row-major matrix of `cols`
+/// columns whose rows are cut into `parts` parts of `part` columns (as the kernel
+/// `reduce_rows` cuts them).
+#[device]
+pub(crate) fn fold_part(
+    op: u32,
+    x: &[f32],
+    cols: u32,
+    part: u32,
+    parts: u32,
+    r: u32,
+    t: u32,
+) -> f32 {
+    let lo = (r % parts) * part;
+    let base = (r / parts) * cols + lo;
+    fold_span(op, x, base + t, base + min(part, cols - lo), 256u32)
+}
+
 /// Two partial results of accumulation `op` combined (a step of the tree, step 2): a sum
 /// of squares' partials are sums.
 #[device]
@@ -116,15 +147,30 @@ pub(crate) fn combine(op: u32, a: f32, b: f32) -> f32 {
 #[device]
 fn tree(op: u32, s: &mut [f32; 256], t: u32) -> f32 {
     barrier();
-    let mut h = 128u32;
-    while h > 0 {
-        if t < h {
-            s[t] = combine(op, s[t], s[t + h]);
-        }
-        barrier();
-        h = h >> 1u32;
+    // h = 128, 64, …, 1: a constant range, unrolled.
+    for l in 0..8u32 {
+        tree_level(op, s, t, 128u32 >> l);
     }
     s[0]
+}
+
+/// One level `h` of the tree: slot `t < h` takes `s[t] ∘ s[t + h]`, then the workgroup
+/// waits. Called by the whole workgroup together.
+#[device]
+pub(crate) fn tree_level(op: u32, s: &mut [f32; 256], t: u32, h: u32) {
+    if t < h {
+        s[t] = combine(op, s[t], s[t + h]);
+    }
+    barrier();
+}
+
+/// [`tree`] of the partial results `v` of invocations `t`, written to `s` first: the
+/// workgroup-memory form of `crate::reduce_subgroup::tree_sg`, with the same arguments and
+/// the same bits.
+#[device]
+pub(crate) fn tree_wg(op: u32, v: f32, s: &mut [f32; 256], t: u32) -> f32 {
+    s[t] = v;
+    tree(op, s, t)
 }
 
 /// The workgroup's total of `s[0..256]`, summed as a tree in the module's order (step 2),
@@ -154,66 +200,67 @@ pub(crate) fn finish(post: u32, scale: f32, v: f32) -> f32 {
     }
 }
 
-/// One pass of a whole-buffer reduction: workgroup `w` writes its reduction (steps 1–2 of the
-/// module's order) to `out[w]`. `op`: 0 sum, 1 sum of squares, 2 max; `post`: 0 none, 1 times
-/// `scale`, 2 square root.
-#[kernel(workgroup = 256)]
-pub fn reduce_all(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32]) {
-    let s = shared::<f32, 256>();
-    let t = local_id().x;
-    let n = x.len();
-    let stride = global_size().x;
-    let mut acc = start(op);
-    let mut i = global_id().x;
-    while i < n {
-        acc = fold(op, acc, x[i]);
-        i += stride;
-    }
-    s[t] = acc;
-    let total = tree(op, s, t);
-    if t == 0 {
-        out[workgroup_id().x] = finish(post, scale, total);
-    }
-}
+/// The reduction kernels, once for each way of combining over a workgroup: `$tree(op, v, s,
+/// t)` is [`tree_wg`] (step 2 in workgroup memory) or `tree_sg` (its first levels on
+/// subgroups, [`crate::reduce_subgroup`]), which combine in the same order: the same bits.
+macro_rules! reduce_kernels {
+    ($tree:ident, $how:literal, $all:ident, $rows:ident) => {
+        /// One pass of a whole-buffer reduction: workgroup `w` writes its reduction (steps
+        /// 1–2 of [`crate::reduce`]'s order) to `out[w]`. `op`: 0 sum, 1 sum of squares, 2
+        /// max; `post`: 0 none, 1 times `scale`, 2 square root.
+        #[doc = $how]
+        #[kernel(workgroup = 256)]
+        pub fn $all(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32]) {
+            let s = shared::<f32, 256>();
+            let t = local_id().x;
+            let acc = fold_span(op, x, global_id().x, x.len(), global_size().x);
+            let total = $tree(op, acc, s, t);
+            if t == 0 {
+                out[workgroup_id().x] = finish(post, scale, total);
+            }
+        }
 
-/// Per-row reduction of a row-major matrix with `cols` columns, each row cut into `parts`
-/// parts of `part` columns (the last may be shorter; `parts = 1`, `part = cols` for whole
-/// rows): `out` has an element per (row, part), and workgroup `w` reduces parts
-/// `w, w + G, …`, each by steps 1–2 of the module's order. Codes as in [`reduce_all`].
-#[kernel(workgroup = 256)]
-pub fn reduce_rows(
-    op: u32,
-    post: u32,
-    scale: f32,
-    cols: u32,
-    part: u32,
-    parts: u32,
-    x: &[f32],
-    out: &mut [f32],
-) {
-    let s = shared::<f32, 256>();
-    let t = local_id().x;
-    let tasks = out.len();
-    let mut r = workgroup_id().x;
-    while r < tasks {
-        let lo = (r % parts) * part;
-        let len = min(part, cols - lo);
-        let base = (r / parts) * cols + lo;
-        let mut acc = start(op);
-        let mut c = t;
-        while c < len {
-            acc = fold(op, acc, x[base + c]);
-            c += 256u32;
+        /// Per-row reduction of a row-major matrix with `cols` columns, each row cut into
+        /// `parts` parts of `part` columns (the last may be shorter; `parts = 1`, `part =
+        /// cols` for whole rows): `out` has an element per (row, part), and workgroup `w`
+        /// reduces parts `w, w + G, …`, each by steps 1–2 of [`crate::reduce`]'s order.
+        /// Codes as for the whole-buffer pass.
+        #[doc = $how]
+        #[kernel(workgroup = 256)]
+        pub fn $rows(
+            op: u32,
+            post: u32,
+            scale: f32,
+            cols: u32,
+            part: u32,
+            parts: u32,
+            x: &[f32],
+            out: &mut [f32],
+        ) {
+            let s = shared::<f32, 256>();
+            let t = local_id().x;
+            let mut r = workgroup_id().x;
+            while r < out.len() {
+                let acc = fold_part(op, x, cols, part, parts, r, t);
+                let total = $tree(op, acc, s, t);
+                if t == 0 {
+                    out[r] = finish(post, scale, total);
+                }
+                barrier();
+                r += num_workgroups().x;
+            }
         }
-        s[t] = acc;
-        let total = tree(op, s, t);
-        if t == 0 {
-            out[r] = finish(post, scale, total);
-        }
-        barrier();
-        r += num_workgroups().x;
-    }
+    };
 }
+pub(crate) use reduce_kernels;
+
+reduce_kernels!(
+    tree_wg,
+    "Step 2 is a tree in workgroup memory (the `_sg` variants of [`crate::reduce_subgroup`]: \
+     on subgroups).",
+    reduce_all,
+    reduce_rows
+);
 
 /// Workgroups of the first pass for `n` elements (1 means a single pass).
 pub(crate) fn first_pass_groups(n: usize) -> u32 {

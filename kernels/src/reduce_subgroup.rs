@@ -11,118 +11,55 @@
 //! Lane 0 of subgroup `w` then holds the tree's slot `w`, and the last `log2 W` levels run
 //! in workgroup memory as before: 3 barriers instead of 8 with 32 lanes.
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::{Buffer, Grid, Launch, Result};
 
-use crate::reduce::{combine, finish, fold, start};
+use crate::reduce::{combine, finish, fold_part, fold_span, tree_level};
 
-/// [`crate::reduce::reduce_all`] with the tree's first levels on subgroups.
-#[kernel(workgroup = 256)]
-pub fn reduce_all_sg(op: u32, post: u32, scale: f32, x: &[f32], out: &mut [f32]) {
-    let s = shared::<f32, 256>();
-    let t = local_id().x;
-    let n = x.len();
-    let stride = global_size().x;
-    let mut acc = start(op);
-    let mut i = global_id().x;
-    while i < n {
-        acc = fold(op, acc, x[i]);
-        i += stride;
-    }
-    s[t] = acc;
+/// Step 2 of [`crate::reduce`]'s order over a workgroup of 256, its first levels on
+/// subgroups (module docs): invocation `t`'s partial result `v` combined with the others'
+/// by accumulation `op`, the total given to every invocation. Called by the whole workgroup
+/// together; `s` is only read after it, so a caller that writes `s` again puts a
+/// `barrier()` first.
+#[device]
+pub(crate) fn tree_sg(op: u32, v: f32, s: &mut [f32; 256], t: u32) -> f32 {
+    s[t] = v;
     barrier();
     let size = subgroup_size();
     let groups = 256u32 / size;
     let lane = subgroup_invocation_id();
     let w = t / size;
-    let mut v = s[lane * groups + w];
+    let mut a = s[lane * groups + w];
     let mut m = size / 2u32;
     while m > 0 {
-        let o = subgroup_shuffle_xor(v, m);
-        v = combine(op, v, o);
+        let o = subgroup_shuffle_xor(a, m);
+        a = combine(op, a, o);
         m = m >> 1u32;
     }
     barrier();
     if lane == 0 {
-        s[w] = v;
+        s[w] = a;
     }
     barrier();
     let mut h = groups / 2u32;
     while h > 0 {
-        if t < h {
-            s[t] = combine(op, s[t], s[t + h]);
-        }
-        barrier();
+        tree_level(op, s, t, h);
         h = h >> 1u32;
     }
-    if t == 0 {
-        out[workgroup_id().x] = finish(post, scale, s[0]);
-    }
+    s[0]
 }
 
-/// [`reduce_rows`](mod@crate::reduce::reduce_rows) (the kernel) with the tree's first levels on subgroups.
-#[kernel(workgroup = 256)]
-pub fn reduce_rows_sg(
-    op: u32,
-    post: u32,
-    scale: f32,
-    cols: u32,
-    part: u32,
-    parts: u32,
-    x: &[f32],
-    out: &mut [f32],
-) {
-    let s = shared::<f32, 256>();
-    let t = local_id().x;
-    let size = subgroup_size();
-    let groups = 256u32 / size;
-    let lane = subgroup_invocation_id();
-    let w = t / size;
-    let tasks = out.len();
-    let mut r = workgroup_id().x;
-    while r < tasks {
-        let lo = (r % parts) * part;
-        let len = min(part, cols - lo);
-        let base = (r / parts) * cols + lo;
-        let mut acc = start(op);
-        let mut c = t;
-        while c < len {
-            acc = fold(op, acc, x[base + c]);
-            c += 256u32;
-        }
-        s[t] = acc;
-        barrier();
-        let mut v = s[lane * groups + w];
-        let mut m = size / 2u32;
-        while m > 0 {
-            let o = subgroup_shuffle_xor(v, m);
-            v = combine(op, v, o);
-            m = m >> 1u32;
-        }
-        barrier();
-        if lane == 0 {
-            s[w] = v;
-        }
-        barrier();
-        let mut h = groups / 2u32;
-        while h > 0 {
-            if t < h {
-                s[t] = combine(op, s[t], s[t + h]);
-            }
-            barrier();
-            h = h >> 1u32;
-        }
-        if t == 0 {
-            out[r] = finish(post, scale, s[0]);
-        }
-        barrier();
-        r += num_workgroups().x;
-    }
-}
+crate::reduce::reduce_kernels!(
+    tree_sg,
+    "Step 2 has its first levels on subgroups, in the workgroup tree's order: the same bits \
+     as the kernel of [`crate::reduce`] without `_sg`.",
+    reduce_all_sg,
+    reduce_rows_sg
+);
 
 /// Whether `cx` runs the subgroup variants: its device has subgroups the library may use
 /// ([`Launch::library_subgroups`]) that split the workgroup of 256.
-fn on_subgroups<C: Launch + ?Sized>(cx: &C) -> bool {
+pub(crate) fn on_subgroups<C: Launch + ?Sized>(cx: &C) -> bool {
     cx.library_subgroups()
         .is_some_and(|s| s <= 256 && 256 % s == 0)
 }

@@ -929,7 +929,8 @@ impl KernelGen<'_> {
             // on a parameter came before (then an error, as for a kernel).
             9 if !self.clean || self.depth == 0 => "barrier();".into(),
             10 if self.loops > 0 => (*self.rng.pick(&["break;", "continue;"])).into(),
-            12 if !self.clean || (self.depth == 0 && self.device.is_none()) => {
+            // At a helper's top level too: its callers are checked like the operation.
+            12 if !self.clean || self.depth == 0 => {
                 self.subgroups = true;
                 self.subgroup_let()
             }

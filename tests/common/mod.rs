@@ -22,6 +22,22 @@ pub fn rng(test: &str) -> rand::rngs::StdRng {
     rand::rngs::StdRng::seed_from_u64(seed)
 }
 
+/// The host emulating `dev`'s subgroups: `(size, host)`, or `None` (noted) where `dev` has no
+/// fixed subgroup size.
+pub fn subgroup_host(dev: &graphed::Device) -> Option<(u32, graphed::Device)> {
+    let Some(size) = dev.subgroup_size() else {
+        eprintln!(
+            "note: {} has no fixed subgroup size; skipped",
+            dev.adapter()
+        );
+        return None;
+    };
+    Some((
+        size,
+        graphed::Device::host_with_subgroup_size(size).unwrap(),
+    ))
+}
+
 /// `n` uniform floats in `[lo, hi)`.
 pub fn floats(rng: &mut impl rand::Rng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(lo..hi)).collect()

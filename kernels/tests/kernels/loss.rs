@@ -194,3 +194,107 @@ fn mean_squared_error_forward_and_backward() {
         }
     });
 }
+
+/// Shapes that take every loss kernel: narrow rows in one workgroup and through the
+/// workspace, wide rows one workgroup each (fewer and more rows than workgroups), and MSE
+/// in one pass and in two.
+const VARIANT_SHAPES: &[(usize, usize)] = &[(7, 10), (4097, 3), (3, 1023), (300, 70), (1, 4097)];
+
+/// `(loss, dlogits)` bits of every variant shape's cross-entropy, then `(loss, grad)` bits of
+/// MSEs of 1000 and 20,000 elements, on `dev` with the library's subgroups `sub`.
+fn loss_bits(
+    dev: &graphed_runtime::Device,
+    sub: bool,
+    inputs: &[(Vec<f32>, Vec<u32>)],
+) -> Vec<Vec<u32>> {
+    dev.set_library_subgroups(sub);
+    let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let mut out = Vec::new();
+    for (&(rows, classes), (z, labels)) in VARIANT_SHAPES.iter().zip(inputs) {
+        let logits = dev.upload(z).unwrap();
+        let lab = dev.upload(labels).unwrap();
+        let mut loss_out = poisoned(dev, 1);
+        let mut dz = poisoned(dev, rows * classes);
+        let mut ws = poisoned(dev, loss::xent_workspace_len(rows, classes).max(1));
+        loss::softmax_cross_entropy(dev, &logits, &lab, &mut loss_out, &mut dz, &mut ws).unwrap();
+        out.push(bits(loss_out.to_host().unwrap()));
+        out.push(bits(dz.to_host().unwrap()));
+    }
+    for (p, _) in &inputs[VARIANT_SHAPES.len()..] {
+        let pred = dev.upload(p).unwrap();
+        let rev: Vec<f32> = p.iter().rev().map(|v| v * 0.5).collect();
+        let target = dev.upload(&rev).unwrap();
+        let mut loss_out = poisoned(dev, 1);
+        let mut grad = poisoned(dev, p.len());
+        let mut ws = poisoned(dev, loss::mse_workspace_len(p.len()).max(1));
+        loss::mse_with_grad(
+            dev,
+            &pred,
+            &target,
+            &mut loss_out,
+            &mut grad,
+            &mut ws,
+            false,
+        )
+        .unwrap();
+        out.push(bits(loss_out.to_host().unwrap()));
+        out.push(bits(grad.to_host().unwrap()));
+    }
+    dev.set_library_subgroups(true);
+    out
+}
+
+fn loss_inputs(r: &mut impl Rng) -> Vec<(Vec<f32>, Vec<u32>)> {
+    let mut v: Vec<(Vec<f32>, Vec<u32>)> = VARIANT_SHAPES
+        .iter()
+        .map(|&(rows, classes)| {
+            let z = floats(r, rows * classes, -5.0, 5.0);
+            let mut labels: Vec<u32> = (0..rows)
+                .map(|_| r.random_range(0..classes as u32))
+                .collect();
+            if rows > 5 {
+                labels[3] = classes as u32; // an ignored row
+            }
+            (z, labels)
+        })
+        .collect();
+    for n in [1000, 20_000] {
+        v.push((floats(r, n, -1.0, 1.0), Vec::new()));
+    }
+    v
+}
+
+/// With subgroups and without, every loss gives the same bits (the `_sg` kernels keep the
+/// workgroup tree's order; their results against the f64 oracle are the tests above, which
+/// run them wherever the device has subgroups). On the host every subgroup size from 4 to
+/// 64 gives the bits of the tree too.
+#[test]
+fn loss_subgroup_variants_equal_the_workgroup_tree_bitwise() {
+    let mut r = rng("loss_subgroup_variants_equal_the_workgroup_tree_bitwise");
+    on_every_backend(|dev| {
+        let inputs = loss_inputs(&mut r);
+        let tree = loss_bits(dev, false, &inputs);
+        let sg = loss_bits(dev, true, &inputs);
+        for (i, (a, b)) in tree.iter().zip(&sg).enumerate() {
+            assert_eq!(
+                a,
+                b,
+                "{}: output {i}: subgroup and workgroup variants differ",
+                dev.adapter()
+            );
+        }
+    });
+    let inputs = loss_inputs(&mut r);
+    let tree = loss_bits(&graphed_runtime::Device::host(), false, &inputs);
+    for size in [4u32, 8, 16, 32, 64] {
+        let host = graphed_runtime::Device::host_with_subgroup_size(size).unwrap();
+        assert_eq!(host.library_subgroups(), Some(size));
+        let sg = loss_bits(&host, true, &inputs);
+        for (i, (a, b)) in tree.iter().zip(&sg).enumerate() {
+            assert_eq!(
+                a, b,
+                "host, subgroups of {size}: output {i} differs from the tree"
+            );
+        }
+    }
+}

@@ -26,7 +26,7 @@ use syn::visit::Visit;
 
 use super::check::{Checker, SharedParam, Sig, Slot, DEFERRED};
 use super::emit::host_device;
-use super::ir::{DeviceFn, IdBuiltin, Kernel, ParamKind, Shared, Ty};
+use super::ir::{DeviceFn, IdBuiltin, Kernel, ParamKind, Shared, SubgroupOp, Ty};
 use super::{combine, parse, Errors};
 
 const BUNDLE: &str = "__graphed_bundle";
@@ -503,6 +503,36 @@ fn calls_barrier(block: &syn::Block) -> bool {
     call_args(block).iter().any(|(k, _)| k == "barrier")
 }
 
+/// What subgroup builtins `block` (of helper `name`) calls itself: whether any, and the
+/// first that exchanges values between invocations.
+fn own_subgroup(block: &syn::Block, name: &str) -> (bool, Option<(SubgroupOp, String)>) {
+    let ops: Vec<SubgroupOp> = call_args(block)
+        .iter()
+        .filter_map(|(k, _)| SubgroupOp::from_name(k))
+        .collect();
+    let exchange = ops.iter().find(|op| op.arity() > 0);
+    (!ops.is_empty(), exchange.map(|&op| (op, name.to_string())))
+}
+
+/// What subgroup builtins a helper reaches: its own (`own`) and its callees' (`names` into
+/// `sigs`).
+fn reached_subgroup(
+    own: (bool, Option<(SubgroupOp, String)>),
+    names: &HashMap<String, usize>,
+    sigs: &[Sig],
+) -> (bool, Option<(SubgroupOp, String)>) {
+    let (mut any, mut exchange) = own;
+    let mut callees: Vec<usize> = names.values().copied().collect();
+    callees.sort_unstable();
+    for c in callees {
+        any |= sigs[c].has_subgroup;
+        if exchange.is_none() {
+            exchange = sigs[c].exchange.clone();
+        }
+    }
+    (any, exchange)
+}
+
 /// The signatures of `entries` (whose callees are `names`): which parameters are used
 /// atomically and whether a barrier is reached are carried from callees to callers.
 fn entry_sigs(
@@ -514,17 +544,26 @@ fn entry_sigs(
         .iter()
         .map(|e| super::atomic_params(&e.item.block))
         .collect();
-    let sig_of = |e: &Entry, atomic: &[String], barrier: bool, errors: &mut Errors| {
-        let (params, shared, ret) = signature(&e.item, atomic, errors);
-        Sig {
-            id: e.id.clone(),
-            name: e.item.sig.ident.to_string(),
-            params,
-            shared,
-            ret,
-            has_barrier: barrier,
-        }
-    };
+    type Subgroup = (bool, Option<(SubgroupOp, String)>);
+    let sig_of =
+        |e: &Entry, atomic: &[String], barrier: bool, subgroup: &Subgroup, errors: &mut Errors| {
+            let (params, shared, ret) = signature(&e.item, atomic, errors);
+            Sig {
+                id: e.id.clone(),
+                name: e.item.sig.ident.to_string(),
+                params,
+                shared,
+                ret,
+                has_barrier: barrier,
+                has_subgroup: subgroup.0,
+                exchange: subgroup.1.clone(),
+            }
+        };
+    let own_sub: Vec<Subgroup> = entries
+        .iter()
+        .map(|e| own_subgroup(&e.item.block, &e.item.sig.ident.to_string()))
+        .collect();
+    let mut sub = own_sub.clone();
     let mut atomic = own_atomic.clone();
     let mut barrier: Vec<bool> = entries
         .iter()
@@ -532,9 +571,8 @@ fn entry_sigs(
         .collect();
     let mut sigs: Vec<Sig> = entries
         .iter()
-        .zip(&atomic)
-        .zip(&barrier)
-        .map(|((e, a), b)| sig_of(e, a, *b, &mut Errors::new()))
+        .enumerate()
+        .map(|(k, e)| sig_of(e, &atomic[k], barrier[k], &sub[k], &mut Errors::new()))
         .collect();
     // Callees first or not, each round carries one more level; no chain is longer than
     // the number of helpers.
@@ -544,11 +582,13 @@ fn entry_sigs(
             let mut a = own_atomic[k].clone();
             a.extend(atomic_args(&e.item.block, &sigs, &names[k]));
             let b = barrier[k] || names[k].values().any(|&c| sigs[c].has_barrier);
-            if b != barrier[k] || a.iter().any(|n| !atomic[k].contains(n)) {
+            let g = reached_subgroup(own_sub[k].clone(), &names[k], &sigs);
+            if b != barrier[k] || g != sub[k] || a.iter().any(|n| !atomic[k].contains(n)) {
                 changed = true;
                 barrier[k] = b;
                 atomic[k] = a;
-                sigs[k] = sig_of(e, &atomic[k], b, &mut Errors::new());
+                sub[k] = g;
+                sigs[k] = sig_of(e, &atomic[k], b, &sub[k], &mut Errors::new());
             }
         }
         if !changed {
@@ -557,9 +597,8 @@ fn entry_sigs(
     }
     entries
         .iter()
-        .zip(&atomic)
-        .zip(&barrier)
-        .map(|((e, a), b)| sig_of(e, a, *b, errors))
+        .enumerate()
+        .map(|(k, e)| sig_of(e, &atomic[k], barrier[k], &sub[k], errors))
         .collect()
 }
 
@@ -573,9 +612,13 @@ fn lower_helper(
 ) -> DeviceFn {
     let mut atomic = super::atomic_params(&func.block);
     atomic.extend(atomic_args(&func.block, &sigs, &names));
-    let barriers: Vec<Option<String>> = sigs
+    let reach: Vec<super::uniformity::Reach> = sigs
         .iter()
-        .map(|s| s.has_barrier.then(|| s.name.clone()))
+        .map(|s| super::uniformity::Reach {
+            name: s.name.clone(),
+            barrier: s.has_barrier,
+            exchange: s.exchange.clone(),
+        })
         .collect();
     let mut checker = Checker::new(errors, sig.name.clone(), sig.params.clone(), [1, 1, 1]);
     checker.atomic_names(atomic);
@@ -593,8 +636,10 @@ fn lower_helper(
         shared,
         arrays,
         has_barrier,
+        has_subgroup: sig.has_subgroup,
+        exchange: sig.exchange.clone(),
     };
-    super::uniformity::check_helper(&f, &barriers, errors);
+    super::uniformity::check_helper(&f, &reach, errors);
     f
 }
 
@@ -812,13 +857,21 @@ fn build(
     let (params, shared, ret) = signature(func, &atomic, &mut errors);
     let has_barrier =
         calls_barrier(&func.block) || helpers.names.values().any(|&c| helpers.sigs[c].has_barrier);
+    let name = func.sig.ident.to_string();
+    let (has_subgroup, exchange) = reached_subgroup(
+        own_subgroup(&func.block, &name),
+        &helpers.names,
+        &helpers.sigs,
+    );
     let sig = Sig {
         id: id.clone(),
-        name: func.sig.ident.to_string(),
+        name,
         params,
         shared,
         ret,
         has_barrier,
+        has_subgroup,
+        exchange,
     };
     let own = lower_helper(
         func,
@@ -943,8 +996,15 @@ fn finish_device(
         }
     }
     let own_fn = format_ident!("{}", id);
-    // A helper that reaches a barrier is a future on the host; alone, it never waits.
-    let run = if own.has_barrier {
+    // Called from Rust, the invocation is alone: a subgroup of one, whose reductions and
+    // shuffles return its own value.
+    if own.has_subgroup {
+        prep.push(quote!(let gd_sg_alone = gd::HostSubgroups::new(1, 1);));
+        args.push(quote!(&gd_sg_alone, 0u32));
+    }
+    // A helper that reaches a barrier or a subgroup operation is a future on the host;
+    // alone, it never waits.
+    let run = if own.has_barrier || own.has_subgroup {
         quote!(gd::run_alone(#own_fn(#(#args),*)))
     } else {
         quote!(#own_fn(#(#args),*))

@@ -565,3 +565,110 @@ fn a_kernel_reports_its_other_errors_before_its_helpers_are_looked_up() {
     );
     assert!(ok.contains("let _ = helpers :: gelu ;"), "{ok}");
 }
+
+fn warp_sum() -> TokenStream {
+    quote! {
+        fn warp_sum(v: f32) -> f32 {
+            subgroup_add(v)
+        }
+    }
+}
+
+fn twice() -> TokenStream {
+    quote! {
+        fn twice(v: f32) -> f32 {
+            warp_sum(v) * 2.0
+        }
+    }
+}
+
+#[test]
+fn a_helper_using_subgroups_makes_its_kernel_use_them_on_every_target() {
+    let k = kernel(
+        quote! {
+            pub fn sums(x: &[f32], out: &mut [f32]) {
+                let i = global_id().x;
+                let v = twice(x[i]);
+                out[i] = v;
+            }
+        },
+        &[warp_sum(), twice()],
+    );
+    assert!(
+        k.has_subgroup,
+        "the kernel uses subgroups through its helpers"
+    );
+    assert!(k.helpers.iter().all(|h| h.has_subgroup));
+    let twice = k.helpers.iter().find(|h| h.name == "twice").unwrap();
+    assert_eq!(
+        twice.exchange,
+        Some((SubgroupOp::Add, "warp_sum".to_string()))
+    );
+    let wgsl = valid_wgsl(&k);
+    assert!(wgsl.contains("// requires: subgroups"), "{wgsl}");
+    assert!(wgsl.contains("gd_sg_size: u32, gd_sg_id: u32)"), "{wgsl}");
+    assert!(wgsl.contains("subgroupShuffleXor"), "{wgsl}");
+    let cuda = emit::cuda::emit(&k);
+    // The subgroup operation is defined before the helper that calls it.
+    let op = cuda
+        .find("gd_sg_add_f32(f")
+        .expect("the reduction's definition");
+    let helper = cuda.find("// `#[device]` warp_sum").expect("the helper");
+    assert!(op < helper, "{cuda}");
+}
+
+#[test]
+fn a_helper_using_subgroups_is_called_where_its_subgroup_is_together() {
+    let e = kernel_errors(
+        quote! {
+            pub fn gated(x: &[f32], out: &mut [f32]) {
+                let i = global_id().x;
+                if i < x.len() {
+                    out[i] = twice(x[i]);
+                }
+            }
+        },
+        &[warp_sum(), twice()],
+    );
+    assert_one(
+        &e,
+        "this call of `twice`, which reaches `subgroup_add` through `warp_sum`, must be reached by every invocation of its subgroup together",
+    );
+    let e = kernel_errors(
+        quote! {
+            pub fn arm(out: &mut [f32]) {
+                let i = global_id().x;
+                out[0] = if i < 3 { warp_sum(1.0) } else { 0.0 };
+            }
+        },
+        &[warp_sum()],
+    );
+    assert_one(&e, "this call of `warp_sum`, which reaches `subgroup_add`,");
+    // In a helper, a parameter may carry an id: the same rule, checked once for every call.
+    let e = helper_errors(&[
+        warp_sum(),
+        quote! {
+            fn gated(v: f32, n: u32) -> f32 {
+                if n > 3 {
+                    return warp_sum(v);
+                }
+                v
+            }
+        },
+    ]);
+    assert_one(
+        &e,
+        "every parameter counts as depending on the invocation id",
+    );
+    let e = lower_with_helpers(
+        quote!(workgroup = 48),
+        Some(quote! {
+            pub fn odd(out: &mut [f32]) {
+                out[0] = warp_sum(1.0);
+            }
+        }),
+        &[warp_sum()],
+    )
+    .unwrap_err();
+    assert_one(&e, "a multiple of 32 invocations");
+}

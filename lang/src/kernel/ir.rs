@@ -139,6 +139,12 @@ pub struct DeviceFn {
     pub arrays: Vec<LocalArray>,
     /// Whether it reaches a `barrier()`, itself or through a callee.
     pub has_barrier: bool,
+    /// Whether it reaches a subgroup builtin, itself or through a callee: WGSL passes it the
+    /// entry point's subgroup size and lane, the host form its workgroup's exchange.
+    pub has_subgroup: bool,
+    /// The first subgroup operation it reaches that exchanges values between invocations,
+    /// and the helper whose body holds it (see `check::Sig::exchange`).
+    pub exchange: Option<(SubgroupOp, String)>,
 }
 
 /// An argument of a helper call.

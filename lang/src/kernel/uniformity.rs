@@ -9,7 +9,8 @@
 //! barrier counts as one. In a helper's own body every parameter counts as non-uniform
 //! (callers may pass an invocation id), so its barriers are checked for every call at once.
 //! A subgroup operation is an error in the same places, or in an arm of a conditional value
-//! or a `&&`/`||` operand evaluated only for some invocations; and the mask or delta of
+//! or a `&&`/`||` operand evaluated only for some invocations, and so is a call of a helper
+//! that reaches one (itself or through another helper); and the mask or delta of
 //! `subgroup_shuffle_xor/up/down` must be uniform (SPIR-V requires it). Uniform here means
 //! uniform over the workgroup, which is stricter than the subgroup and the same on every
 //! target.
@@ -18,28 +19,44 @@ use std::collections::HashSet;
 
 use super::ir::*;
 
+/// What a call of a helper must be reached together by: a barrier (the workgroup) or a
+/// subgroup operation (its subgroup).
+pub struct Reach {
+    /// The helper's name.
+    pub name: String,
+    /// It reaches a `barrier()`.
+    pub barrier: bool,
+    /// It reaches this subgroup operation, in the body of the helper named.
+    pub exchange: Option<(SubgroupOp, String)>,
+}
+
 pub fn check(kernel: &Kernel, errors: &mut Vec<syn::Error>) {
     if !kernel.has_barrier && !kernel.has_subgroup {
         return;
     }
-    let barriers: Vec<Option<String>> = kernel
+    let reach: Vec<Reach> = kernel
         .helpers
         .iter()
-        .map(|f| f.has_barrier.then(|| f.name.clone()))
+        .map(|f| Reach {
+            name: f.name.clone(),
+            barrier: f.has_barrier,
+            exchange: f.exchange.clone(),
+        })
         .collect();
-    walk(&kernel.body, &barriers, true, kernel.has_subgroup, errors);
+    walk(&kernel.body, &reach, true, kernel.has_subgroup, errors);
 }
 
-/// Checks the barriers of helper `f`; `barriers` names each callee that reaches one.
-pub fn check_helper(f: &DeviceFn, barriers: &[Option<String>], errors: &mut Vec<syn::Error>) {
-    if f.has_barrier {
-        walk(&f.body, barriers, false, false, errors);
+/// Checks the barriers and subgroup operations of helper `f`, itself and in calls; `reach`
+/// says what each callee reaches.
+pub fn check_helper(f: &DeviceFn, reach: &[Reach], errors: &mut Vec<syn::Error>) {
+    if f.has_barrier || f.has_subgroup {
+        walk(&f.body, reach, false, f.has_subgroup, errors);
     }
 }
 
 fn walk(
     body: &[Stmt],
-    barriers: &[Option<String>],
+    barriers: &[Reach],
     params_uniform: bool,
     subgroups: bool,
     errors: &mut Vec<syn::Error>,
@@ -83,9 +100,14 @@ fn under(nu: Nu, cond_nu: bool) -> Nu {
 
 fn subgroup_message(op: SubgroupOp, why: Why) -> String {
     let name = op.name();
+    subgroup_reach_message(&format!("`{name}`"), name, why)
+}
+
+/// Why `what` (a subgroup operation, or a call of a helper reaching `name`) is misplaced.
+fn subgroup_reach_message(what: &str, name: &str, why: Why) -> String {
     match why {
-        Why::Condition => format!("`{name}` must be reached by every invocation of its subgroup together, but this one is inside an `if`, a loop or a conditional value (`if`/`&&`/`||`) whose condition depends on the invocation id (or on memory that invocations write), so some invocations skip it; compute it for every invocation before the `if`/loop and use the result inside, or compute the condition from uniform values (scalar parameters, `len()`, `workgroup_id()`, constants)"),
-        Why::EarlyExit => format!("`{name}` must be reached by every invocation of its subgroup together, but some invocations may already have left through an earlier `return`, `break` or `continue` taken under a condition that depends on the invocation id; instead of leaving early, put the work in `if cond {{ ... }}` and keep `{name}` outside it"),
+        Why::Condition => format!("{what} must be reached by every invocation of its subgroup together, but this one is inside an `if`, a loop or a conditional value (`if`/`&&`/`||`) whose condition depends on the invocation id (or on memory that invocations write), so some invocations skip it; compute it for every invocation before the `if`/loop and use the result inside, or compute the condition from uniform values (scalar parameters, `len()`, `workgroup_id()`, constants)"),
+        Why::EarlyExit => format!("{what} must be reached by every invocation of its subgroup together, but some invocations may already have left through an earlier `return`, `break` or `continue` taken under a condition that depends on the invocation id; instead of leaving early, put the work in `if cond {{ ... }}` and keep `{name}` outside it"),
     }
 }
 
@@ -105,11 +127,11 @@ fn call_message(why: Why, callee: &str) -> String {
 }
 
 struct Analysis<'k, 'e> {
-    /// For each helper a call may name: its name, if it reaches a barrier.
-    barriers: &'k [Option<String>],
+    /// For each helper a call may name: what it reaches.
+    barriers: &'k [Reach],
     /// Whether scalar parameters are uniform (a kernel's are; a helper's may not be).
     params_uniform: bool,
-    /// Whether the body uses subgroup operations (helpers may not).
+    /// Whether the body uses subgroup operations, itself or through helpers.
     subgroups: bool,
     tainted: HashSet<String>,
     changed: bool,
@@ -233,9 +255,7 @@ impl Analysis<'_, '_> {
             Stmt::Barrier { span } => {
                 if let Some(why) = nu {
                     let mut msg = barrier_message(why).to_string();
-                    if !self.params_uniform {
-                        msg.push_str(" (in a `#[device]` function every parameter counts as depending on the invocation id, since a caller may pass one)");
-                    }
+                    msg.push_str(self.helper_note());
                     if let Some(r) = self.report.as_deref_mut() {
                         r.push(syn::Error::new(*span, msg));
                     }
@@ -296,6 +316,15 @@ impl Analysis<'_, '_> {
 }
 
 impl Analysis<'_, '_> {
+    /// What a message about a helper's body adds: why its parameters are not uniform.
+    fn helper_note(&self) -> &'static str {
+        if self.params_uniform {
+            ""
+        } else {
+            " (in a `#[device]` function every parameter counts as depending on the invocation id, since a caller may pass one)"
+        }
+    }
+
     /// Checks the subgroup operations in the expressions statement `s` evaluates itself
     /// (not those of nested blocks, which `stmt` walks).
     fn subgroup_stmt(&mut self, s: &Stmt, nu: Nu) {
@@ -363,7 +392,9 @@ impl Analysis<'_, '_> {
                 let mut found = Vec::new();
                 // The size and the lane are plain values; the rest exchange between lanes.
                 if let Some(why) = nu.filter(|_| op.arity() > 0) {
-                    found.push(syn::Error::new(*span, subgroup_message(*op, why)));
+                    let mut msg = subgroup_message(*op, why);
+                    msg.push_str(self.helper_note());
+                    found.push(syn::Error::new(*span, msg));
                 }
                 if op.uniform_operand() && !self.uniform(&args[1]) {
                     let what = if *op == SubgroupOp::ShuffleXor {
@@ -401,11 +432,33 @@ impl Analysis<'_, '_> {
                 self.ops(&args[2], inner);
             }
             ExprKind::Math(_, args) => args.iter().for_each(|a| self.ops(a, nu)),
-            ExprKind::Call(_, args, _) => args.iter().for_each(|a| {
-                if let CallArg::Value(v) = a {
-                    self.ops(v, nu)
+            ExprKind::Call(h, args, span) => {
+                args.iter().for_each(|a| {
+                    if let CallArg::Value(v) = a {
+                        self.ops(v, nu)
+                    }
+                });
+                let reached = self.barriers.get(*h).and_then(|r| {
+                    let (op, inner) = r.exchange.as_ref()?;
+                    Some((r.name.clone(), *op, inner.clone()))
+                });
+                if let (Some(why), Some((callee, op, inner))) = (nu, reached) {
+                    let place = if inner == callee {
+                        String::new()
+                    } else {
+                        format!(" through `{inner}`")
+                    };
+                    let what = format!(
+                        "this call of `{callee}`, which reaches `{}`{place},",
+                        op.name()
+                    );
+                    let mut msg = subgroup_reach_message(&what, op.name(), why);
+                    msg.push_str(self.helper_note());
+                    if let Some(r) = self.report.as_deref_mut() {
+                        r.push(syn::Error::new(*span, msg));
+                    }
                 }
-            }),
+            }
             ExprKind::Load(Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) => {
                 self.ops(ix, nu)
             }
@@ -454,15 +507,11 @@ fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
 }
 
 /// The calls in `e` of helpers that reach a barrier: (the helper's name, span).
-fn barrier_calls(
-    e: &Expr,
-    barriers: &[Option<String>],
-    out: &mut Vec<(String, proc_macro2::Span)>,
-) {
+fn barrier_calls(e: &Expr, barriers: &[Reach], out: &mut Vec<(String, proc_macro2::Span)>) {
     match &e.kind {
         ExprKind::Call(h, args, span) => {
-            if let Some(Some(name)) = barriers.get(*h) {
-                out.push((name.clone(), *span));
+            if let Some(r) = barriers.get(*h).filter(|r| r.barrier) {
+                out.push((r.name.clone(), *span));
             }
             for a in args {
                 if let CallArg::Value(v) = a {

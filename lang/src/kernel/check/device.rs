@@ -1,6 +1,7 @@
 //! `#[device]` helpers: their bodies (a return value, no ids, no workgroup memory of their
 //! own) and calls of them (argument count and types, slices and workgroup arrays passed by
-//! name, a helper that reaches a barrier called where the whole workgroup is).
+//! name, a helper that reaches a barrier or a subgroup operation called where the whole
+//! workgroup is).
 
 use std::collections::HashMap;
 
@@ -20,6 +21,13 @@ pub struct Sig {
     pub ret: Option<Ty>,
     /// Whether the helper reaches a `barrier()`, itself or through a callee.
     pub has_barrier: bool,
+    /// Whether it reaches a subgroup builtin, itself or through a callee: its callers use
+    /// subgroups (and pass the subgroup size and lane where a target needs them).
+    pub has_subgroup: bool,
+    /// The first subgroup operation it reaches that exchanges values between invocations
+    /// (not the size or the lane), and the helper whose body holds it: every invocation of a
+    /// subgroup must reach a call of this helper together.
+    pub exchange: Option<(SubgroupOp, String)>,
 }
 
 /// A workgroup-array parameter of a helper.
@@ -337,6 +345,9 @@ impl Checker<'_> {
         }
         if sig.has_barrier {
             self.has_barrier = true;
+        }
+        if sig.has_subgroup {
+            self.uses_subgroups(c);
         }
         args.extend(shared);
         Ok(Expr {

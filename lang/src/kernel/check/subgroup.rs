@@ -12,6 +12,22 @@ impl Checker<'_> {
         self.has_subgroup
     }
 
+    /// Notes that the body uses subgroups, at `node` (a subgroup builtin, or a call of a
+    /// helper that reaches one): the first use in a kernel checks its workgroup shape. A
+    /// helper has no workgroup of its own; each kernel calling it checks its own.
+    pub(super) fn uses_subgroups(&mut self, node: &syn::ExprCall) {
+        if !self.has_subgroup && self.device.is_none() {
+            let [x, y, z] = self.known.workgroup;
+            let n = x * y * z;
+            if y != 1 || z != 1 {
+                self.error(node, format!("a kernel using subgroup operations has a one-dimensional workgroup (Vulkan defines no layout of subgroups in a multi-dimensional one, and naga refuses it), but this one is ({x}, {y}, {z}): declare `#[kernel(workgroup = {n})]` and compute the coordinates from `local_id().x`"));
+            } else if n % WORKGROUP_MULTIPLE != 0 {
+                self.error(node, format!("a kernel using subgroup operations needs a workgroup of a multiple of {WORKGROUP_MULTIPLE} invocations (CUDA's warp size, so that every subgroup is full on every device), but this one has {n}: declare e.g. `#[kernel(workgroup = {})]`", n.div_ceil(WORKGROUP_MULTIPLE).max(1) * WORKGROUP_MULTIPLE));
+            }
+        }
+        self.has_subgroup = true;
+    }
+
     pub(super) fn subgroup(
         &mut self,
         op: SubgroupOp,
@@ -19,10 +35,6 @@ impl Checker<'_> {
         expect: Option<Ty>,
     ) -> Res<Expr> {
         let name = op.name();
-        if self.device.is_some() {
-            self.error(c, format!("`{name}` is not available in a `#[device]` function: every invocation of a subgroup must reach a subgroup operation together, which only the kernel's body can show (and WGSL has the subgroup builtins only on the entry point); call `{name}` in the kernel and pass the result to the helper"));
-            return Err(());
-        }
         let usage = match op.arity() {
             0 => format!("`{name}()` takes no arguments"),
             1 => format!("`{name}(v)` takes one argument, an `f32`, `i32` or `u32` value"),
@@ -36,16 +48,7 @@ impl Checker<'_> {
             self.error(c, usage);
             return Err(());
         }
-        if !self.has_subgroup {
-            let [x, y, z] = self.known.workgroup;
-            let n = x * y * z;
-            if y != 1 || z != 1 {
-                self.error(c, format!("a kernel using subgroup operations has a one-dimensional workgroup (Vulkan defines no layout of subgroups in a multi-dimensional one, and naga refuses it), but this one is ({x}, {y}, {z}): declare `#[kernel(workgroup = {n})]` and compute the coordinates from `local_id().x`"));
-            } else if n % WORKGROUP_MULTIPLE != 0 {
-                self.error(c, format!("a kernel using subgroup operations needs a workgroup of a multiple of {WORKGROUP_MULTIPLE} invocations (CUDA's warp size, so that every subgroup is full on every device), but this one has {n}: declare e.g. `#[kernel(workgroup = {})]`", n.div_ceil(WORKGROUP_MULTIPLE).max(1) * WORKGROUP_MULTIPLE));
-            }
-        }
-        self.has_subgroup = true;
+        self.uses_subgroups(c);
         let span = c.span();
         if op.arity() == 0 {
             return Ok(Expr {

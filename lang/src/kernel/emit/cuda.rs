@@ -99,7 +99,7 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     if checked.is_some() {
         head.push_str(CHECKED_PRELUDE);
     }
-    super::cuda_device::emit_helpers(k, checked, &mut head);
+    // The subgroup operations before the `#[device]` helpers, which may call them.
     for (op, t) in super::subgroup::used(k) {
         let combine = if op.is_reduction() {
             c.expr(&op.combine(t, "gd_a", "gd_b"))
@@ -111,6 +111,7 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     for t in crate::kernel::mma::elems(&k.body) {
         head.push_str(&super::mma::cuda_helper(t, ty(t)));
     }
+    super::cuda_device::emit_helpers(k, checked, &mut head);
     let mut params = vec!["const gd_u32* __restrict__ gd_args".to_string()];
     for p in &k.params {
         if let ParamKind::Slice { elem, mutable, .. } = p.kind {

@@ -2,7 +2,9 @@
 //! function, taking the kernel's checked slices, so an out-of-bounds access in a helper is
 //! the same `KernelFault` (naming the kernel and its slice) as one in the kernel's body. A
 //! workgroup-array parameter is the kernel's `HostShared`; a helper that reaches a barrier
-//! is an `async fn`, awaited by the invocation that calls it.
+//! or a subgroup operation is an `async fn`, awaited by the invocation that calls it, and
+//! one that reaches a subgroup operation also takes the workgroup's exchange `gd_sg` and
+//! the invocation's linear index `gd_li`.
 
 use std::fmt::Write;
 
@@ -19,8 +21,14 @@ impl Host<'_> {
                 CallArg::Slice(i) => format!("{}_p", self.params[*i].name),
                 CallArg::Shared(s) => self.shared[*s].name.clone(),
             })
+            .chain(
+                self.k.helpers[h]
+                    .has_subgroup
+                    .then(|| "gd_sg, gd_li".to_string()),
+            )
             .collect();
-        let wait = if self.k.helpers[h].has_barrier {
+        let f = &self.k.helpers[h];
+        let wait = if f.has_barrier || f.has_subgroup {
             ".await"
         } else {
             ""
@@ -55,10 +63,19 @@ pub fn helper_fn(k: &Kernel, f: &DeviceFn, fault: &str) -> String {
                 .iter()
                 .map(|s| format!("{}: &gd::HostShared<{}>", s.name, s.elem.rust())),
         )
+        .chain(
+            f.has_subgroup
+                .then(|| "gd_sg: &gd::HostSubgroups, gd_li: u32".to_string()),
+        )
         .collect();
     let ret = f.ret.map(Ty::rust).unwrap_or("()");
-    // One that reaches a barrier is a future, awaited by its caller's invocation.
-    let asyncness = if f.has_barrier { "async " } else { "" };
+    // One that reaches a barrier or a subgroup operation is a future, awaited by its
+    // caller's invocation.
+    let asyncness = if f.has_barrier || f.has_subgroup {
+        "async "
+    } else {
+        ""
+    };
     let mut s = String::new();
     writeln!(
         s,

@@ -10,16 +10,20 @@ use crate::kernel::subgroup::CUDA_SIZE;
 /// `enable subgroups;` would stand.
 pub(super) const WGSL_MARKER: &str = "// requires: subgroups";
 
-/// The reductions and shuffles (with their types) that `k`'s body uses, each once, in order.
+/// The reductions and shuffles (with their types) that `k`'s body and helpers use, each
+/// once, in order.
 pub(super) fn used(k: &Kernel) -> Vec<(SubgroupOp, Ty)> {
     let mut out = Vec::new();
-    stmts(&k.body, &mut |e| {
-        if let ExprKind::Subgroup(op, _, _) = &e.kind {
-            if op.arity() > 0 && !out.contains(&(*op, e.ty)) {
-                out.push((*op, e.ty));
+    let bodies = std::iter::once(&k.body).chain(k.helpers.iter().map(|f| &f.body));
+    for body in bodies {
+        stmts(body, &mut |e| {
+            if let ExprKind::Subgroup(op, _, _) = &e.kind {
+                if op.arity() > 0 && !out.contains(&(*op, e.ty)) {
+                    out.push((*op, e.ty));
+                }
             }
-        }
-    });
+        });
+    }
     out
 }
 
@@ -133,7 +137,7 @@ pub(super) fn wgsl_helper(op: SubgroupOp, ty: Ty, t: &str, combine: &str) -> Str
 }
 
 /// The WGSL expression of `op` on operands `a` (`gd_sg_size`, `gd_sg_id`: the entry point's
-/// builtins).
+/// builtins, which a helper using subgroups takes as parameters of the same names).
 pub(super) fn wgsl_expr(op: SubgroupOp, ty: Ty, a: &[String]) -> String {
     match op {
         SubgroupOp::Size => "gd_sg_size".into(),

@@ -3,7 +3,9 @@
 //! of its slice parameters: its body indexes the kernel's global binding directly, and a
 //! slice parameter becomes two `u32` parameters, the view's offset and length. Workgroup
 //! memory is module-scope in WGSL too, so a workgroup-array parameter is no parameter at
-//! all: the specialisation indexes the kernel's array that its call passed.
+//! all: the specialisation indexes the kernel's array that its call passed. WGSL has the
+//! subgroup size and lane only as builtins of the entry point, so a helper that reaches a
+//! subgroup operation takes them as two last parameters, `gd_sg_size` and `gd_sg_id`.
 
 use std::fmt::Write;
 
@@ -63,6 +65,7 @@ impl Wgsl<'_> {
                 }
                 CallArg::Shared(_) => None,
             })
+            .chain(f.has_subgroup.then(|| "gd_sg_size, gd_sg_id".to_string()))
             .collect();
         format!("{name}({})", a.join(", "))
     }
@@ -90,6 +93,10 @@ pub(super) fn emit_specialisations(k: &Kernel, module: &Module, out: &mut String
                 ParamKind::Scalar(t) => format!("{}_v: {}", p.name, ty(t)),
                 ParamKind::Slice { .. } => format!("{0}_off: u32, {0}_len: u32", p.name),
             })
+            .chain(
+                f.has_subgroup
+                    .then(|| "gd_sg_size: u32, gd_sg_id: u32".to_string()),
+            )
             .collect();
         let ret = f.ret.map(|t| format!(" -> {}", ty(t))).unwrap_or_default();
         writeln!(

@@ -18,7 +18,9 @@
 //! Workload `mixed`:
 //! `graphed::nn::mixed`'s step on the MLP-M and MLP-L shapes of
 //! `shared/bench/torch_mixed_step.py` (`mixed-M`, `mixed-L`; MLP-L on CUDA only) at each
-//! `--precision` given (default bf16), with each step's achieved TFLOP/s. Workload `sampler`: one timestep of `graphed::sample`
+//! `--precision` given (default bf16), with each step's achieved TFLOP/s. Workload `mma`: the
+//! kernel library's tensor-core product beside cuBLAS's on the MLP-L products (CUDA only; see
+//! `mma_workload`). Workload `sampler`: one timestep of `graphed::sample`
 //! (the `sampler` example's step). Each runs eagerly and replayed on every backend asked for.
 //! Workload `half`: an axpy over 2^23 elements in `f32`, `f16` and `bf16` storage, side by side.
 //! Workload `bind`: replay time against a device input's size (1 KiB to 64 MiB), the input
@@ -1074,12 +1076,102 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
     Ok(())
 }
 
+/// Workload `mma`: the kernel library's tensor-core product (`matmul_mma`, on the kernel
+/// language's `mma_m16n8k16`) beside cuBLAS's (`matmul_half`, `cublasGemmEx`) on the bf16
+/// products of an MLP-L training step (`mixed-L`: batch 4096, 4096-wide layers, 10 classes):
+/// each layer's forward `X·Wᵀ`, weight gradient `dYᵀ·X` and input gradient `dY·W`, eagerly
+/// (one launch each), with µs and achieved TFLOP/s side by side. CUDA only (cuBLAS, and the
+/// shapes take minutes elsewhere). Checks the two agree within 2^-10 relative to the
+/// products' magnitude before timing.
+fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
+    use graphed::kernels::matmul::{matmul_half, Gemm};
+    use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm};
+    if dev.kind() != BackendKind::Cuda {
+        eprintln!(
+            "workload mma runs on CUDA only (beside cuBLAS); skipped on {}",
+            dev.kind()
+        );
+        return Ok(());
+    }
+    let steps = if quick { 5 } else { 50 };
+    let (batch, width, classes) = (4096usize, 4096usize, 10usize);
+    // (name, m, n, k, ta, tb)
+    let shapes = [
+        ("fwd 4096x4096", batch, width, width, false, true),
+        ("dW 4096x4096", width, width, batch, true, false),
+        ("dX 4096x4096", batch, width, width, false, false),
+        ("fwd 4096x10", batch, classes, width, false, true),
+        ("dW 10x4096", classes, width, batch, true, false),
+        ("dX 4096x4096 k10", batch, width, classes, false, false),
+    ];
+    let sync = || dev.synchronize().unwrap();
+    let mut summary = String::new();
+    for (name, m, n, k, ta, tb) in shapes {
+        let av: Vec<bf16> = (0..m * k)
+            .map(|i| bf16::from_f32(((i * 7919) % 1000) as f32 * 2e-3 - 1.0))
+            .collect();
+        let bv: Vec<bf16> = (0..k * n)
+            .map(|i| bf16::from_f32(((i * 104_729) % 1000) as f32 * 2e-3 - 1.0))
+            .collect();
+        let a = dev.upload(&av)?;
+        let b = dev.upload(&bv)?;
+        let mut c_dsl = dev.alloc::<f32>(m * n)?;
+        let mut c_blas = dev.alloc::<f32>(m * n)?;
+        let g = MmaGemm { m, n, k, ta, tb };
+        let gb = match (ta, tb) {
+            (false, true) => Gemm::nt(m, n, k),
+            (true, false) => Gemm::tn(m, n, k),
+            _ => Gemm::nn(m, n, k),
+        };
+        matmul_mma(dev, g, &a, &b, &mut c_dsl, false)?;
+        matmul_half(dev, gb, &a, &b, &mut c_blas, false)?;
+        let (x, y) = (c_dsl.to_host()?, c_blas.to_host()?);
+        let worst = x
+            .iter()
+            .zip(&y)
+            .map(|(p, q)| (p - q).abs() as f64 / (k as f64).sqrt().max(1.0))
+            .fold(0.0f64, f64::max);
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut line = format!("{name:<18} m {m:>5} n {n:>5} k {k:>5}:");
+        for (variant, which) in [("dsl-mma", 0), ("cublas-bf16", 1)] {
+            let (us, lo, hi, cpu) = measure(
+                steps,
+                || {
+                    if which == 0 {
+                        matmul_mma(dev, g, &a, &b, &mut c_dsl, false).unwrap()
+                    } else {
+                        matmul_half(dev, gb, &a, &b, &mut c_blas, false).unwrap()
+                    }
+                },
+                sync,
+            );
+            let tflops = flops / (us * 1e-6) / 1e12;
+            write!(line, "  {variant} {us:>9.1} us {tflops:>7.1} TFLOP/s").unwrap();
+            rows.push(Row {
+                workload: format!("mma {name}"),
+                backend: dev.kind().to_string(),
+                variant: variant.into(),
+                n: m * n * k,
+                us_step: us,
+                spread: (lo, hi),
+                cpu_us: cpu,
+                nodes: 1,
+                record_ms: None,
+            });
+        }
+        writeln!(line, "  (largest |dsl - cublas| / sqrt(k): {worst:.2e})").unwrap();
+        summary.push_str(&line);
+    }
+    eprint!("{summary}");
+    Ok(())
+}
+
 /// Prints the usage (after `msg`, if any) and exits: 0 for `--help`, 2 for a bad argument.
 fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [mixed | mixed-M | mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce] [half] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
+    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [mixed | mixed-M | mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce] [half] [mma] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -1223,6 +1315,7 @@ fn main() {
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),
                 "reduce" => reduce_workload(&dev, quick, &mut rows).unwrap(),
                 "half" => half_workload(&dev, quick, &mut rows).unwrap(),
+                "mma" => mma_workload(&dev, quick, &mut rows).unwrap(),
                 "bind" => bind_workload(&dev, quick, &mut rows).unwrap(),
                 "update" => update_workload(&dev, quick, &mut rows).unwrap(),
                 other => eprintln!("workload {other} is not implemented yet"),

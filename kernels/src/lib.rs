@@ -86,6 +86,7 @@ pub mod elementwise;
 pub mod helpers;
 pub mod loss;
 pub mod matmul;
+pub mod matmul_mma;
 pub mod optim;
 pub mod reduce;
 pub mod reduce_subgroup;

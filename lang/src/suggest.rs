@@ -97,6 +97,7 @@ pub const BUILTIN_FNS: &[&str] = &[
     "subgroup_shuffle_xor",
     "subgroup_shuffle_up",
     "subgroup_shuffle_down",
+    "mma_m16n8k16",
 ];
 
 /// Methods kernels accept (`x.len()` and the math functions).

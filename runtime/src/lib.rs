@@ -29,6 +29,7 @@ mod error;
 mod faults;
 mod holder;
 mod host_exec;
+mod host_mma;
 mod host_subgroup;
 mod kernel;
 mod liveness;
@@ -77,6 +78,7 @@ pub mod __private {
         shuffle_host_order,
     };
     pub use crate::host_exec::*;
+    pub use crate::host_mma::HostMma;
     pub use crate::host_subgroup::*;
     /// The steps of `#[kernel]`'s and `#[device]`'s expansion that receive a callee's
     /// definition (a `#[device]` function's macro calls them back).

@@ -6,6 +6,7 @@
 
 use proc_macro2::Span;
 
+pub use super::mma::Mma;
 pub use super::subgroup::SubgroupOp;
 
 /// A scalar type of the kernel language (`UVec3` only for the id builtins).
@@ -449,6 +450,8 @@ pub enum Stmt {
         array: usize,
         init: ArrayInit,
     },
+    /// `mma_m16n8k16(&a, &b, &mut acc)` (see [`super::mma`]).
+    Mma(Mma),
     /// An atomic read-modify-write on `target[index]`; the old value goes to `result`.
     Atomic {
         result: Option<String>,

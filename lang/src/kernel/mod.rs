@@ -5,6 +5,7 @@ mod check;
 pub mod device;
 pub mod emit;
 pub mod ir;
+pub mod mma;
 pub mod parse;
 pub mod subgroup;
 mod uniformity;
@@ -273,8 +274,10 @@ pub(crate) fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
     let arg_words = k.arg_words as u32;
     let loops_terminate =
         ir::loops_terminate(&k.body) && k.helpers.iter().all(|h| ir::loops_terminate(&h.body));
-    // Every element type is 4 bytes; the checker caps the sum at 48 KiB.
-    let workgroup_bytes: u32 = k.shared.iter().map(|s| s.size * 4).sum();
+    // Every element type is 4 bytes; the checker caps the sum at 48 KiB. `mma_m16n8k16`'s
+    // portable form adds its exchange words (WGSL's; counted on every backend).
+    let workgroup_bytes: u32 =
+        k.shared.iter().map(|s| s.size * 4).sum::<u32>() + mma::scratch_bytes(k);
     let ldoc = launch_doc(func);
     quote! {
         #(#docs)*

@@ -244,6 +244,14 @@ impl Analysis<'_, '_> {
                     brk: false,
                 }
             }
+            Stmt::Mma(m) => {
+                if let (Some(why), Some(r)) = (nu, self.report.as_deref_mut()) {
+                    r.push(syn::Error::new(
+                        m.span,
+                        crate::kernel::mma::uniformity_message(why == Why::Condition),
+                    ));
+                }
+            }
             Stmt::Barrier { span } => {
                 if let Some(why) = nu {
                     let mut msg = barrier_message(why).to_string();
@@ -363,7 +371,8 @@ impl Analysis<'_, '_> {
             | Stmt::Break
             | Stmt::Continue
             | Stmt::Return
-            | Stmt::Barrier { .. } => {}
+            | Stmt::Barrier { .. }
+            | Stmt::Mma(_) => {}
         }
         for e in es {
             self.ops(e, nu);

@@ -85,7 +85,7 @@ fn widen_stmt(s: &mut Stmt) {
             widen(index);
             operands.iter_mut().for_each(widen);
         }
-        Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::Barrier { .. } => {}
+        Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::Barrier { .. } | Stmt::Mma(_) => {}
     }
 }
 

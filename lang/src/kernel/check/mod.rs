@@ -11,6 +11,7 @@ mod control;
 mod device;
 mod expr;
 mod half;
+mod mma;
 mod place;
 mod shared;
 mod stmt;

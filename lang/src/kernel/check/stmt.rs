@@ -396,6 +396,7 @@ impl Checker<'_> {
                 self.has_barrier = true;
                 out.push(Stmt::Barrier { span: c.span() });
             }
+            syn::Expr::Call(c) if is_path_call(c, crate::kernel::mma::NAME) => self.mma(c, out),
             syn::Expr::Paren(p) => self.expr_stmt(&p.expr, out),
             syn::Expr::Call(c) if self.helper_index(&c.func).is_some() => {
                 if let Some(i) = self.helper_index(&c.func) {

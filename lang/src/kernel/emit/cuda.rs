@@ -108,6 +108,9 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         };
         head.push_str(&super::subgroup::cuda_helper(op, t, ty(t), &combine));
     }
+    for t in crate::kernel::mma::elems(&k.body) {
+        head.push_str(&super::mma::cuda_helper(t, ty(t)));
+    }
     super::cuda_device::emit_helpers(k, checked, &mut head);
     let mut params = vec!["const gd_u32* __restrict__ gd_args".to_string()];
     for p in &k.params {
@@ -432,6 +435,10 @@ impl Cuda<'_> {
             Stmt::Continue => self.line("continue;"),
             Stmt::Return => self.line("return;"),
             Stmt::Barrier { .. } => self.line("__syncthreads();"),
+            Stmt::Mma(m) => {
+                let line = super::mma::cuda_stmt(m, self.arrays);
+                self.line(&line);
+            }
             Stmt::Atomic {
                 result,
                 op,

@@ -73,6 +73,10 @@ pub fn emit(k: &Kernel) -> String {
     if k.has_subgroup {
         s.push_str("let gd_sg_own = gd::HostSubgroups::new(gd_l.subgroup_size, GD_WG.x * GD_WG.y * GD_WG.z);\nlet gd_sg = &gd_sg_own;\n");
     }
+    let mma = crate::kernel::mma::used(&k.body);
+    if mma {
+        s.push_str("let gd_mma_own = gd::HostMma::new(GD_WG.x);\nlet gd_mma = &gd_mma_own;\n");
+    }
     let tasks = k.has_barrier || k.has_subgroup;
     if tasks {
         s.push_str("let mut gd_tasks: ::std::vec::Vec<gd::Task<'_>> = ::std::vec::Vec::new();\n");
@@ -80,7 +84,7 @@ pub fn emit(k: &Kernel) -> String {
     s.push_str("for gd_lz in 0..GD_WG.z { for gd_ly in 0..GD_WG.y { for gd_lx in 0..GD_WG.x {\n");
     s.push_str("let gd_lid = gd::UVec3 { x: gd_lx, y: gd_ly, z: gd_lz };\n");
     s.push_str("let gd_gid = gd::UVec3 { x: gd_wx * GD_WG.x + gd_lx, y: gd_wy * GD_WG.y + gd_ly, z: gd_wz * GD_WG.z + gd_lz };\n");
-    if k.has_subgroup {
+    if k.has_subgroup || mma {
         // One-dimensional workgroups only (the checker): the linear index is `x`.
         s.push_str("let gd_li: u32 = gd_lx;\n");
     }
@@ -299,6 +303,10 @@ impl Host<'_> {
             Stmt::Continue => self.line("continue;"),
             Stmt::Return => self.line("return ::core::result::Result::Ok(());"),
             Stmt::Barrier { .. } => self.line("gd::barrier().await;"),
+            Stmt::Mma(m) => {
+                let line = super::mma::host_stmt(m, self.arrays);
+                self.line(&line);
+            }
             Stmt::Atomic {
                 result,
                 op,

@@ -5,6 +5,7 @@ pub mod cuda;
 mod cuda_device;
 pub mod host;
 pub mod host_device;
+mod mma;
 mod subgroup;
 pub mod wgsl;
 mod wgsl_device;

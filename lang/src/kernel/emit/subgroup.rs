@@ -68,7 +68,7 @@ fn stmts(body: &[Stmt], f: &mut impl FnMut(&Expr)) {
                 expr(index, f);
                 operands.iter().for_each(|e| expr(e, f));
             }
-            Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::Barrier { .. } => {}
+            Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::Barrier { .. } | Stmt::Mma(_) => {}
         }
     }
 }

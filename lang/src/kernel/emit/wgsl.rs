@@ -122,6 +122,15 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         )
         .unwrap();
     }
+    if crate::kernel::mma::used(&k.body) {
+        let words = k.workgroup[0] * crate::kernel::mma::SCRATCH_WORDS;
+        writeln!(
+            head,
+            "var<workgroup> {}: array<u32, {words}>;",
+            super::mma::WGSL_SCRATCH
+        )
+        .unwrap();
+    }
     let [x, y, z] = k.workgroup;
     writeln!(head, "\n@compute @workgroup_size({x}, {y}, {z})").unwrap();
     writeln!(
@@ -376,7 +385,8 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                         operands.iter().for_each(|e| self.expr(e));
                     }
                     Stmt::Call(e) | Stmt::ReturnValue(e) => self.expr(e),
-                    Stmt::Break | Stmt::Continue | Stmt::Return => {}
+                    // Its exchange orders workgroup memory only.
+                    Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::Mma(_) => {}
                 }
             }
         }
@@ -572,6 +582,15 @@ impl Wgsl<'_> {
     fn block(&mut self, stmts: &[Stmt]) {
         for s in stmts {
             self.stmt(s);
+        }
+    }
+
+    /// `mma_m16n8k16`'s portable form (see `super::mma`).
+    fn mma(&mut self, m: &Mma) {
+        let (lines, widen) = super::mma::wgsl_lines(m, self.arrays);
+        self.module.helpers.borrow_mut().insert(widen);
+        for l in lines {
+            self.line(&l);
         }
     }
 
@@ -848,6 +867,7 @@ impl Wgsl<'_> {
                 }
                 self.line("return;")
             }
+            Stmt::Mma(m) => self.mma(m),
             Stmt::Barrier { .. } => {
                 let storage = self
                     .storage_barriers

@@ -1,0 +1,390 @@
+//! `mma_m16n8k16` on every backend, and the tiled product built on it
+//! (`graphed::kernels::matmul_mma`).
+//!
+//! Every result is compared with an `f64` oracle (`C + Σ_k A·B`, exact products) within
+//! `TOL_MMA · (|C| + Σ_k |A·B|)` per element (`TOL_MMA = 2^-18`: the tensor cores' order and
+//! intermediate precision are unspecified; the portable form's 16 sequential `f32` sums are
+//! within 16·2^-24 of it). The portable form — the host, WGSL, CUDA before sm_80 — is also
+//! compared **bitwise** with its definition in plain Rust (`C` plus the products added one at
+//! a time in increasing `k`, each sum rounded to `f32`), so the host and wgpu agree bitwise.
+//! On the CUDA backend on sm_80 and later the tensor cores run, held to the tolerance only.
+
+mod common;
+
+use common::{on_every_backend, rng};
+use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm};
+use graphed::prelude::*;
+use graphed::testing::{floats, poisoned};
+use graphed::BackendKind;
+use rand::Rng;
+
+/// Relative tolerance of one `mma_m16n8k16` against the `f64` oracle (see the module docs).
+const TOL_MMA: f64 = 1.0 / (1u64 << 18) as f64;
+
+/// Fragments of `A` (row-major 16×16 at `q·256`), `B` (row-major 16×8 at `q·128`) and `C`
+/// (16×8 at `q·128`) by the layout of `graphed_lang::kernel::mma`; `reps` calls in a row
+/// (each adds `A·B` again); `D` stored like `C`. Group `q` is invocations `32q .. 32q + 31`.
+macro_rules! mma_once {
+    ($name:ident, $t:ident) => {
+        #[kernel(workgroup = 64)]
+        pub fn $name(reps: u32, a: &[$t], b: &[$t], c: &[f32], d: &mut [f32]) {
+            let gi = global_id().x;
+            let q = gi / 32;
+            let lane = gi % 32;
+            let g = lane / 4;
+            let t = lane % 4;
+            let mut fa = [0.0f32 as $t; 8];
+            let mut fb = [0.0f32 as $t; 4];
+            let mut acc = [0.0f32; 4];
+            for i in 0..8u32 {
+                fa[i] = a[q * 256 + (g + 8 * ((i / 2) % 2)) * 16 + 2 * t + i % 2 + 8 * (i / 4)];
+            }
+            for i in 0..4u32 {
+                fb[i] = b[q * 128 + (2 * t + i % 2 + 8 * (i / 2)) * 8 + g];
+                acc[i] = c[q * 128 + (g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+            }
+            for r in 0..reps {
+                mma_m16n8k16(&fa, &fb, &mut acc);
+            }
+            for i in 0..4u32 {
+                d[q * 128 + (g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = acc[i];
+            }
+        }
+    };
+}
+
+mma_once!(mma_once_bf16, bf16);
+mma_once!(mma_once_f16, f16);
+
+/// Groups per launch (two per workgroup of 64).
+const GROUPS: usize = 6;
+
+/// Random 16-bit values of `A`, `B` as `f32` (exact) and `C`.
+struct Case {
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+fn case(rng: &mut impl Rng, round: impl Fn(f32) -> f32) -> Case {
+    let a = floats(rng, GROUPS * 256, -2.0, 2.0);
+    let b = floats(rng, GROUPS * 128, -2.0, 2.0);
+    Case {
+        a: a.into_iter().map(&round).collect(),
+        b: b.into_iter().map(&round).collect(),
+        c: floats(rng, GROUPS * 128, -4.0, 4.0),
+    }
+}
+
+/// The portable form's definition (`reps` calls) and the `f64` oracle with its error scale,
+/// per element of `D`.
+fn expected(cs: &Case, reps: u32) -> (Vec<f32>, Vec<f64>, Vec<f64>) {
+    let mut portable = cs.c.clone();
+    let mut exact: Vec<f64> = cs.c.iter().map(|&v| v as f64).collect();
+    let mut scale: Vec<f64> = cs.c.iter().map(|&v| (v as f64).abs()).collect();
+    for _ in 0..reps {
+        for q in 0..GROUPS {
+            for r in 0..16 {
+                for col in 0..8 {
+                    let o = q * 128 + r * 8 + col;
+                    let mut s = portable[o];
+                    let mut e = 0.0f64;
+                    let mut m = 0.0f64;
+                    for k in 0..16 {
+                        let p = cs.a[q * 256 + r * 16 + k] * cs.b[q * 128 + k * 8 + col];
+                        s += p;
+                        e += p as f64;
+                        m += (p as f64).abs();
+                    }
+                    portable[o] = s;
+                    exact[o] += e;
+                    scale[o] += m;
+                }
+            }
+        }
+    }
+    (portable, exact, scale)
+}
+
+/// Runs `mma_once_*` on `dev` (`D` poisoned first).
+fn run<T: graphed::Element>(
+    dev: &Device,
+    cs: &Case,
+    reps: u32,
+    to: impl Fn(f32) -> T,
+    launch: impl Fn(&Device, u32, &Buffer<T>, &Buffer<T>, &Buffer<f32>, &mut Buffer<f32>),
+) -> Vec<f32> {
+    let a: Vec<T> = cs.a.iter().map(|&v| to(v)).collect();
+    let b: Vec<T> = cs.b.iter().map(|&v| to(v)).collect();
+    let a = dev.upload(&a).unwrap();
+    let b = dev.upload(&b).unwrap();
+    let c = dev.upload(&cs.c).unwrap();
+    let mut d = poisoned(dev, GROUPS * 128);
+    launch(dev, reps, &a, &b, &c, &mut d);
+    d.to_host().unwrap()
+}
+
+/// Whether `dev` runs the tensor cores (CUDA; every GPU it supports for these kernels is
+/// sm_80 or later on the machines this is run on) rather than the portable form.
+fn tensor_cores(dev: &Device) -> bool {
+    dev.kind() == BackendKind::Cuda
+}
+
+fn check(dev: &Device, what: &str, got: &[f32], cs: &Case, reps: u32) {
+    let (portable, exact, scale) = expected(cs, reps);
+    for i in 0..got.len() {
+        let err = (got[i] as f64 - exact[i]).abs();
+        assert!(
+            err <= TOL_MMA * scale[i] * reps as f64,
+            "{what} [{}]: element {i} (group {}, row {}, col {}): got {}, f64 {}, error {err:e} over the tolerance {:e}",
+            dev.kind(),
+            i / 128,
+            i % 128 / 8,
+            i % 8,
+            got[i],
+            exact[i],
+            TOL_MMA * scale[i]
+        );
+    }
+    if !tensor_cores(dev) {
+        if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != portable[i].to_bits()) {
+            panic!(
+                "{what} [{}]: element {i}: got {:e}, the portable form gives {:e} (bitwise)",
+                dev.kind(),
+                got[i],
+                portable[i]
+            );
+        }
+    }
+}
+
+/// `mma_once_*` for `reps` calls on every backend against the oracle and the portable form.
+fn once_on_every_backend<T: graphed::Element>(
+    what: &str,
+    from: impl Fn(f32) -> T + Copy,
+    back: impl Fn(T) -> f32,
+    reps: &[u32],
+    launch: impl Fn(&Device, u32, &Buffer<T>, &Buffer<T>, &Buffer<f32>, &mut Buffer<f32>) + Copy,
+) {
+    let mut rng = rng(what);
+    let cs = case(&mut rng, |v| back(from(v)));
+    on_every_backend(|dev| {
+        for &r in reps {
+            let got = run(dev, &cs, r, from, launch);
+            check(dev, &format!("{what}, {r} calls"), &got, &cs, r);
+        }
+    });
+}
+
+#[test]
+fn mma_bf16_matches_the_oracle_on_every_backend() {
+    once_on_every_backend(
+        "bf16",
+        bf16::from_f32,
+        bf16::to_f32,
+        &[1, 3],
+        |dev, r, a, b, c, d| {
+            mma_once_bf16::launch(dev, Grid::workgroups((GROUPS / 2) as u32), r, a, b, c, d)
+                .unwrap()
+        },
+    );
+}
+
+#[test]
+fn mma_f16_matches_the_oracle_on_every_backend() {
+    once_on_every_backend(
+        "f16",
+        f16::from_f32,
+        f16::to_f32,
+        &[1, 2],
+        |dev, r, a, b, c, d| {
+            mma_once_f16::launch(dev, Grid::workgroups((GROUPS / 2) as u32), r, a, b, c, d).unwrap()
+        },
+    );
+}
+
+/// No call at all (`reps = 0`) leaves `C`: the loop around the call is uniform.
+#[test]
+fn zero_calls_copy_the_accumulator() {
+    let mut rng = rng("mma_zero");
+    let cs = case(&mut rng, |v| bf16::from_f32(v).to_f32());
+    on_every_backend(|dev| {
+        let got = run(dev, &cs, 0, bf16::from_f32, |dev, reps, a, b, c, d| {
+            mma_once_bf16::launch(dev, Grid::workgroups((GROUPS / 2) as u32), reps, a, b, c, d)
+                .unwrap()
+        });
+        assert!(common::bitwise_eq(&got, &cs.c), "[{}]", dev.kind());
+    });
+}
+
+#[test]
+fn kernels_validate_and_compile() {
+    let all = [
+        &mma_once_bf16::DEF,
+        &mma_once_f16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_bf16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_f16::DEF,
+    ];
+    common::assert_wgsl_valid(&all);
+    common::assert_cuda_compiles(&all);
+    // The tensor-core instruction is in the CUDA C; the portable form in the WGSL.
+    for k in all {
+        assert!(
+            k.cuda.contains("mma.sync.aligned.m16n8k16.row.col.f32."),
+            "{}",
+            k.name
+        );
+        assert!(k.wgsl.contains("var<workgroup> gd_mma"), "{}", k.name);
+    }
+}
+
+// ------------------------------------------------------------------ the tiled product
+
+/// `(m, n, k)` of the tiled product's cases: single elements, odd edges in every dimension,
+/// several tiles.
+const SHAPES: &[(usize, usize, usize)] = &[(1, 1, 1), (17, 33, 40), (128, 64, 96), (65, 7, 300)];
+
+/// `op(A)·op(B)` in `f64` and `Σ |products|` per element (`A` stored `k × m` when `ta`,
+/// `B` stored `n × k` when `tb`).
+fn product(
+    a: &[f32],
+    b: &[f32],
+    (m, n, k): (usize, usize, usize),
+    ta: bool,
+    tb: bool,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut out = vec![0.0; m * n];
+    let mut scale = vec![0.0; m * n];
+    for r in 0..m {
+        for c in 0..n {
+            for kk in 0..k {
+                let x = if ta { a[kk * m + r] } else { a[r * k + kk] } as f64;
+                let y = if tb { b[c * k + kk] } else { b[kk * n + c] } as f64;
+                out[r * n + c] += x * y;
+                scale[r * n + c] += (x * y).abs();
+            }
+        }
+    }
+    (out, scale)
+}
+
+fn tiled<T: graphed::Element>(from: impl Fn(f32) -> T + Copy, back: impl Fn(T) -> f32 + Copy) {
+    let mut rng = rng("matmul_mma");
+    let round = |v: f32| back(from(v));
+    on_every_backend(|dev| {
+        for &(m, n, k) in SHAPES {
+            for (ta, tb) in [(false, false), (false, true), (true, false)] {
+                let a: Vec<f32> = floats(&mut rng, m * k, -1.0, 1.0)
+                    .into_iter()
+                    .map(round)
+                    .collect();
+                let b: Vec<f32> = floats(&mut rng, k * n, -1.0, 1.0)
+                    .into_iter()
+                    .map(round)
+                    .collect();
+                let c0 = floats(&mut rng, m * n, -1.0, 1.0);
+                let (want, scale) = product(&a, &b, (m, n, k), ta, tb);
+                let da = dev
+                    .upload(&a.iter().map(|&v| from(v)).collect::<Vec<T>>())
+                    .unwrap();
+                let db = dev
+                    .upload(&b.iter().map(|&v| from(v)).collect::<Vec<T>>())
+                    .unwrap();
+                for accumulate in [false, true] {
+                    let mut dc = if accumulate {
+                        dev.upload(&c0).unwrap()
+                    } else {
+                        poisoned(dev, m * n)
+                    };
+                    let g = MmaGemm { m, n, k, ta, tb };
+                    matmul_mma(dev, g, &da, &db, &mut dc, accumulate).unwrap();
+                    let got = dc.to_host().unwrap();
+                    let tol = (k as f64 + 16.0) * TOL_MMA / 16.0;
+                    for i in 0..m * n {
+                        let base = if accumulate { c0[i] as f64 } else { 0.0 };
+                        let err = (got[i] as f64 - want[i] - base).abs();
+                        let bound = tol * (scale[i] + base.abs()) + 1e-30;
+                        assert!(
+                            err <= bound,
+                            "[{}] {m}×{n}×{k} ta {ta} tb {tb} accumulate {accumulate}: element {i} got {} want {}, error {err:e} > {bound:e}",
+                            dev.kind(),
+                            got[i],
+                            want[i] + base
+                        );
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn tiled_bf16_product_matches_the_oracle() {
+    tiled(bf16::from_f32, bf16::to_f32);
+}
+
+#[test]
+fn tiled_f16_product_matches_the_oracle() {
+    tiled(f16::from_f32, f16::to_f32);
+}
+
+/// The host and wgpu run the same portable form in the same order: bitwise equal products.
+#[test]
+fn tiled_product_host_and_wgpu_agree_bitwise() {
+    let devs: Vec<Device> = common::backends()
+        .into_iter()
+        .filter(|d| d.kind() != BackendKind::Cuda)
+        .collect();
+    if devs.len() < 2 {
+        return;
+    }
+    let mut rng = rng("matmul_mma_bitwise");
+    let (m, n, k) = (70, 45, 129);
+    let a: Vec<bf16> = floats(&mut rng, m * k, -1.0, 1.0)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    let b: Vec<bf16> = floats(&mut rng, k * n, -1.0, 1.0)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    let outs: Vec<Vec<f32>> = devs
+        .iter()
+        .map(|dev| {
+            let da = dev.upload(&a).unwrap();
+            let db = dev.upload(&b).unwrap();
+            let mut dc = poisoned(dev, m * n);
+            let g = MmaGemm {
+                m,
+                n,
+                k,
+                ta: false,
+                tb: true,
+            };
+            matmul_mma(dev, g, &da, &db, &mut dc, false).unwrap();
+            dc.to_host().unwrap()
+        })
+        .collect();
+    assert!(
+        common::bitwise_eq(&outs[0], &outs[1]),
+        "host and wgpu differ"
+    );
+}
+
+/// Shapes that make no product are errors, not panics.
+#[test]
+fn mismatched_lengths_are_errors() {
+    let dev = Device::host();
+    let a = dev.upload(&[bf16::ONE; 12]).unwrap();
+    let b = dev.upload(&[bf16::ONE; 12]).unwrap();
+    let mut c = poisoned(&dev, 9);
+    let g = MmaGemm {
+        m: 3,
+        n: 3,
+        k: 5,
+        ta: false,
+        tb: false,
+    };
+    let e = matmul_mma(&dev, g, &a, &b, &mut c, false).unwrap_err();
+    assert!(e.to_string().contains("matmul_mma"), "{e}");
+}

@@ -306,7 +306,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                     args.iter().for_each(|a| match a {
                         CallArg::Value(e) => self.expr(e),
                         CallArg::Slice(i) => self.param(*i),
-                        CallArg::Shared(_) => {}
+                        CallArg::Shared(_) | CallArg::Array(_) => {}
                     });
                     if self.k.helpers[*h].has_barrier {
                         self.calls.push((self.pos, self.open.clone()));
@@ -362,6 +362,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                     Stmt::Array { init, .. } => match init {
                         ArrayInit::Splat(v) => self.expr(v),
                         ArrayInit::List(vs) => vs.iter().for_each(|v| self.expr(v)),
+                        ArrayInit::Call(v) => self.expr(v),
                     },
                     Stmt::Atomic {
                         target,
@@ -376,7 +377,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                         operands.iter().for_each(|e| self.expr(e));
                     }
                     Stmt::Call(e) | Stmt::ReturnValue(e) => self.expr(e),
-                    Stmt::Break | Stmt::Continue | Stmt::Return => {}
+                    Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::ReturnArray(_) => {}
                 }
             }
         }
@@ -631,6 +632,8 @@ impl Wgsl<'_> {
                 let v = self.expr(e);
                 self.line(&format!("return {v};"));
             }
+            // WGSL arrays are values: returned (and passed) as copies.
+            Stmt::ReturnArray(a) => self.line(&format!("return {};", self.arrays[*a].name)),
             Stmt::Call(e) => {
                 let v = self.expr(e);
                 self.line(&format!("{v};"));
@@ -735,6 +738,10 @@ impl Wgsl<'_> {
                             "var {name}: array<{t}, {n}> = array<{t}, {n}>({});",
                             elems.join(", ")
                         ));
+                    }
+                    ArrayInit::Call(e) => {
+                        let v = self.expr(e);
+                        self.line(&format!("var {name}: array<{t}, {n}> = {v};"));
                     }
                 }
             }

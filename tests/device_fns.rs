@@ -142,6 +142,47 @@ pub mod slices {
     }
 }
 
+/// Arrays by value: parameters (one written through its own copy), results, and a helper
+/// passing arrays on to others.
+pub mod arr {
+    use graphed::prelude::*;
+
+    /// `v` reversed and scaled by `s`.
+    #[device]
+    pub fn rev_scaled(v: [f32; 4], s: f32) -> [f32; 4] {
+        let mut r = [0.0f32; 4];
+        for k in 0u32..4u32 {
+            r[k] = s * v[3u32 - k];
+        }
+        r
+    }
+
+    /// `a · b`.
+    #[device]
+    pub fn dot4(a: [f32; 4], b: [f32; 4]) -> f32 {
+        let mut s = 0.0;
+        for k in 0u32..4u32 {
+            s += a[k] * b[k];
+        }
+        s
+    }
+
+    /// `v · rev_scaled(v, s)`: arrays passed on, and one received from a helper.
+    #[device]
+    pub fn fold(v: [f32; 4], s: f32) -> f32 {
+        let r = rev_scaled(v, s);
+        dot4(v, r)
+    }
+
+    /// The running sums of `v`, computed in `v`'s own copy (the caller's array is unchanged).
+    #[device]
+    pub fn prefix(mut v: [u32; 3]) -> [u32; 3] {
+        v[1] = v[1] + v[0];
+        v[2] = v[2] + v[1];
+        v
+    }
+}
+
 // ------------------------------------------------------------------------------ kernels
 
 #[kernel(workgroup = 64)]
@@ -208,6 +249,28 @@ pub fn blur_residual(x: &[f32], r: &mut [f32]) {
     }
 }
 
+/// Per row `i`: `y[5i..5i+4] = rev_scaled(x[4i..4i+4], s)`, `y[5i+4] = fold(..)`;
+/// `z[4i..4i+3] = prefix(c[3i..3i+3])` and `z[4i+3]` the caller's `c[3i+1]`, read after the
+/// call (arrays are passed as copies).
+#[kernel(workgroup = 64)]
+pub fn array_values(s: f32, x: &[f32], c: &[u32], y: &mut [f32], z: &mut [u32]) {
+    let i = global_id().x;
+    if 4 * i < z.len() {
+        let a = [x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]];
+        let r = arr::rev_scaled(a, s);
+        for k in 0u32..4u32 {
+            y[5 * i + k] = r[k];
+        }
+        y[5 * i + 4] = arr::fold(a, s);
+        let q = [c[3 * i], c[3 * i + 1], c[3 * i + 2]];
+        let p = arr::prefix(q);
+        for k in 0u32..3u32 {
+            z[4 * i + k] = p[k];
+        }
+        z[4 * i + 3] = q[1];
+    }
+}
+
 /// A helper indexing past the end of the kernel's slice: a fault on the host.
 #[kernel(workgroup = 64)]
 pub fn helper_out_of_bounds(x: &[f32], y: &mut [f32]) {
@@ -228,6 +291,7 @@ fn all_kernels() -> Vec<&'static KernelDef> {
         &blur::DEF,
         &blur_residual::DEF,
         &helper_out_of_bounds::DEF,
+        &array_values::DEF,
     ]
 }
 
@@ -482,6 +546,53 @@ fn wgsl_slice_helpers_are_specialised_per_binding() {
     assert_eq!(
         slice_helpers::CUDA.matches("// `#[device]` at\n").count(),
         1
+    );
+}
+
+#[test]
+fn helpers_take_and_return_arrays_by_value() {
+    let mut r = rng("helpers_take_and_return_arrays_by_value");
+    on_every_backend(|dev| {
+        for &n in SIZES {
+            let x = floats(&mut r, 4 * n, -4.0, 4.0);
+            let c: Vec<u32> = (0..3 * n).map(|_| r.random_range(0..1u32 << 20)).collect();
+            let s: f32 = r.random_range(0.25..2.0);
+            let (xb, cb) = (dev.upload(&x).unwrap(), dev.upload(&c).unwrap());
+            let mut yb = poisoned(dev, 5 * n, POISON_F32);
+            let mut zb = poisoned(dev, 4 * n, POISON_U32);
+            array_values::launch(dev, Grid::threads(n), s, &xb, &cb, &mut yb, &mut zb).unwrap();
+            let (mut want_y, mut want_z) = (Vec::new(), Vec::new());
+            for i in 0..n {
+                let a: [f32; 4] = x[4 * i..4 * i + 4].try_into().unwrap();
+                want_y.extend(arr::rev_scaled(a, s));
+                want_y.push(arr::fold(a, s));
+                let q: [u32; 3] = c[3 * i..3 * i + 3].try_into().unwrap();
+                want_z.extend(arr::prefix(q));
+                want_z.push(q[1]);
+            }
+            // The Rust forms themselves, against the formulas.
+            let a = [1.0f32, 2.0, 3.0, 4.0];
+            assert_eq!(arr::rev_scaled(a, 0.5), [2.0, 1.5, 1.0, 0.5]);
+            assert_eq!(arr::fold(a, 1.0), 4.0 + 6.0 + 6.0 + 4.0);
+            assert_eq!(arr::prefix([3, 4, 5]), [3, 7, 12]);
+            assert_f32(dev, &yb.to_host().unwrap(), &want_y, &format!("y, n={n}"));
+            assert_eq!(zb.to_host().unwrap(), want_z, "{}: z, n={n}", dev.kind());
+        }
+    });
+}
+
+/// Arrays passed and returned at constant indices stay in registers on CUDA: the PTX of
+/// `array_values` has no local (stack) memory.
+#[test]
+fn array_values_stay_in_registers_on_cuda() {
+    if !common::nvrtc_enabled() {
+        return;
+    }
+    let ptx = graphed::nvrtc::compile(&array_values::DEF, "compute_80").unwrap();
+    assert!(!ptx.contains(".local"), "PTX uses local memory:\n{ptx}");
+    assert!(
+        ptx.contains("ld.global") && ptx.contains("st.global"),
+        "{ptx}"
     );
 }
 

@@ -261,17 +261,18 @@ fn mse_span(
 /// `grad = gscale · (p − y)` (added to `grad` when `accumulate`): the MSE gradient alone.
 #[kernel(workgroup = 256)]
 pub fn mse_grad(gscale: f32, accumulate: bool, pred: &[f32], target: &[f32], grad: &mut [f32]) {
-    let n = grad.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
-        let mut g = gscale * (pred[i] - target[i]);
-        if accumulate {
-            g += grad[i];
-        }
-        grad[i] = g;
-        i += stride;
-    }
+    // The pass's gradient, its sum of squares unused (`pred`, `target` and `grad` have one
+    // length: `mse_backward` checks it).
+    mse_span(
+        gscale,
+        true,
+        accumulate,
+        pred,
+        target,
+        grad,
+        global_id().x,
+        global_size().x,
+    );
 }
 
 /// Workgroups of a cross-entropy launch over `rows` rows of `classes` classes.

@@ -32,12 +32,13 @@ pub const COUNTER_WORDS: usize = 3;
 const MAX_OPT_GROUPS: usize = 1024;
 
 /// Advances the step counter `count` (module docs) and gives every invocation of the
-/// workgroup the step number `t`: invocation `lid == 0` of workgroup `wid` of `groups` takes
-/// it and shares it through `st`. Called by the whole workgroup together, once per launch.
+/// workgroup the step number `t`: invocation `lid == 0` of each of the `groups` workgroups
+/// takes it and shares it through `st`; the one whose global id `gid` is 0 (so workgroup 0)
+/// also counts the step. Called by the whole workgroup together, once per launch.
 /// Where the counter's skip word is set (an overflow found by the loss scaler), it advances
 /// nothing and gives 0: the launch must change nothing.
 #[device]
-fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, wid: u32, groups: u32) -> u32 {
+fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, gid: u32, groups: u32) -> u32 {
     // The skip word does not change during the launch: every invocation reads one value.
     let skip_word = atomic_load(count, 2u32);
     let skip = skip_word != 0u32;
@@ -48,7 +49,8 @@ fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, wid: u32, groups:
             atomic_sub(count, 0u32, 1u32);
             t = 1048576u32;
         }
-        if wid == 0 {
+        // With `lid == 0`, `gid == 0` is workgroup 0.
+        if gid == 0 {
             atomic_add(count, 1u32, 1u32);
         }
         st[0] = t;
@@ -86,13 +88,7 @@ pub fn adam_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
-    let t = step_number(
-        count,
-        st,
-        local_id().x,
-        workgroup_id().x,
-        num_workgroups().x,
-    );
+    let t = step_number(count, st, local_id().x, global_id().x, num_workgroups().x);
     if t == 0u32 {
         return; // the skip word is set: this step changes nothing
     }
@@ -154,13 +150,7 @@ pub fn sgd_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
-    let step = step_number(
-        count,
-        st,
-        local_id().x,
-        workgroup_id().x,
-        num_workgroups().x,
-    );
+    let step = step_number(count, st, local_id().x, global_id().x, num_workgroups().x);
     if step == 0u32 {
         return; // the skip word is set: this step changes nothing
     }
@@ -220,8 +210,54 @@ fn check_pair(op: &str, n: usize, params: &Buffer<f32>, grads: &Buffer<f32>) -> 
     Ok(())
 }
 
-fn read_steps(count: &Buffer<u32>) -> Result<u32> {
-    Ok(count.to_host()?[1])
+/// The public `count()` and `steps()` of an optimizer holding a [`Counter`] as `counter`.
+macro_rules! counter_accessors {
+    () => {
+        /// The step counter, `[arrivals, steps, skip]` (module docs).
+        pub fn count(&self) -> &Buffer<u32> {
+            &self.counter.count
+        }
+
+        /// Steps taken so far (a host read: not inside a step).
+        pub fn steps(&self) -> Result<u32> {
+            self.counter.steps()
+        }
+    };
+}
+
+/// What every optimizer keeps besides its moments: how many parameters it updates, its
+/// fixed workgroup count and its step counter (module docs).
+#[derive(Clone, Debug)]
+struct Counter {
+    n: usize,
+    groups: u32,
+    count: Buffer<u32>,
+}
+
+impl Counter {
+    /// A zeroed counter for `n` parameters.
+    fn alloc(dev: &Device, n: usize) -> Result<Counter> {
+        Self::over(n, dev.alloc(COUNTER_WORDS)?)
+    }
+
+    /// An existing counter `count` of the optimizer `op` over `n` parameters.
+    fn from_state(op: &str, n: usize, count: Buffer<u32>) -> Result<Counter> {
+        expect_len(op, "count", count.len(), COUNTER_WORDS)?;
+        Self::over(n, count)
+    }
+
+    fn over(n: usize, count: Buffer<u32>) -> Result<Counter> {
+        Ok(Counter {
+            n,
+            groups: opt_groups(n),
+            count,
+        })
+    }
+
+    /// Steps taken so far (a host read).
+    fn steps(&self) -> Result<u32> {
+        Ok(self.count.to_host()?[1])
+    }
 }
 
 /// Hyper-parameters of Adam and AdamW (PyTorch's defaults: `Default`).
@@ -269,10 +305,8 @@ pub struct AdamScalars {
 pub struct Adam {
     config: AdamConfig,
     decoupled: bool,
-    n: usize,
-    groups: u32,
     moments: Buffer<f32>,
-    count: Buffer<u32>,
+    counter: Counter,
 }
 
 impl Adam {
@@ -286,10 +320,8 @@ impl Adam {
         Ok(Adam {
             config,
             decoupled,
-            n,
-            groups: opt_groups(n),
             moments: dev.alloc(2 * n)?,
-            count: dev.alloc(COUNTER_WORDS)?,
+            counter: Counter::alloc(dev, n)?,
         })
     }
 
@@ -308,15 +340,12 @@ impl Adam {
                 moments.len()
             )));
         }
-        expect_len("Adam", "count", count.len(), COUNTER_WORDS)?;
-        let n = moments.len() / 2;
+        let counter = Counter::from_state("Adam", moments.len() / 2, count)?;
         Ok(Adam {
             config,
             decoupled,
-            n,
-            groups: opt_groups(n),
             moments,
-            count,
+            counter,
         })
     }
 
@@ -330,15 +359,7 @@ impl Adam {
         &self.moments
     }
 
-    /// The step counter, `[arrivals, steps, skip]` (module docs).
-    pub fn count(&self) -> &Buffer<u32> {
-        &self.count
-    }
-
-    /// Steps taken so far (a host read: not inside a step).
-    pub fn steps(&self) -> Result<u32> {
-        read_steps(&self.count)
-    }
+    counter_accessors!();
 
     /// One update of every parameter with learning rate `lr` and the configured constants.
     /// One launch.
@@ -370,13 +391,13 @@ impl Adam {
     ) -> Result<()> {
         check_pair(
             if self.decoupled { "AdamW" } else { "Adam" },
-            self.n,
+            self.counter.n,
             params,
             grads,
         )?;
         adam_step::launch(
             cx,
-            Grid::workgroups(self.groups),
+            Grid::workgroups(self.counter.groups),
             s.lr,
             s.beta1,
             s.beta2,
@@ -386,7 +407,7 @@ impl Adam {
             params,
             grads,
             &mut self.moments,
-            &mut self.count,
+            &mut self.counter.count,
         )
     }
 }
@@ -450,10 +471,8 @@ pub struct SgdConfig {
 #[derive(Clone, Debug)]
 pub struct Sgd {
     config: SgdConfig,
-    n: usize,
-    groups: u32,
     momentum: Buffer<f32>,
-    count: Buffer<u32>,
+    counter: Counter,
 }
 
 impl Sgd {
@@ -462,23 +481,18 @@ impl Sgd {
         u32_of("parameters", n)?;
         Ok(Sgd {
             config,
-            n,
-            groups: opt_groups(n),
             momentum: dev.alloc(n)?,
-            count: dev.alloc(COUNTER_WORDS)?,
+            counter: Counter::alloc(dev, n)?,
         })
     }
 
     /// SGD over existing state (`momentum`: `n`; `count`: [`COUNTER_WORDS`] words).
     pub fn from_state(config: SgdConfig, momentum: Buffer<f32>, count: Buffer<u32>) -> Result<Sgd> {
-        expect_len("Sgd", "count", count.len(), COUNTER_WORDS)?;
-        let n = momentum.len();
+        let counter = Counter::from_state("Sgd", momentum.len(), count)?;
         Ok(Sgd {
             config,
-            n,
-            groups: opt_groups(n),
             momentum,
-            count,
+            counter,
         })
     }
 
@@ -487,15 +501,7 @@ impl Sgd {
         &self.momentum
     }
 
-    /// The step counter.
-    pub fn count(&self) -> &Buffer<u32> {
-        &self.count
-    }
-
-    /// Steps taken so far (a host read).
-    pub fn steps(&self) -> Result<u32> {
-        read_steps(&self.count)
-    }
+    counter_accessors!();
 
     /// One update of every parameter. One launch.
     pub fn step<C: Launch + ?Sized>(
@@ -505,11 +511,11 @@ impl Sgd {
         grads: &Buffer<f32>,
         lr: impl IntoScalarArg<f32>,
     ) -> Result<()> {
-        check_pair("Sgd", self.n, params, grads)?;
+        check_pair("Sgd", self.counter.n, params, grads)?;
         let c = self.config;
         sgd_step::launch(
             cx,
-            Grid::workgroups(self.groups),
+            Grid::workgroups(self.counter.groups),
             lr,
             c.momentum,
             c.dampening,
@@ -518,7 +524,7 @@ impl Sgd {
             params,
             grads,
             &mut self.momentum,
-            &mut self.count,
+            &mut self.counter.count,
         )
     }
 }

@@ -226,15 +226,10 @@ impl Philox {
     }
 }
 
-/// Backward of dropout: `dx = dy·mask`.
-pub fn dropout_backward<C: Launch + ?Sized>(
-    cx: &C,
-    dy: &Buffer<f32>,
-    mask: &Buffer<f32>,
-    dx: &mut Buffer<f32>,
-) -> Result<()> {
-    crate::elementwise::mul(cx, dy, mask, dx)
-}
+/// Backward of dropout: `dx = dy·mask`, the elementwise product: `dropout_backward(cx, dy,
+/// mask, dx)` is [`mul`](crate::elementwise::mul)`(cx, dy, mask, dx)`.
+#[doc(inline)]
+pub use crate::elementwise::mul as dropout_backward;
 
 impl From<Philox> for Buffer<u32> {
     fn from(p: Philox) -> Buffer<u32> {

@@ -591,6 +591,24 @@ impl KernelGen<'_> {
                 });
                 continue;
             }
+            // An array `[T; 4]` by value: one of the caller's (a wrong one when unclean).
+            if let Some(elem) = p.strip_prefix("arr ") {
+                let fits: Vec<String> = self
+                    .arrays
+                    .iter()
+                    .filter(|(_, t, n, _)| *t == elem && *n == 4)
+                    .map(|(n, ..)| n.clone())
+                    .collect();
+                args.push(if fits.is_empty() || (!self.clean && self.rng.chance(10)) {
+                    match self.arrays.first() {
+                        Some((n, ..)) if self.rng.chance(50) => n.clone(),
+                        _ => self.leaf("u32"),
+                    }
+                } else {
+                    self.rng.pick(&fits).clone()
+                });
+                continue;
+            }
             let arg = if let Some(elem) = p.strip_prefix("&mut [").or(p.strip_prefix("&[")) {
                 let elem = elem.trim_end_matches(']');
                 let want_mut = p.starts_with("&mut");
@@ -1892,6 +1910,14 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
             kinds.push(format!("wg @{t}"));
             g.atomic_shared.push((format!("a{f}"), t));
         }
+        // A per-invocation array by value (its copy written where it is `mut`).
+        if g.rng.chance(35) {
+            let t = *g.rng.pick(&["f32", "i32", "u32"]);
+            let m = g.rng.chance(50);
+            params.push(format!("{}v{f}: [{t}; 4]", if m { "mut " } else { "" }));
+            kinds.push(format!("arr {t}"));
+            g.arrays.push((format!("v{f}"), t, 4, m));
+        }
         let ret = if g.rng.chance(75) {
             Some(*g.rng.pick(TYS))
         } else {
@@ -1949,6 +1975,11 @@ fn random_device_program(rng: &mut Rng) -> (Vec<String>, String, String) {
             body.push_str(&format!("let ka_{t} = shared::<{t}, 8>();\n"));
             g.atomic_shared.push((format!("ka_{t}"), t));
         }
+    }
+    // Per-invocation arrays of every element type, for the helpers' array parameters.
+    for (t, v) in [("f32", "0.5f32"), ("i32", "-3i32"), ("u32", "7u32")] {
+        body.push_str(&format!("let mut kv_{t} = [{v}; 4];\n"));
+        g.arrays.push((format!("kv_{t}"), t, 4, true));
     }
     for i in 0..g.fns.len() {
         // Every helper is called at least once, so every one is emitted.

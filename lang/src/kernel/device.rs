@@ -24,7 +24,7 @@ use proc_macro2::{Delimiter, Literal, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, ToTokens};
 use syn::visit::Visit;
 
-use super::check::{Checker, SharedParam, Sig, Slot, DEFERRED};
+use super::check::{ArrayParam, Checker, SharedParam, Sig, Slot, DEFERRED};
 use super::emit::host_device;
 use super::ir::{DeviceFn, IdBuiltin, Kernel, ParamKind, Shared, SubgroupOp, Ty};
 use super::{combine, parse, Errors};
@@ -304,14 +304,95 @@ fn parse_entries(body: TokenStream) -> syn::Result<Vec<Entry>> {
     Ok(out)
 }
 
-/// What a helper's signature declares: scalar and slice parameters, workgroup-array
-/// parameters, the return type.
-type Declared = (Vec<super::ir::Param>, Vec<SharedParam>, Option<Ty>);
+/// What a helper's signature declares.
+struct Declared {
+    /// The scalar and slice parameters.
+    params: Vec<super::ir::Param>,
+    /// The workgroup-array parameters (`&[T; N]`, `&mut [T; N]`).
+    shared: Vec<SharedParam>,
+    /// The per-invocation arrays taken by value (`[T; N]`).
+    arrays: Vec<ArrayParam>,
+    /// A scalar return type.
+    ret: Option<Ty>,
+    /// An array return type (`-> [T; N]`): element type and length.
+    ret_array: Option<(Ty, u32)>,
+}
+
+/// Most elements of an array a helper takes or returns by value (as of a per-invocation
+/// array).
+const MAX_VALUE_ARRAY: u32 = 1024;
+
+/// `[T; N]` with `T` a scalar type and `N` an integer literal from 1 to `MAX_VALUE_ARRAY`.
+fn value_array(a: &syn::TypeArray) -> Option<(Ty, u32)> {
+    let elem = parse::scalar_type(&a.elem).filter(|t| *t != Ty::UVec3)?;
+    let len = match &a.len {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(n),
+            ..
+        }) => n.base10_parse::<u32>().ok()?,
+        _ => return None,
+    };
+    (1..=MAX_VALUE_ARRAY).contains(&len).then_some((elem, len))
+}
+
+const VALUE_ARRAY_USAGE: &str = "an array passed by value is `[T; N]` with `T` one of `f32`, `f16`, `bf16`, `i32`, `u32`, `bool` and `N` an integer literal from 1 to 1024, e.g. `v: [f32; 4]` or `-> [f32; 4]`";
+
+/// The per-invocation arrays `sig` takes by value (`v: [f32; 4]`, `mut v: [f32; 4]`).
+fn array_params(sig: &syn::Signature, errors: &mut Errors) -> Vec<ArrayParam> {
+    let mut out = Vec::new();
+    for (pos, input) in sig.inputs.iter().enumerate() {
+        let syn::FnArg::Typed(pt) = input else {
+            continue;
+        };
+        let syn::Type::Array(a) = &*pt.ty else {
+            continue;
+        };
+        let syn::Pat::Ident(id) = &*pt.pat else {
+            errors.push(syn::Error::new_spanned(
+                &pt.pat,
+                "an array parameter is a plain name and a type: `v: [f32; 4]`",
+            ));
+            continue;
+        };
+        let Some((elem, len)) = value_array(a) else {
+            errors.push(syn::Error::new_spanned(a, VALUE_ARRAY_USAGE));
+            continue;
+        };
+        if id.by_ref.is_some() || id.subpat.is_some() {
+            errors.push(syn::Error::new_spanned(
+                input,
+                format!(
+                    "an array parameter is a plain name and a type: `{}: [{}; {len}]`",
+                    id.ident,
+                    elem.rust()
+                ),
+            ));
+            continue;
+        }
+        if !parse::target_name(&id.ident, "a `#[device]` function's parameter", errors) {
+            continue;
+        }
+        out.push(ArrayParam {
+            pos,
+            name: id.ident.to_string(),
+            elem,
+            len,
+            mutable: id.mutability.is_some(),
+        });
+    }
+    out
+}
 
 /// A helper's signature (`atomic`: the names its body, or a callee, uses atomically);
 /// errors for what a helper cannot be.
 fn signature(func: &syn::ItemFn, atomic: &[String], errors: &mut Errors) -> Declared {
-    let (sig, shared) = shared_params(&func.sig, atomic, errors);
+    let (mut sig, shared) = shared_params(&func.sig, atomic, errors);
+    let arrays = array_params(&func.sig, errors);
+    // By-value arrays are no scalar or slice parameters (rejected ones are reported).
+    sig.inputs = std::mem::take(&mut sig.inputs)
+        .into_iter()
+        .filter(|i| !matches!(i, syn::FnArg::Typed(pt) if matches!(&*pt.ty, syn::Type::Array(_))))
+        .collect();
     let sig = &sig;
     let no = |errors: &mut Errors, node: &dyn ToTokens, what: &str| {
         errors.push(syn::Error::new_spanned(
@@ -355,20 +436,34 @@ fn signature(func: &syn::ItemFn, atomic: &[String], errors: &mut Errors) -> Decl
     }
     let mut rejected = Vec::new();
     let params = parse::params(sig, atomic, errors, &mut rejected);
+    let mut ret_array = None;
     let ret = match &sig.output {
         syn::ReturnType::Default => None,
-        syn::ReturnType::Type(_, ty) => match parse::scalar_type(ty) {
-            Some(t) => Some(t),
-            None => {
+        syn::ReturnType::Type(_, ty) => match (parse::scalar_type(ty), &**ty) {
+            (Some(t), _) => Some(t),
+            (None, syn::Type::Array(a)) => {
+                match value_array(a) {
+                    Some(r) => ret_array = Some(r),
+                    None => errors.push(syn::Error::new_spanned(a, VALUE_ARRAY_USAGE)),
+                }
+                None
+            }
+            (None, _) => {
                 errors.push(syn::Error::new_spanned(
                     ty,
-                    format!("a `#[device]` function returns `f32`, `f16`, `bf16`, `i32`, `u32` or `bool`, or nothing; not `{}` (write other results into a `&mut [T]` parameter)", crate::tokens::shown(ty)),
+                    format!("a `#[device]` function returns `f32`, `f16`, `bf16`, `i32`, `u32` or `bool`, an array of them (`[f32; 4]`), or nothing; not `{}` (write other results into a `&mut [T]` parameter)", crate::tokens::shown(ty)),
                 ));
                 None
             }
         },
     };
-    (params, shared, ret)
+    Declared {
+        params,
+        shared,
+        arrays,
+        ret,
+        ret_array,
+    }
 }
 
 /// The workgroup-array parameters (`s: &[f32; 256]`, `s: &mut [u32; 64]`) of `sig`, and
@@ -489,6 +584,7 @@ pub fn atomic_args(
                     matches!(sig.params[j].kind, ParamKind::Slice { atomic: true, .. })
                 }
                 Slot::Shared(j) => sig.shared[j].shared.atomic,
+                Slot::Array(_) => false,
             };
             if let (true, Some(a)) = (atomic, a) {
                 out.push(a);
@@ -547,13 +643,15 @@ fn entry_sigs(
     type Subgroup = (bool, Option<(SubgroupOp, String)>);
     let sig_of =
         |e: &Entry, atomic: &[String], barrier: bool, subgroup: &Subgroup, errors: &mut Errors| {
-            let (params, shared, ret) = signature(&e.item, atomic, errors);
+            let d = signature(&e.item, atomic, errors);
             Sig {
                 id: e.id.clone(),
                 name: e.item.sig.ident.to_string(),
-                params,
-                shared,
-                ret,
+                params: d.params,
+                shared: d.shared,
+                arrays: d.arrays,
+                ret: d.ret,
+                ret_array: d.ret_array,
                 has_barrier: barrier,
                 has_subgroup: subgroup.0,
                 exchange: subgroup.1.clone(),
@@ -624,7 +722,8 @@ fn lower_helper(
     checker.atomic_names(atomic);
     checker.set_helpers(sigs, names);
     checker.set_shared_params(&sig.shared);
-    let body = checker.device_body(&func.block, sig.ret);
+    let array_params = checker.set_array_params(&sig.arrays);
+    let body = checker.device_body(&func.block, sig.ret, sig.ret_array);
     let arrays = checker.arrays();
     let (params, shared, has_barrier) = checker.finish();
     let f = DeviceFn {
@@ -635,6 +734,8 @@ fn lower_helper(
         body,
         shared,
         arrays,
+        array_params,
+        ret_array: sig.ret_array,
         has_barrier,
         has_subgroup: sig.has_subgroup,
         exchange: sig.exchange.clone(),
@@ -750,13 +851,14 @@ pub fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     // Every mistake but those of the calls is reported now, without the callees.
     let mut errors = Errors::new();
     let atomic = super::atomic_params(&func.block);
-    let (params, shared, ret) = signature(&func, &atomic, &mut errors);
+    let d = signature(&func, &atomic, &mut errors);
     let h = Helpers::deferred(&calls);
-    let mut checker = Checker::new(&mut errors, func.sig.ident.to_string(), params, [1, 1, 1]);
+    let mut checker = Checker::new(&mut errors, func.sig.ident.to_string(), d.params, [1, 1, 1]);
     checker.atomic_names(atomic);
     checker.set_helpers(h.sigs, h.names);
-    checker.set_shared_params(&shared);
-    checker.device_body(&func.block, ret);
+    checker.set_shared_params(&d.shared);
+    checker.set_array_params(&d.arrays);
+    checker.device_body(&func.block, d.ret, d.ret_array);
     checker.finish();
     if !errors.is_empty() {
         return poisoned(&func, Some(errors));
@@ -854,7 +956,7 @@ fn build(
     let (id, mac) = unique(func, &deps);
     let mut atomic = super::atomic_params(&func.block);
     atomic.extend(atomic_args(&func.block, &helpers.sigs, &helpers.names));
-    let (params, shared, ret) = signature(func, &atomic, &mut errors);
+    let d = signature(func, &atomic, &mut errors);
     let has_barrier =
         calls_barrier(&func.block) || helpers.names.values().any(|&c| helpers.sigs[c].has_barrier);
     let name = func.sig.ident.to_string();
@@ -866,9 +968,11 @@ fn build(
     let sig = Sig {
         id: id.clone(),
         name,
-        params,
-        shared,
-        ret,
+        params: d.params,
+        shared: d.shared,
+        arrays: d.arrays,
+        ret: d.ret,
+        ret_array: d.ret_array,
         has_barrier,
         has_subgroup,
         exchange,
@@ -995,6 +1099,15 @@ fn finish_device(
             back.push(quote!(#arr.copy_into(&mut #user[..]);));
         }
     }
+    // Arrays by value: Rust arrays are `Copy`, passed as they are.
+    for &a in &own.array_params {
+        let src = &own.arrays[a].source;
+        let user = idents
+            .get(src)
+            .cloned()
+            .unwrap_or_else(|| format_ident!("{}", src));
+        args.push(quote!(#user));
+    }
     let own_fn = format_ident!("{}", id);
     // Called from Rust, the invocation is alone: a subgroup of one, whose reductions and
     // shuffles return its own value.
@@ -1019,9 +1132,16 @@ fn finish_device(
     let vis = &func.vis;
     let sig = &func.sig;
     let exporter = exporter(func, &mac, bundle);
+    // A `mut v: [T; N]` is written in the host form's copy, not here.
+    let allow = if own.array_params.is_empty() {
+        quote!()
+    } else {
+        quote!(#[allow(unused_mut)])
+    };
     quote! {
         #(#attrs)*
         #default_doc
+        #allow
         #vis #sig {
             use ::graphed::__private as gd;
             use ::graphed::{bf16, f16};

@@ -9,12 +9,12 @@ use super::device::lower_with_helpers;
 use super::emit;
 use super::ir::*;
 
-fn kernel(k: TokenStream, helpers: &[TokenStream]) -> Kernel {
+pub(super) fn kernel(k: TokenStream, helpers: &[TokenStream]) -> Kernel {
     lower_with_helpers(quote!(workgroup = 64), Some(k), helpers)
         .unwrap_or_else(|e| panic!("{e:#?}"))
 }
 
-fn kernel_errors(k: TokenStream, helpers: &[TokenStream]) -> Vec<String> {
+pub(super) fn kernel_errors(k: TokenStream, helpers: &[TokenStream]) -> Vec<String> {
     match lower_with_helpers(quote!(workgroup = 64), Some(k), helpers) {
         Ok(k) => panic!("kernel `{}` was accepted", k.name),
         Err(e) => e,
@@ -22,11 +22,11 @@ fn kernel_errors(k: TokenStream, helpers: &[TokenStream]) -> Vec<String> {
 }
 
 /// The errors of the last of `helpers`.
-fn helper_errors(helpers: &[TokenStream]) -> Vec<String> {
+pub(super) fn helper_errors(helpers: &[TokenStream]) -> Vec<String> {
     lower_with_helpers(TokenStream::new(), None, helpers).unwrap_err()
 }
 
-fn assert_one(errs: &[String], needle: &str) {
+pub(super) fn assert_one(errs: &[String], needle: &str) {
     assert_eq!(
         errs.len(),
         1,
@@ -39,7 +39,7 @@ fn assert_one(errs: &[String], needle: &str) {
     );
 }
 
-fn valid_wgsl(k: &Kernel) -> String {
+pub(super) fn valid_wgsl(k: &Kernel) -> String {
     let src = emit::wgsl::emit(k);
     let module = naga::front::wgsl::parse_str(&src)
         .unwrap_or_else(|e| panic!("WGSL does not parse: {}\n{src}", e.emit_to_string(&src)));

@@ -101,6 +101,9 @@ pub enum ArrayInit {
     Splat(Expr),
     /// `[a, b, c]`.
     List(Vec<Expr>),
+    /// `f(...)`: the array a `#[device]` helper returns (an `ExprKind::Call` of a helper
+    /// whose `DeviceFn::ret_array` is the array's type).
+    Call(Expr),
 }
 
 #[derive(Clone, Debug)]
@@ -137,6 +140,13 @@ pub struct DeviceFn {
     pub shared: Vec<Shared>,
     /// Its per-invocation arrays, indexed by `Place::Array` and `Stmt::Array` in its body.
     pub arrays: Vec<LocalArray>,
+    /// Its arrays taken by value (`v: [f32; 4]`), as indices into `arrays`: the body works
+    /// on its own copy, declared before the body (no `Stmt::Array`). In every emitted
+    /// signature they come after `params` and `shared`, as in `ExprKind::Call`'s arguments.
+    pub array_params: Vec<usize>,
+    /// `-> [T; N]`: the element type and length of the array it returns (then `ret` is
+    /// `None`, and its body ends in `Stmt::ReturnArray`).
+    pub ret_array: Option<(Ty, u32)>,
     /// Whether it reaches a `barrier()`, itself or through a callee.
     pub has_barrier: bool,
     /// Whether it reaches a subgroup builtin, itself or through a callee: WGSL passes it the
@@ -156,6 +166,9 @@ pub enum CallArg {
     /// A workgroup array of the caller (the kernel's, or a helper's workgroup-array
     /// parameter), by index; these follow every `Value` and `Slice` argument.
     Shared(usize),
+    /// A per-invocation array of the caller, by index, passed by value (copied); these
+    /// follow every `Shared` argument.
+    Array(usize),
 }
 
 /// Where a value is read from or written to.
@@ -440,6 +453,8 @@ pub enum Stmt {
     Return,
     /// `return v` (or a helper's tail expression).
     ReturnValue(Expr),
+    /// `return a` of a helper returning an array: its per-invocation array `a`, by value.
+    ReturnArray(usize),
     /// A helper call whose value, if any, is dropped.
     Call(Expr),
     Barrier {

@@ -342,6 +342,8 @@ pub(crate) fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
 }
 
 #[cfg(test)]
+mod device_array_tests;
+#[cfg(test)]
 mod device_tests;
 #[cfg(test)]
 mod tests;

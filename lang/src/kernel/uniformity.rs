@@ -238,7 +238,7 @@ impl Analysis<'_, '_> {
                 }
             }
             Stmt::Call(_) => {}
-            Stmt::Return | Stmt::ReturnValue(_) => {
+            Stmt::Return | Stmt::ReturnValue(_) | Stmt::ReturnArray(_) => {
                 return Exits {
                     ret: nu.is_some(),
                     brk: false,
@@ -307,7 +307,7 @@ impl Analysis<'_, '_> {
             // A helper cannot read an id; what it reads from memory is not uniform.
             ExprKind::Call(_, args, _) => args.iter().all(|a| match a {
                 CallArg::Value(e) => self.uniform(e),
-                CallArg::Slice(_) | CallArg::Shared(_) => false,
+                CallArg::Slice(_) | CallArg::Shared(_) | CallArg::Array(_) => false,
             }),
             // The size is the same everywhere; the rest differ between subgroups or lanes.
             ExprKind::Subgroup(op, ..) => *op == SubgroupOp::Size,
@@ -360,6 +360,7 @@ impl Analysis<'_, '_> {
             Stmt::Array { init, .. } => match init {
                 ArrayInit::Splat(v) => es.push(v),
                 ArrayInit::List(vs) => es.extend(vs),
+                ArrayInit::Call(v) => es.push(v),
             },
             Stmt::Atomic {
                 index, operands, ..
@@ -371,6 +372,7 @@ impl Analysis<'_, '_> {
             | Stmt::Break
             | Stmt::Continue
             | Stmt::Return
+            | Stmt::ReturnArray(_)
             | Stmt::Barrier { .. }
             | Stmt::Mma(_) => {}
         }
@@ -498,6 +500,7 @@ fn stmt_exprs(s: &Stmt) -> Vec<&Expr> {
         Stmt::Array { init, .. } => match init {
             ArrayInit::Splat(v) => vec![v],
             ArrayInit::List(vs) => vs.iter().collect(),
+            ArrayInit::Call(v) => vec![v],
         },
         Stmt::Atomic {
             index, operands, ..

@@ -1,5 +1,6 @@
 //! Per-invocation arrays: `[v; N]` and `[a, b, c]` declarations, their element places,
-//! constant-index bounds checks and `len()`.
+//! constant-index bounds checks and `len()`; arrays passed to and returned from `#[device]`
+//! helpers by value.
 
 use super::*;
 
@@ -17,7 +18,115 @@ pub(super) const MAX_ARRAY_BYTES: u64 = 16 * 1024;
 
 const USAGE: &str = "a per-invocation array is declared `let mut acc = [0.0f32; 16];` (a constant size) or `let w = [a, b, c];`";
 
+/// A per-invocation array parameter of a helper, taken by value (`v: [f32; 4]`, or
+/// `mut v: [f32; 4]` to write its copy).
+#[derive(Clone, Debug)]
+pub struct ArrayParam {
+    /// Its position among all the arguments.
+    pub pos: usize,
+    pub name: String,
+    pub elem: Ty,
+    pub len: u32,
+    pub mutable: bool,
+}
+
+/// `[f32; 4]`, for messages.
+pub(super) fn array_shown(elem: Ty, len: u32) -> String {
+    format!("[{}; {len}]", elem.rust())
+}
+
 impl Checker<'_> {
+    /// The per-invocation arrays a helper takes by value: its body indexes its own copies by
+    /// name (writable where the parameter is `mut`). They are the first of its arrays, in
+    /// order; returns their indices.
+    pub fn set_array_params(&mut self, arrays: &[ArrayParam]) -> Vec<usize> {
+        let mut out = Vec::new();
+        for a in arrays {
+            let mangled = self.mangle(&a.name);
+            let ix = self.arrays.len();
+            self.arrays.push(LocalArray {
+                name: mangled.clone(),
+                source: a.name.trim_start_matches("r#").to_string(),
+                elem: a.elem,
+                len: a.len,
+            });
+            self.array_bytes += a.len as u64 * 4;
+            self.scopes[0].insert(
+                a.name.clone(),
+                Local {
+                    mangled,
+                    ty: a.elem,
+                    mutable: a.mutable,
+                    poisoned: false,
+                    array: Some(ix),
+                },
+            );
+            out.push(ix);
+        }
+        self.array_params = out.clone();
+        out
+    }
+
+    /// The array a helper returning `[T; N]` returns: one of its per-invocation arrays, by
+    /// name, of that element type and length (a failed one still ends the path).
+    pub(super) fn array_value(&mut self, e: &syn::Expr, (elem, len): (Ty, u32)) -> Stmt {
+        let name = self.kernel_name.clone();
+        let want = array_shown(elem, len);
+        match self.array_named(e) {
+            Some((a, got)) if got.elem == elem && got.len == len => return Stmt::ReturnArray(a),
+            Some((_, got)) => self.error(e, format!("`{name}` returns `{want}`, found `{}`", array_shown(got.elem, got.len))),
+            None if self.is_poisoned(e) => {}
+            None => self.error(e, format!("`{name}` returns `{want}`: return one of its per-invocation arrays by name, e.g. `let mut r = [0.0f32; {len}]; ...; r`")),
+        }
+        Stmt::Return
+    }
+
+    /// The per-invocation array `e` names (a plain name, maybe in parentheses), if any.
+    fn array_named(&self, e: &syn::Expr) -> Option<(usize, LocalArray)> {
+        match e {
+            syn::Expr::Paren(p) => self.array_named(&p.expr),
+            syn::Expr::Path(p) => {
+                let id = p.path.get_ident()?;
+                let l = self.lookup(&id.to_string())?;
+                if l.poisoned {
+                    return None;
+                }
+                let a = l.array?;
+                Some((a, self.arrays[a].clone()))
+            }
+            _ => None,
+        }
+    }
+
+    /// An array argument: a per-invocation array of the caller, by name, of the parameter's
+    /// element type and length (copied into the callee).
+    pub(super) fn array_arg(&mut self, a: &syn::Expr, p: &ArrayParam, callee: &str) -> Res<usize> {
+        if self.is_poisoned(a) {
+            return Err(());
+        }
+        let want = array_shown(p.elem, p.len);
+        match self.array_named(a) {
+            Some((ix, got)) if got.elem == p.elem && got.len == p.len => Ok(ix),
+            Some((_, got)) => {
+                self.error(
+                    a,
+                    format!(
+                        "argument `{}` of `{callee}` is `{want}`, found `{}`, an array of {} `{}`",
+                        p.name,
+                        array_shown(got.elem, got.len),
+                        got.len,
+                        got.elem.rust()
+                    ),
+                );
+                Err(())
+            }
+            None => {
+                self.error(a, format!("argument `{}` of `{callee}` is an array `{want}`, passed by value: pass a per-invocation array (`let a = [0.0f32; {}];`) by its name", p.name, p.len));
+                Err(())
+            }
+        }
+    }
+
     /// `let [mut] name[: [T; N]] = [v; N];` or `= [a, b, c];`: declares the array and returns
     /// `true`; `false` when the `let` declares no array.
     pub(super) fn array_local(
@@ -33,7 +142,11 @@ impl Checker<'_> {
             Some(syn::Type::Array(a)) => Some(a),
             _ => None,
         };
-        if ann.is_none() && !matches!(init, Some(syn::Expr::Array(_) | syn::Expr::Repeat(_))) {
+        let from_call = init.is_some_and(|e| self.array_call(e).is_some());
+        if ann.is_none()
+            && !from_call
+            && !matches!(init, Some(syn::Expr::Array(_) | syn::Expr::Repeat(_)))
+        {
             return false;
         }
         if self
@@ -105,6 +218,13 @@ impl Checker<'_> {
                     return Err(());
                 }
                 (ArrayInit::List(vals), ty, len)
+            }
+            syn::Expr::Call(c) if self.array_call(init).is_some() => {
+                let (i, (elem, len)) = self.array_call(init).expect("an array call");
+                self.array_call_ok = true;
+                let v = self.helper_call(i, c, true);
+                self.array_call_ok = false;
+                (ArrayInit::Call(v?), elem, len)
             }
             other => {
                 self.error(other, USAGE);
@@ -202,6 +322,15 @@ impl Checker<'_> {
         }
     }
 
+    /// The helper `e` calls and the array it returns, if `e` calls one that returns an array.
+    fn array_call(&self, e: &syn::Expr) -> Option<(usize, (Ty, u32))> {
+        let syn::Expr::Call(c) = e else {
+            return None;
+        };
+        let i = self.helper_index(&c.func).filter(|&i| i != DEFERRED)?;
+        Some((i, self.sigs[i].ret_array?))
+    }
+
     /// The array a path names, if it names one.
     pub(super) fn array_of(&self, e: &syn::Expr) -> Option<usize> {
         let syn::Expr::Path(p) = e else {
@@ -238,6 +367,7 @@ fn elem_of(init: &ArrayInit) -> Ty {
     match init {
         ArrayInit::Splat(v) => v.ty,
         ArrayInit::List(v) => v[0].ty,
+        ArrayInit::Call(v) => v.ty,
     }
 }
 

@@ -1,7 +1,7 @@
 //! `#[device]` helpers: their bodies (a return value, no ids, no workgroup memory of their
 //! own) and calls of them (argument count and types, slices and workgroup arrays passed by
-//! name, a helper that reaches a barrier or a subgroup operation called where the whole
-//! workgroup is).
+//! name, per-invocation arrays by value, a helper that reaches a barrier or a subgroup
+//! operation called where the whole workgroup is).
 
 use std::collections::HashMap;
 
@@ -18,7 +18,11 @@ pub struct Sig {
     pub params: Vec<Param>,
     /// The workgroup-array parameters (`&[T; N]`, `&mut [T; N]`).
     pub shared: Vec<SharedParam>,
+    /// The per-invocation arrays it takes by value (`v: [f32; 4]`).
+    pub arrays: Vec<ArrayParam>,
     pub ret: Option<Ty>,
+    /// `-> [T; N]`: the element type and length of the array it returns.
+    pub ret_array: Option<(Ty, u32)>,
     /// Whether the helper reaches a `barrier()`, itself or through a callee.
     pub has_barrier: bool,
     /// Whether it reaches a subgroup builtin, itself or through a callee: its callers use
@@ -47,17 +51,22 @@ pub enum Slot {
     Param(usize),
     /// `Sig::shared[i]`.
     Shared(usize),
+    /// `Sig::arrays[i]`.
+    Array(usize),
 }
 
 impl Sig {
     /// What each argument, in order, stands for.
     pub fn slots(&self) -> Vec<Slot> {
-        let n = self.params.len() + self.shared.len();
+        let n = self.params.len() + self.shared.len() + self.arrays.len();
         let mut next = 0;
         (0..n)
-            .map(|pos| match self.shared.iter().position(|s| s.pos == pos) {
-                Some(j) => Slot::Shared(j),
-                None => {
+            .map(|pos| {
+                if let Some(j) = self.shared.iter().position(|s| s.pos == pos) {
+                    Slot::Shared(j)
+                } else if let Some(j) = self.arrays.iter().position(|a| a.pos == pos) {
+                    Slot::Array(j)
+                } else {
                     next += 1;
                     Slot::Param(next - 1)
                 }
@@ -101,12 +110,17 @@ impl Sig {
                     let sh = &s.shared;
                     format!("{}: &{m}[{}; {}]", sh.name, sh.elem.rust(), sh.size)
                 }
+                Slot::Array(j) => {
+                    let a = &self.arrays[j];
+                    format!("{}: {}", a.name, array_shown(a.elem, a.len))
+                }
             })
             .collect();
-        let ret = self
-            .ret
-            .map(|t| format!(" -> {}", t.rust()))
-            .unwrap_or_default();
+        let ret = match (self.ret, self.ret_array) {
+            (Some(t), _) => format!(" -> {}", t.rust()),
+            (None, Some((t, n))) => format!(" -> {}", array_shown(t, n)),
+            (None, None) => String::new(),
+        };
         format!("{}({}){ret}", self.name, params.join(", "))
     }
 }
@@ -115,7 +129,7 @@ impl Sig {
 /// return type, for the shapes the kernel language has).
 pub fn definitely_returns(stmts: &[Stmt]) -> bool {
     match stmts.last() {
-        Some(Stmt::ReturnValue(_) | Stmt::Return) => true,
+        Some(Stmt::ReturnValue(_) | Stmt::ReturnArray(_) | Stmt::Return) => true,
         Some(Stmt::If { then, els, .. }) => definitely_returns(then) && definitely_returns(els),
         _ => false,
     }
@@ -146,13 +160,26 @@ impl Checker<'_> {
         }
     }
 
-    /// Lowers the body of a helper returning `ret`; its tail expression is its value.
-    pub fn device_body(&mut self, block: &syn::Block, ret: Option<Ty>) -> Vec<Stmt> {
+    /// Lowers the body of a helper returning `ret` (or the array `ret_array`); its tail
+    /// expression is its value.
+    pub fn device_body(
+        &mut self,
+        block: &syn::Block,
+        ret: Option<Ty>,
+        ret_array: Option<(Ty, u32)>,
+    ) -> Vec<Stmt> {
         self.device = Some(ret);
+        self.device_array = ret_array;
         self.scopes.push(HashMap::new());
         let mut out = Vec::new();
         let n = block.stmts.len();
         for (i, stmt) in block.stmts.iter().enumerate() {
+            if let (syn::Stmt::Expr(e, None), Some(want)) = (stmt, ret_array) {
+                if i + 1 == n && matches!(e, syn::Expr::Path(_) | syn::Expr::Paren(_)) {
+                    out.push(self.array_value(e, want));
+                    continue;
+                }
+            }
             match (stmt, ret) {
                 (syn::Stmt::Expr(e, None), Some(t))
                     if i + 1 == n
@@ -173,12 +200,16 @@ impl Checker<'_> {
         }
         self.scopes.pop();
         super::half::widen_block(&mut out);
-        if let Some(t) = ret {
+        let shown = ret
+            .map(|t| t.rust().to_string())
+            .or(ret_array.map(|(t, n)| array_shown(t, n)));
+        if let Some(t) = shown {
             if !definitely_returns(&out) {
                 let name = self.kernel_name.clone();
+                let value = if ret.is_some() { "v" } else { "a" };
                 self.errors.push(syn::Error::new(
                     block.brace_token.span.close(),
-                    format!("`{name}` returns `{}`, but its body can reach its end without a value: end it with an expression (no `;`), or `return v;` on every path", t.rust()),
+                    format!("`{name}` returns `{t}`, but its body can reach its end without a value: end it with an expression (no `;`), or `return {value};` on every path"),
                 ));
             }
         }
@@ -222,6 +253,25 @@ impl Checker<'_> {
     /// `return;` or `return v;` in a helper.
     pub(super) fn device_return(&mut self, r: &syn::ExprReturn, out: &mut Vec<Stmt>) {
         let name = self.kernel_name.clone();
+        if let Some(want) = self.device_array {
+            match &r.expr {
+                Some(v) => {
+                    let s = self.array_value(v, want);
+                    out.push(s);
+                }
+                None => {
+                    self.error(
+                        r,
+                        format!(
+                            "`{name}` returns `{}`: write `return a;` with one of its arrays `a`",
+                            array_shown(want.0, want.1)
+                        ),
+                    );
+                    out.push(Stmt::Return);
+                }
+            }
+            return;
+        }
         match (&r.expr, self.device.flatten()) {
             (Some(v), Some(t)) => {
                 self.effect_ok = true;
@@ -303,12 +353,19 @@ impl Checker<'_> {
                 return Err(());
             }
         }
-        if sig.ret.is_none() && !as_stmt {
+        let array_init = std::mem::take(&mut self.array_call_ok);
+        if let Some((t, n)) = sig.ret_array {
+            if !array_init {
+                self.error(c, format!("`{name}` returns an array `{}`, which is not a value of an expression: bind it to a new array, `let r = {name}(...);`", array_shown(t, n)));
+                return Err(());
+            }
+        } else if sig.ret.is_none() && !as_stmt {
             self.error(c, format!("`{name}` returns nothing, so its call is not a value; call it as a statement: `{name}(...);`"));
             return Err(());
         }
         let mut args = Vec::new();
         let mut shared = Vec::new();
+        let mut arrays = Vec::new();
         let mut failed = false;
         for (a, slot) in c.args.iter().zip(slots) {
             let p = match slot {
@@ -316,6 +373,13 @@ impl Checker<'_> {
                 Slot::Shared(j) => {
                     match self.shared_arg(a, &sig.shared[j], name) {
                         Ok(s) => shared.push(CallArg::Shared(s)),
+                        Err(()) => failed = true,
+                    }
+                    continue;
+                }
+                Slot::Array(j) => {
+                    match self.array_arg(a, &sig.arrays[j], name) {
+                        Ok(s) => arrays.push(CallArg::Array(s)),
                         Err(()) => failed = true,
                     }
                     continue;
@@ -350,9 +414,13 @@ impl Checker<'_> {
             self.uses_subgroups(c);
         }
         args.extend(shared);
+        args.extend(arrays);
         Ok(Expr {
             kind: ExprKind::Call(i, args, syn::spanned::Spanned::span(c)),
-            ty: sig.ret.unwrap_or(Ty::Bool),
+            ty: sig
+                .ret
+                .or(sig.ret_array.map(|(t, _)| t))
+                .unwrap_or(Ty::Bool),
         })
     }
 

@@ -78,6 +78,7 @@ fn widen_stmt(s: &mut Stmt) {
         Stmt::Array { init, .. } => match init {
             ArrayInit::Splat(e) => widen(e),
             ArrayInit::List(es) => es.iter_mut().for_each(widen),
+            ArrayInit::Call(e) => widen(e),
         },
         Stmt::Atomic {
             index, operands, ..
@@ -85,7 +86,12 @@ fn widen_stmt(s: &mut Stmt) {
             widen(index);
             operands.iter_mut().for_each(widen);
         }
-        Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::Barrier { .. } | Stmt::Mma(_) => {}
+        Stmt::Break
+        | Stmt::Continue
+        | Stmt::Return
+        | Stmt::ReturnArray(_)
+        | Stmt::Barrier { .. }
+        | Stmt::Mma(_) => {}
     }
 }
 

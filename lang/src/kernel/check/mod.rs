@@ -25,6 +25,8 @@ use super::ir::*;
 use super::parse::scalar_type;
 use crate::kernel::Errors;
 
+use arrays::array_shown;
+pub use arrays::ArrayParam;
 use builtins::is_path_call;
 use consts::const_value;
 pub use consts::fold;
@@ -89,6 +91,13 @@ pub struct Checker<'a> {
     fn_names: HashMap<String, usize>,
     /// Set while lowering a helper's body: its return type.
     device: Option<Option<Ty>>,
+    /// Set while lowering the body of a helper returning an array: its element type and
+    /// length.
+    device_array: Option<(Ty, u32)>,
+    /// Set by the `let` that declares an array from a helper's call; taken by the call.
+    array_call_ok: bool,
+    /// The arrays a helper takes by value (indices into `arrays`).
+    array_params: Vec<usize>,
     /// Set by the statement that lowers an expression where a call may write memory (a
     /// statement, a `let` initializer, an assignment to a local); taken by `expr`.
     effect_ok: bool,
@@ -130,6 +139,9 @@ impl<'a> Checker<'a> {
             sigs: Vec::new(),
             fn_names: HashMap::new(),
             device: None,
+            device_array: None,
+            array_call_ok: false,
+            array_params: Vec::new(),
             effect_ok: false,
         }
     }

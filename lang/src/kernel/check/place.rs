@@ -92,7 +92,13 @@ impl Checker<'_> {
                     Target::Array(a) => {
                         if !writable {
                             let n = crate::tokens::shown(&ix.expr);
-                            self.error(&ix.expr, format!("cannot write to `{n}`: it is not `mut` (declare it with `let mut {n} = [...];`)"));
+                            let arr = &self.arrays[a];
+                            let msg = if self.array_params.contains(&a) {
+                                format!("cannot write to `{n}`: the parameter is not `mut`; declare it `mut {n}: [{}; {}]` to write the helper's copy", arr.elem.rust(), arr.len)
+                            } else {
+                                format!("cannot write to `{n}`: it is not `mut` (declare it with `let mut {n} = [...];`)")
+                            };
+                            self.error(&ix.expr, msg);
                             return Err(());
                         }
                         let index = self.array_index(a, index, &ix.index)?;

@@ -294,6 +294,11 @@ impl Cuda<'_> {
                 let v = self.expr(e);
                 self.line(&format!("return {v};"));
             }
+            Stmt::ReturnArray(a) => {
+                let arr = &self.arrays[*a];
+                let v = super::cuda_device::wrap(arr, &arr.name);
+                self.line(&format!("return {v};"));
+            }
             Stmt::Call(e) => {
                 let v = self.expr(e);
                 self.line(&format!("{v};"));
@@ -359,6 +364,13 @@ impl Cuda<'_> {
                     ArrayInit::List(vs) => {
                         let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
                         self.line(&format!("{t} {name}[{n}] = {{{}}};", elems.join(", ")));
+                    }
+                    ArrayInit::Call(e) => {
+                        let v = self.expr(e);
+                        let s = super::cuda_device::array_struct(arr.elem, n);
+                        self.line(&format!("const {s} {name}_r = {v};"));
+                        let copy = super::cuda_device::unwrap(arr, &format!("{name}_r"));
+                        self.line(&copy);
                     }
                 }
             }

@@ -144,6 +144,10 @@ impl Host<'_> {
 
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            Stmt::ReturnArray(a) => self.line(&format!(
+                "return ::core::result::Result::Ok({});",
+                self.arrays[*a].name
+            )),
             Stmt::ReturnValue(e) => {
                 let v = self.expr(e);
                 self.line(&format!("return ::core::result::Result::Ok({v});"));
@@ -285,6 +289,7 @@ impl Host<'_> {
                         let elems: Vec<String> = vs.iter().map(|v| self.expr(v)).collect();
                         format!("[{}]", elems.join(", "))
                     }
+                    ArrayInit::Call(e) => self.expr(e),
                 };
                 self.line(&format!("let mut {name}: [{t}; {n}] = {v};"));
             }

@@ -20,6 +20,8 @@ impl Host<'_> {
                 CallArg::Value(e) => self.expr(e),
                 CallArg::Slice(i) => format!("{}_p", self.params[*i].name),
                 CallArg::Shared(s) => self.shared[*s].name.clone(),
+                // Rust arrays are `Copy`: the callee gets its own.
+                CallArg::Array(a) => self.arrays[*a].name.clone(),
             })
             .chain(
                 self.k.helpers[h]
@@ -63,12 +65,20 @@ pub fn helper_fn(k: &Kernel, f: &DeviceFn, fault: &str) -> String {
                 .iter()
                 .map(|s| format!("{}: &gd::HostShared<{}>", s.name, s.elem.rust())),
         )
+        .chain(f.array_params.iter().map(|&a| {
+            let a = &f.arrays[a];
+            format!("{}_in: [{}; {}]", a.name, a.elem.rust(), a.len)
+        }))
         .chain(
             f.has_subgroup
                 .then(|| "gd_sg: &gd::HostSubgroups, gd_li: u32".to_string()),
         )
         .collect();
-    let ret = f.ret.map(Ty::rust).unwrap_or("()");
+    let ret = match (f.ret, f.ret_array) {
+        (Some(t), _) => t.rust().to_string(),
+        (None, Some((t, n))) => format!("[{}; {n}]", t.rust()),
+        (None, None) => "()".to_string(),
+    };
     // One that reaches a barrier or a subgroup operation is a future, awaited by its
     // caller's invocation.
     let asyncness = if f.has_barrier || f.has_subgroup {
@@ -89,9 +99,19 @@ pub fn helper_fn(k: &Kernel, f: &DeviceFn, fault: &str) -> String {
             writeln!(s, "let {0}_len: u32 = {0}_p.len();", p.name).unwrap();
         }
     }
+    for &a in &f.array_params {
+        writeln!(
+            s,
+            "let mut {0}: [{1}; {2}] = {0}_in;",
+            f.arrays[a].name,
+            f.arrays[a].elem.rust(),
+            f.arrays[a].len
+        )
+        .unwrap();
+    }
     h.block_pub(&f.body);
     s.push_str(&h.out);
-    if f.ret.is_none() {
+    if f.ret.is_none() && f.ret_array.is_none() {
         s.push_str("::core::result::Result::Ok(())\n");
     }
     s.push_str("}\n");

@@ -61,6 +61,7 @@ fn stmts(body: &[Stmt], f: &mut impl FnMut(&Expr)) {
             Stmt::Array { init, .. } => match init {
                 ArrayInit::Splat(v) => expr(v, f),
                 ArrayInit::List(vs) => vs.iter().for_each(|v| expr(v, f)),
+                ArrayInit::Call(v) => expr(v, f),
             },
             Stmt::Atomic {
                 index, operands, ..
@@ -68,7 +69,12 @@ fn stmts(body: &[Stmt], f: &mut impl FnMut(&Expr)) {
                 expr(index, f);
                 operands.iter().for_each(|e| expr(e, f));
             }
-            Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::Barrier { .. } | Stmt::Mma(_) => {}
+            Stmt::Break
+            | Stmt::Continue
+            | Stmt::Return
+            | Stmt::ReturnArray(_)
+            | Stmt::Barrier { .. }
+            | Stmt::Mma(_) => {}
         }
     }
 }

@@ -315,7 +315,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                     args.iter().for_each(|a| match a {
                         CallArg::Value(e) => self.expr(e),
                         CallArg::Slice(i) => self.param(*i),
-                        CallArg::Shared(_) => {}
+                        CallArg::Shared(_) | CallArg::Array(_) => {}
                     });
                     if self.k.helpers[*h].has_barrier {
                         self.calls.push((self.pos, self.open.clone()));
@@ -371,6 +371,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                     Stmt::Array { init, .. } => match init {
                         ArrayInit::Splat(v) => self.expr(v),
                         ArrayInit::List(vs) => vs.iter().for_each(|v| self.expr(v)),
+                        ArrayInit::Call(v) => self.expr(v),
                     },
                     Stmt::Atomic {
                         target,
@@ -386,7 +387,11 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                     }
                     Stmt::Call(e) | Stmt::ReturnValue(e) => self.expr(e),
                     // Its exchange orders workgroup memory only.
-                    Stmt::Break | Stmt::Continue | Stmt::Return | Stmt::Mma(_) => {}
+                    Stmt::Break
+                    | Stmt::Continue
+                    | Stmt::Return
+                    | Stmt::ReturnArray(_)
+                    | Stmt::Mma(_) => {}
                 }
             }
         }
@@ -650,6 +655,8 @@ impl Wgsl<'_> {
                 let v = self.expr(e);
                 self.line(&format!("return {v};"));
             }
+            // WGSL arrays are values: returned (and passed) as copies.
+            Stmt::ReturnArray(a) => self.line(&format!("return {};", self.arrays[*a].name)),
             Stmt::Call(e) => {
                 let v = self.expr(e);
                 self.line(&format!("{v};"));
@@ -754,6 +761,10 @@ impl Wgsl<'_> {
                             "var {name}: array<{t}, {n}> = array<{t}, {n}>({});",
                             elems.join(", ")
                         ));
+                    }
+                    ArrayInit::Call(e) => {
+                        let v = self.expr(e);
+                        self.line(&format!("var {name}: array<{t}, {n}> = {v};"));
                     }
                 }
             }

@@ -45,13 +45,15 @@ impl Wgsl<'_> {
     /// array nothing (the specialisation names it).
     pub(super) fn call(&self, h: usize, args: &[CallArg]) -> String {
         let f = &self.k.helpers[h];
-        // The key: each slice's binding, then each workgroup array's kernel index.
+        // The key: each slice's binding, then each workgroup array's kernel index (arrays
+        // passed by value are values, as scalars, and come last: no part of the key).
         let globals = args
             .iter()
-            .map(|a| match a {
-                CallArg::Slice(i) => self.globals[*i].clone(),
-                CallArg::Value(_) => String::new(),
-                CallArg::Shared(s) => self.shared_ix[*s].to_string(),
+            .filter_map(|a| match a {
+                CallArg::Slice(i) => Some(self.globals[*i].clone()),
+                CallArg::Value(_) => Some(String::new()),
+                CallArg::Shared(s) => Some(self.shared_ix[*s].to_string()),
+                CallArg::Array(_) => None,
             })
             .collect();
         let name = specialisation(self.module, f, h, globals);
@@ -64,6 +66,7 @@ impl Wgsl<'_> {
                     Some(format!("{n}_off, {n}_len"))
                 }
                 CallArg::Shared(_) => None,
+                CallArg::Array(a) => Some(self.arrays[*a].name.clone()),
             })
             .chain(f.has_subgroup.then(|| "gd_sg_size, gd_sg_id".to_string()))
             .collect();
@@ -93,15 +96,37 @@ pub(super) fn emit_specialisations(k: &Kernel, module: &Module, out: &mut String
                 ParamKind::Scalar(t) => format!("{}_v: {}", p.name, ty(t)),
                 ParamKind::Slice { .. } => format!("{0}_off: u32, {0}_len: u32", p.name),
             })
+            .chain(f.array_params.iter().map(|&a| {
+                let a = &f.arrays[a];
+                format!("{}_in: array<{}, {}>", a.name, ty(a.elem), a.len)
+            }))
             .chain(
                 f.has_subgroup
                     .then(|| "gd_sg_size: u32, gd_sg_id: u32".to_string()),
             )
             .collect();
-        let ret = f.ret.map(|t| format!(" -> {}", ty(t))).unwrap_or_default();
+        let ret = match (f.ret, f.ret_array) {
+            (Some(t), _) => format!(" -> {}", ty(t)),
+            (None, Some((t, n))) => format!(" -> array<{}, {n}>", ty(t)),
+            (None, None) => String::new(),
+        };
+        // A parameter is immutable in WGSL: the body works on a copy of each array.
+        let copies: String = f
+            .array_params
+            .iter()
+            .map(|&a| {
+                let a = &f.arrays[a];
+                format!(
+                    "    var {0}: array<{1}, {2}> = {0}_in;\n",
+                    a.name,
+                    ty(a.elem),
+                    a.len
+                )
+            })
+            .collect();
         writeln!(
             out,
-            "\n// `#[device]` {}\nfn {}({}){ret} {{\n{}}}",
+            "\n// `#[device]` {}\nfn {}({}){ret} {{\n{copies}{}}}",
             f.name,
             name(f, j),
             params.join(", "),

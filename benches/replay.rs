@@ -893,8 +893,12 @@ fn half_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Res
     let steps = if quick { 20 } else { 200 };
     let n = 1usize << 23;
     let grid = Grid::workgroups((n / 256) as u32);
-    let xs: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5).collect();
-    let ys: Vec<f32> = (0..n).map(|i| ((i * 104_729) % 997) as f32 * 1e-3).collect();
+    let xs: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 * 1e-3 - 0.5)
+        .collect();
+    let ys: Vec<f32> = (0..n)
+        .map(|i| ((i * 104_729) % 997) as f32 * 1e-3)
+        .collect();
     let sync = || dev.synchronize().unwrap();
     let mut row = |variant: &str, (us, lo, hi, cpu): (f64, f64, f64, f64), bytes: usize| {
         eprintln!(
@@ -917,7 +921,11 @@ fn half_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Res
     let (x, mut y) = (dev.upload(&xs)?, dev.upload(&ys)?);
     row(
         "f32",
-        measure(steps, || axpy_f32::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(), sync),
+        measure(
+            steps,
+            || axpy_f32::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(),
+            sync,
+        ),
         4,
     );
     let h = |v: &[f32]| v.iter().map(|&f| f16::from_f32(f)).collect::<Vec<_>>();
@@ -925,17 +933,29 @@ fn half_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Res
     match axpy_f16::launch(dev, grid, 1e-3f32, &x, &mut y) {
         Ok(()) => row(
             "f16",
-            measure(steps, || axpy_f16::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(), sync),
+            measure(
+                steps,
+                || axpy_f16::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(),
+                sync,
+            ),
             2,
         ),
         Err(e) => eprintln!("half on {}: f16 skipped: {e}", dev.kind()),
     }
     let b = |v: &[f32]| v.iter().map(|&f| bf16::from_f32(f)).collect::<Vec<_>>();
     let (x, mut y) = (dev.upload(&b(&xs))?, dev.upload(&b(&ys))?);
-    let variant = if dev.kind() == BackendKind::Wgpu { "bf16 (word updates)" } else { "bf16" };
+    let variant = if dev.kind() == BackendKind::Wgpu {
+        "bf16 (word updates)"
+    } else {
+        "bf16"
+    };
     row(
         variant,
-        measure(steps, || axpy_bf16::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(), sync),
+        measure(
+            steps,
+            || axpy_bf16::launch(dev, grid, 1e-3f32, &x, &mut y).unwrap(),
+            sync,
+        ),
         2,
     );
     Ok(())

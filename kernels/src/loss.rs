@@ -9,7 +9,7 @@
 //! order ([`crate::reduce_subgroup`]), so the losses and gradients are bitwise the same.
 
 use graphed_macros::{device, kernel};
-use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
+use graphed_runtime::{BackendKind, Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::reduce::{tree_wg, SINGLE_PASS_MAX};
 use crate::reduce_subgroup::{launch_all, on_subgroups, tree_sg};
@@ -349,7 +349,11 @@ pub fn softmax_cross_entropy_scaled<C: Launch + ?Sized>(
     let grid = Grid::workgroups(g);
     let narrow = classes <= NARROW_CLASSES;
     let classes = classes as u32;
-    let sg = on_subgroups(cx);
+    // Wide rows stay on the workgroup tree on wgpu: on the H200's Vulkan driver the subgroup
+    // variant took 195.7 µs against the tree's 147.7 (4096 rows of 1024, BENCHMARKS.md,
+    // 2026-12-01 fourth session), while it is faster on CUDA and for narrow rows everywhere.
+    // Both give the same bits.
+    let sg = on_subgroups(cx) && (narrow || cx.backend_kind() != Some(BackendKind::Wgpu));
     into_loss(cx, op, g, loss, ws, |out| {
         let (c, ls, gs, y) = (classes, lscale, grad_scale, labels);
         match (narrow, sg) {

@@ -860,6 +860,10 @@ impl Launch for Device {
     fn library_subgroups(&self) -> Option<u32> {
         Device::library_subgroups(self)
     }
+
+    fn backend_kind(&self) -> Option<crate::BackendKind> {
+        Some(self.kind())
+    }
 }
 
 #[cfg(test)]

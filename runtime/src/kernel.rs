@@ -319,6 +319,12 @@ pub trait Launch {
     fn library_subgroups(&self) -> Option<u32> {
         None
     }
+
+    /// The backend the launches run on, where known: library routines pick between
+    /// variants that give the same bits by what was measured faster there.
+    fn backend_kind(&self) -> Option<crate::BackendKind> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -481,4 +481,8 @@ impl Launch for Step {
     fn library_subgroups(&self) -> Option<u32> {
         self.device.library_subgroups()
     }
+
+    fn backend_kind(&self) -> Option<crate::BackendKind> {
+        Some(self.device.kind())
+    }
 }

@@ -298,3 +298,56 @@ fn loss_subgroup_variants_equal_the_workgroup_tree_bitwise() {
         }
     }
 }
+
+/// The wide-row kernels launched directly, tree beside subgroups, on every backend with
+/// subgroups: the library routes wide rows to the tree on wgpu (measured faster there), so
+/// the dispatch test above no longer reaches the subgroup variant on wgpu.
+#[test]
+fn wide_row_kernels_agree_bitwise_when_launched_directly() {
+    use graphed_runtime::Grid;
+    let mut r = rng("wide_row_kernels_agree_bitwise_when_launched_directly");
+    on_every_backend(|dev| {
+        if dev.subgroup_size().is_none_or(|s| 256 % s != 0) {
+            return;
+        }
+        for (rows, classes) in [(3usize, 1023usize), (300, 70), (1, 4097)] {
+            let z: Vec<f32> = (0..rows * classes)
+                .map(|_| r.random_range(-4.0..4.0))
+                .collect();
+            let labels: Vec<u32> = (0..rows)
+                .map(|_| r.random_range(0..classes as u32))
+                .collect();
+            let (logits, lab) = (dev.upload(&z).unwrap(), dev.upload(&labels).unwrap());
+            let groups = rows.clamp(1, 256) as u32;
+            let run = |sg: bool| {
+                let mut dz = poisoned(dev, rows * classes);
+                let mut part = poisoned(dev, groups as usize);
+                let (c, ls, gs) = (classes as u32, 1.0 / rows as f32, 0.5f32);
+                let grid = Grid::workgroups(groups);
+                if sg {
+                    loss::softmax_xent_wide_sg::launch(
+                        dev, grid, c, ls, gs, &logits, &lab, &mut dz, &mut part,
+                    )
+                } else {
+                    loss::softmax_xent_wide::launch(
+                        dev, grid, c, ls, gs, &logits, &lab, &mut dz, &mut part,
+                    )
+                }
+                .unwrap();
+                let bits = |v: Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+                (bits(dz.to_host().unwrap()), bits(part.to_host().unwrap()))
+            };
+            let (tree, sg) = (run(false), run(true));
+            assert!(
+                tree.0.iter().all(|&b| f32::from_bits(b).is_finite()),
+                "{rows}x{classes}: a gradient was not written"
+            );
+            assert_eq!(
+                tree,
+                sg,
+                "{}: {rows}x{classes}: wide-row variants differ",
+                dev.adapter()
+            );
+        }
+    });
+}

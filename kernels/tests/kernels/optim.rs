@@ -199,12 +199,15 @@ fn sgd_follows_pytorch_for_20_steps() {
                 let want: Vec<f64> = p.iter().zip(&p0).map(|(a, &b)| a - b as f64).collect();
                 assert_close_floor(&format!("{case} change"), &delta, &want, TOL_CHANGE, 0.01);
                 if mu != 0.0 {
+                    // The buffer sums gradients of magnitude ~0.5 and may cancel to near zero
+                    // (one run on lavapipe: -0.0083 off by 1.1e-7, an ulp of its terms): judge
+                    // it against the terms' scale, 0.1, as the parameters.
                     assert_close_floor(
                         &format!("{case} momentum"),
                         &sgd.momentum_buffer().to_host().unwrap(),
                         &buf,
                         TOL_STATE,
-                        0.01,
+                        0.1,
                     );
                 }
             }

@@ -23,7 +23,7 @@ use graphed_runtime::{Buffer, Element, Error, Grid, IntoScalarArg, Launch, Resul
 
 use crate::elementwise::Act;
 use crate::helpers::{activate, activate_backward};
-use crate::shape::{expect_len, groups, u32_of};
+use crate::shape::{expect_len, expect_product, groups, u32_of};
 
 /// Element `(r, kk)` of `op(X)`, `X` stored `rows × k` (`k × rows` when `t`), or 0 outside
 /// `rows` rows and the `k` range ending at `k1`: one element of a tile load.
@@ -751,21 +751,7 @@ fn launch<C: Launch + ?Sized>(
     epi: &Epilogue<'_>,
 ) -> Result<()> {
     let op = "matmul";
-    let mk = g.m.checked_mul(g.k);
-    let kn = g.k.checked_mul(g.n);
-    let mn = g.m.checked_mul(g.n);
-    let (Some(mk), Some(kn), Some(mn)) = (mk, kn, mn) else {
-        return Err(Error::Shape(format!(
-            "{op}: {}×{}×{} overflows",
-            g.m, g.n, g.k
-        )));
-    };
-    expect_len(op, "a", a.len(), mk)?;
-    expect_len(op, "b", b.len(), kn)?;
-    expect_len(op, "c", c.len(), mn)?;
-    for (what, v) in [("m·k", mk), ("k·n", kn), ("m·n", mn)] {
-        u32_of(what, v)?;
-    }
+    let mn = expect_product(op, (g.m, g.n, g.k), a.len(), b.len(), c.len())?;
     if let Some(bias) = epi.bias {
         expect_len(op, "bias", bias.len(), g.n)?;
     }

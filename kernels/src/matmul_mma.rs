@@ -14,17 +14,51 @@
 //! contribution; within a call the order is the target's (see `graphed_lang::kernel::mma`):
 //! the host and wgpu agree bitwise, CUDA's tensor cores within the tolerance stated there.
 
-use graphed_macros::kernel;
+use graphed_macros::{device, kernel};
 use graphed_runtime::{bf16, f16, Buffer, DType, Element, Error, Grid, Launch, Result};
 
-use crate::shape::{expect_len, u32_of};
+use crate::shape::{expect_len, expect_product, u32_of};
 
 /// Rows and columns of `C` per workgroup.
 pub const TILE: usize = 64;
 
+/// This invocation's share (of 128) of a load of a 64 × 32 tile (rows × `k`) of a matrix
+/// stored row-major (`trans`: stored transposed): its element `q` (of 16) is at row
+/// `s[0] + s[2]·q`, `k` offset `s[1] + s[3]·q`, consecutive invocations along the dimension
+/// contiguous in memory.
+#[device]
+fn tile_share(trans: bool, tid: u32) -> [u32; 4] {
+    let mut s = [0u32; 4];
+    if trans {
+        s[0] = tid % 64;
+        s[1] = tid / 64;
+        s[3] = 2u32;
+    } else {
+        s[0] = tid / 32;
+        s[1] = tid % 32;
+        s[2] = 4u32;
+    }
+    s
+}
+
 /// The product kernel over inputs of type `$t`.
 macro_rules! matmul_mma_kernel {
-    ($(#[$doc:meta])* $name:ident, $t:ident) => {
+    ($(#[$doc:meta])* $name:ident, $t:ident, $elem:ident) => {
+        /// Element `(r, kk)` of a `rows × k` matrix `x` stored row-major (`trans`: `x` holds
+        /// its transpose, `k × rows`), widened to `f32`; zero outside the matrix.
+        #[device]
+        fn $elem(x: &[$t], trans: bool, r: u32, kk: u32, rows: u32, k: u32) -> f32 {
+            let mut v = 0.0f32;
+            if r < rows && kk < k {
+                if trans {
+                    v = x[kk * rows + r] as f32;
+                } else {
+                    v = x[r * k + kk] as f32;
+                }
+            }
+            v
+        }
+
         $(#[$doc])*
         #[kernel(workgroup = 128)]
         pub fn $name(
@@ -52,16 +86,10 @@ macro_rules! matmul_mma_kernel {
             let wc = (tid / 32) % 2 * 32;
             let row0 = workgroup_id().y * 64;
             let col0 = workgroup_id().x * 64;
-            // Element q of this invocation's share of a tile load: consecutive invocations
-            // along the dimension contiguous in memory.
-            let ra = if ta { tid % 64 } else { tid / 32 };
-            let ka = if ta { tid / 64 } else { tid % 32 };
-            let dra = if ta { 0u32 } else { 4u32 };
-            let dka = if ta { 2u32 } else { 0u32 };
-            let cb = if tb { tid / 32 } else { tid % 64 };
-            let kb = if tb { tid % 32 } else { tid / 64 };
-            let dcb = if tb { 4u32 } else { 0u32 };
-            let dkb = if tb { 0u32 } else { 2u32 };
+            // This invocation's shares of the two tile loads (`tile_share`): op(B)'s columns
+            // are B's rows when `tb`, so its share is that of a matrix transposed when not.
+            let sha = tile_share(ta, tid);
+            let shb = tile_share(!tb, tid);
             let mut fa0 = [0.0f32 as $t; 8];
             let mut fa1 = [0.0f32 as $t; 8];
             let mut fb0 = [0.0f32 as $t; 4];
@@ -81,32 +109,14 @@ macro_rules! matmul_mma_kernel {
             for step in 0..tiles {
                 let k0 = step * 32;
                 for q in 0..16u32 {
-                    let r = ra + dra * q;
-                    let kk = ka + dka * q;
-                    let gr = row0 + r;
-                    let gk = k0 + kk;
-                    let mut v = 0.0f32;
-                    if gr < m && gk < k {
-                        if ta {
-                            v = a[gk * m + gr] as f32;
-                        } else {
-                            v = a[gr * k + gk] as f32;
-                        }
-                    }
-                    sa[r * 40 + kk] = v;
-                    let col = cb + dcb * q;
-                    let kk = kb + dkb * q;
-                    let gc = col0 + col;
-                    let gk = k0 + kk;
-                    let mut w = 0.0f32;
-                    if gc < n && gk < k {
-                        if tb {
-                            w = b[gc * k + gk] as f32;
-                        } else {
-                            w = b[gk * n + gc] as f32;
-                        }
-                    }
-                    sb[col * 40 + kk] = w;
+                    // Row `r` of op(A) is row `r` of A, or its column when `ta`; column `col`
+                    // of op(B) is row `col` of B when `tb`, else its column.
+                    let r = sha[0] + sha[2] * q;
+                    let kk = sha[1] + sha[3] * q;
+                    sa[r * 40 + kk] = $elem(a, ta, row0 + r, k0 + kk, m, k);
+                    let col = shb[0] + shb[2] * q;
+                    let kk = shb[1] + shb[3] * q;
+                    sb[col * 40 + kk] = $elem(b, !tb, col0 + col, k0 + kk, n, k);
                 }
                 barrier();
                 for s in 0..2u32 {
@@ -176,12 +186,14 @@ matmul_mma_kernel!(
     /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` inputs on 64×64 tiles of
     /// `mma_m16n8k16` (see the module docs); a grid of `⌈n/64⌉ × ⌈m/64⌉` workgroups.
     matmul_mma_bf16,
-    bf16
+    bf16,
+    element_bf16
 );
 matmul_mma_kernel!(
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) of `f16` inputs.
     matmul_mma_f16,
-    f16
+    f16,
+    element_f16
 );
 
 /// The shape of a product: `C` is `m × n`, the sum runs over `k`; `ta`: `A` is stored `k × m`
@@ -216,22 +228,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     accumulate: bool,
 ) -> Result<()> {
     let op = "matmul_mma";
-    let (Some(mk), Some(kn), Some(mn)) = (
-        g.m.checked_mul(g.k),
-        g.k.checked_mul(g.n),
-        g.m.checked_mul(g.n),
-    ) else {
-        return Err(Error::Shape(format!(
-            "{op}: {}×{}×{} overflows",
-            g.m, g.n, g.k
-        )));
-    };
-    expect_len(op, "a", a.len(), mk)?;
-    expect_len(op, "b", b.len(), kn)?;
-    expect_len(op, "c", c.len(), mn)?;
-    for (what, v) in [("m·k", mk), ("k·n", kn), ("m·n", mn)] {
-        u32_of(what, v)?;
-    }
+    expect_product(op, (g.m, g.n, g.k), a.len(), b.len(), c.len())?;
     let (gx, gy) = (g.n.div_ceil(TILE), g.m.div_ceil(TILE));
     if gx > 65535 || gy > 65535 {
         return Err(Error::Shape(format!(

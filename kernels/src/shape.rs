@@ -41,3 +41,25 @@ pub(crate) fn expect_at_least(op: &str, name: &str, len: usize, want: usize) -> 
         )))
     }
 }
+
+/// Checks a product's operands: `m × n × k` with `a` of `m·k`, `b` of `k·n` and `c` of `m·n`
+/// elements, every count a `u32`. Returns `m·n`.
+pub(crate) fn expect_product(
+    op: &str,
+    (m, n, k): (usize, usize, usize),
+    a: usize,
+    b: usize,
+    c: usize,
+) -> Result<usize> {
+    let (Some(mk), Some(kn), Some(mn)) = (m.checked_mul(k), k.checked_mul(n), m.checked_mul(n))
+    else {
+        return Err(Error::Shape(format!("{op}: {m}×{n}×{k} overflows")));
+    };
+    expect_len(op, "a", a, mk)?;
+    expect_len(op, "b", b, kn)?;
+    expect_len(op, "c", c, mn)?;
+    for (what, v) in [("m·k", mk), ("k·n", kn), ("m·n", mn)] {
+        u32_of(what, v)?;
+    }
+    Ok(mn)
+}

@@ -32,6 +32,20 @@ fn reference(g: Gemm, a: &[f32], b: &[f32]) -> Vec<f64> {
     c
 }
 
+/// A product of the given shape and tile, default math and split.
+fn gemm(m: usize, n: usize, k: usize, ta: bool, tb: bool, tile: Tile) -> Gemm {
+    Gemm {
+        m,
+        n,
+        k,
+        ta,
+        tb,
+        tile,
+        math: Default::default(),
+        split: Default::default(),
+    }
+}
+
 fn shapes(g: Gemm) -> String {
     format!(
         "{}×{}×{} ta={} tb={} {:?}",
@@ -69,16 +83,7 @@ fn every_transposition_and_tiling_on_odd_shapes() {
             let a = dev.upload(&a_host).unwrap();
             let b = dev.upload(&b_host).unwrap();
             for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-                let g = Gemm {
-                    m,
-                    n,
-                    k,
-                    ta,
-                    tb,
-                    tile,
-                    math: Default::default(),
-                    split: Default::default(),
-                };
+                let g = gemm(m, n, k, ta, tb, tile);
                 let mut c = poisoned(dev, m * n);
                 matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::none()).unwrap();
                 let want = reference(g, &a_host, &b_host);
@@ -106,16 +111,7 @@ fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
         for (s, &(m, n, k)) in [(7, 65, 33), (70, 130, 20)].iter().enumerate() {
             for (i, act) in acts.into_iter().enumerate() {
                 let (tile, ta, tb) = layouts[(i + 2 * s) % layouts.len()];
-                let g = Gemm {
-                    m,
-                    n,
-                    k,
-                    ta,
-                    tb,
-                    tile,
-                    math: Default::default(),
-                    split: Default::default(),
-                };
+                let g = gemm(m, n, k, ta, tb, tile);
                 let a_host = floats(&mut r, m * k, -1.0, 1.0);
                 let b_host = floats(&mut r, k * n, -1.0, 1.0);
                 let bias_host = floats(&mut r, n, -1.0, 1.0);

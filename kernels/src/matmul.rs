@@ -23,7 +23,7 @@ use graphed_runtime::{Buffer, Element, Error, Grid, IntoScalarArg, Launch, Resul
 
 use crate::elementwise::Act;
 use crate::helpers::{activate, activate_backward};
-use crate::shape::{expect_len, expect_product, groups, u32_of};
+use crate::shape::{expect_len, expect_product, groups};
 
 /// Element `(r, kk)` of `op(X)`, `X` stored `rows × k` (`k × rows` when `t`), or 0 outside
 /// `rows` rows and the `k` range ending at `k1`: one element of a tile load.

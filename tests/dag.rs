@@ -307,15 +307,24 @@ fn cuda_kernels_wait_for_a_programmatic_predecessor_on_hopper_and_not_before() {
         return;
     }
     for k in [&layer::DEF, &total::DEF] {
-        for (arch, has) in [("sm_90", true), ("compute_80", false)] {
-            let plain = graphed::nvrtc::compile(k, arch).unwrap();
-            let checked = graphed::nvrtc::compile_checked(k, arch).unwrap();
+        // Only the programmatic form (what PDL captures load) waits, and only from sm_90.
+        for (arch, pdl, has) in [
+            ("sm_90", true, true),
+            ("sm_90", false, false),
+            ("compute_80", true, false),
+        ] {
+            let plain = graphed::nvrtc::compile_variant(k, arch, false, pdl).unwrap();
+            let checked = graphed::nvrtc::compile_variant(k, arch, true, pdl).unwrap();
+            if !pdl {
+                assert_eq!(plain, graphed::nvrtc::compile(k, arch).unwrap());
+                assert_eq!(checked, graphed::nvrtc::compile_checked(k, arch).unwrap());
+            }
             for (variant, ptx) in [("plain", plain), ("checked", checked)] {
                 for ins in ["griddepcontrol.wait", "griddepcontrol.launch_dependents"] {
                     assert_eq!(
                         ptx.contains(ins),
                         has,
-                        "{} ({variant}) for {arch}: `{ins}` expected {has}",
+                        "{} ({variant}, pdl {pdl}) for {arch}: `{ins}` expected {has}",
                         k.name
                     );
                 }

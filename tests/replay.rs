@@ -99,6 +99,38 @@ fn keys_scalars_shapes_and_state_identity() {
     });
 }
 
+/// A replay patches only the scalars that changed since that recording's last replay: every
+/// pattern of repeats, one of two changing, and a return to older values replays what eager
+/// computes.
+#[test]
+fn scalars_that_repeat_change_alone_or_return_replay_as_eager() {
+    on_every_backend(|dev| {
+        let mut r = rng("scalar_patterns");
+        let n = 96;
+        let w0 = floats(&mut r, n * LAYERS, -1.0, 1.0);
+        let (mut w_rep, mut w_eag) = (dev.upload(&w0).unwrap(), dev.upload(&w0).unwrap());
+        let mut rep = DeepStep::new(dev).unwrap();
+        let mut eag = DeepStep::new(dev).unwrap();
+        let x = floats(&mut r, n, -2.0, 2.0);
+        let (a, b, c, d) = (0.03f32, 0.2f32, -0.4f32, 0.011f32);
+        let pattern = [(a, b), (a, b), (a, b), (a, c), (d, c), (d, c), (a, b), (d, b), (a, b)];
+        for (i, &(lr, s)) in pattern.iter().enumerate() {
+            let (y1, s1) = rep.call(&mut w_rep, &x[..], lr, s).unwrap();
+            let (y1, s1) = (y1.to_host().unwrap(), s1.to_host().unwrap());
+            let (y2, s2) = eag.eager(&mut w_eag, &x[..], lr, s).unwrap();
+            let (y2, s2) = (y2.to_host().unwrap(), s2.to_host().unwrap());
+            assert!(bitwise_eq(&y1, &y2), "outputs differ at call {i} ({lr}, {s})");
+            assert!(bitwise_eq(&s1, &s2), "sums differ at call {i} ({lr}, {s})");
+            assert!(bitwise_eq(
+                &w_rep.to_host().unwrap(),
+                &w_eag.to_host().unwrap()
+            ));
+        }
+        let s = rep.stats();
+        assert_eq!((s.recordings, s.replays), (1, pattern.len() as u64), "{s:?}");
+    });
+}
+
 #[test]
 fn device_inputs_and_host_inputs_agree() {
     on_every_backend(|dev| {

@@ -39,28 +39,29 @@ const MAX_OPT_GROUPS: usize = 1024;
 /// nothing and gives 0: the launch must change nothing.
 #[device]
 fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, gid: u32, groups: u32) -> u32 {
-    // The skip word does not change during the launch: every invocation reads one value.
-    let skip_word = atomic_load(count, 2u32);
-    let skip = skip_word != 0u32;
-    if lid == 0 && !skip {
-        let old = atomic_add(count, 0u32, 1u32);
-        let mut t = old / groups + 1u32;
-        if t > 1048576u32 {
-            atomic_sub(count, 0u32, 1u32);
-            t = 1048576u32;
-        }
-        // With `lid == 0`, `gid == 0` is workgroup 0.
-        if gid == 0 {
-            atomic_add(count, 1u32, 1u32);
+    // One invocation per workgroup reads the skip word (it does not change during the launch,
+    // so every workgroup reads one value) and shares the step (0: skipped) through `st`: an
+    // atomic read by every invocation serialises on the one word (on the H200 it doubled an
+    // AdamW step over 269k parameters, 5.9 → 12.0 µs).
+    if lid == 0 {
+        let mut t = 0u32;
+        let skip = atomic_load(count, 2u32);
+        if skip == 0u32 {
+            let old = atomic_add(count, 0u32, 1u32);
+            t = old / groups + 1u32;
+            if t > 1048576u32 {
+                atomic_sub(count, 0u32, 1u32);
+                t = 1048576u32;
+            }
+            // With `lid == 0`, `gid == 0` is workgroup 0.
+            if gid == 0 {
+                atomic_add(count, 1u32, 1u32);
+            }
         }
         st[0] = t;
     }
     barrier();
-    let mut t = 0u32;
-    if !skip {
-        t = st[0];
-    }
-    t
+    st[0]
 }
 
 /// The fixed workgroup count of an optimizer over `n` parameters.

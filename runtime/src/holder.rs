@@ -288,7 +288,12 @@ struct Recorded {
     /// order it lacks (a port re-pointed onto memory other ops use) records anew.
     dag: crate::dag::Dag,
     outputs: Vec<RawView>,
-    scalar_uses: Vec<(usize, usize, usize)>,
+    /// Where each per-step scalar goes: `(launch, word)` per slot, and the bits that slot
+    /// last replayed with (none before the first replay): a replay patches only the argument
+    /// words of scalars that changed, so its host cost follows the scalars that change, not
+    /// the launches that read them.
+    scalar_uses: Vec<Vec<(usize, usize)>>,
+    scalar_last: Vec<Option<u32>>,
     scratch: Vec<(usize, usize, u32)>,
     bytes: u64,
     /// Replays of this recording.
@@ -713,11 +718,25 @@ impl Graphed {
                 let copies: Vec<(&RawView, &RawView)> =
                     copies.iter().map(|(s, d)| (s, d)).collect();
                 rec.scratch.clear();
-                for &(launch, word, slot) in &rec.scalar_uses {
-                    rec.scratch.push((launch, word, args.scalars[slot].bits()));
+                for (slot, uses) in rec.scalar_uses.iter().enumerate() {
+                    let bits = args.scalars[slot].bits();
+                    if rec.scalar_last[slot] != Some(bits) {
+                        rec.scratch
+                            .extend(uses.iter().map(|&(launch, word)| (launch, word, bits)));
+                    }
                 }
-                rec.recording
-                    .replay_with_inputs(self.device.backend(), &copies, &rec.scratch)?;
+                // The backend keeps what it was last given; a failed replay forgets the cache
+                // (its words may or may not have been written), so the next one sends all.
+                let replayed = rec
+                    .recording
+                    .replay_with_inputs(self.device.backend(), &copies, &rec.scratch);
+                if let Err(e) = replayed {
+                    rec.scalar_last.iter_mut().for_each(|b| *b = None);
+                    return Err(e);
+                }
+                for (slot, last) in rec.scalar_last.iter_mut().enumerate() {
+                    *last = Some(args.scalars[slot].bits());
+                }
                 rec.replays += 1;
                 self.stats.replays += 1;
                 if crate::faults::take_replay_drift() {
@@ -1071,7 +1090,14 @@ impl Graphed {
             bound,
             sites,
             outputs,
-            scalar_uses: rec.scalar_uses,
+            scalar_last: vec![None; args.scalars.len()],
+            scalar_uses: {
+                let mut by_slot = vec![Vec::new(); args.scalars.len()];
+                for (launch, word, slot) in rec.scalar_uses {
+                    by_slot[slot].push((launch, word));
+                }
+                by_slot
+            },
             scratch: Vec::new(),
             bytes,
             replays: 0,

@@ -16,7 +16,8 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::plan::{BufferRole, Plan};
 
-/// Placement alignment in 32-bit words (16 bytes, as argument blocks).
+/// Placement alignment in 32-bit words (16 bytes, as argument blocks). (Measured on the H200:
+/// 128- or 256-byte placement made no step faster.)
 const ALIGN: usize = 4;
 
 /// One packed buffer: its live range over op indices and its size in words.

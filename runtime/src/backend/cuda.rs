@@ -219,7 +219,7 @@ pub(crate) struct CudaBackend {
     arch: String,
     name: String,
     multiprocessors: u32,
-    functions: Mutex<HashMap<usize, CudaFunction>>,
+    functions: Mutex<HashMap<(usize, bool), CudaFunction>>,
     /// Serialises work on the stream, so no other thread's launch lands inside a capture.
     lock: Arc<Mutex<Health>>,
     ring: Mutex<Option<Ring>>,
@@ -335,8 +335,10 @@ impl CudaBackend {
         Ok(mem)
     }
 
-    fn function(&self, kernel: &'static KernelDef) -> Result<sys::CUfunction> {
-        let key = kernel as *const KernelDef as usize;
+    /// The loaded function of `kernel`; `programmatic`: its form for programmatic dependent
+    /// launch ([`crate::nvrtc::compile_variant`]), which only PDL captures use.
+    fn function(&self, kernel: &'static KernelDef, programmatic: bool) -> Result<sys::CUfunction> {
+        let key = (kernel as *const KernelDef as usize, programmatic);
         if let Some(f) = self
             .functions
             .lock()
@@ -358,13 +360,15 @@ impl CudaBackend {
                 limit: STATIC_SHARED_BYTES.into(),
             });
         }
-        let ptx = match &self.checked {
-            Some((_, kernels)) => {
-                kernels.note(kernel);
-                crate::nvrtc::compile_checked(kernel, &self.arch)?
-            }
-            None => crate::nvrtc::compile(kernel, &self.arch)?,
-        };
+        if let Some((_, kernels)) = &self.checked {
+            kernels.note(kernel);
+        }
+        let ptx = crate::nvrtc::compile_variant(
+            kernel,
+            &self.arch,
+            self.checked.is_some(),
+            programmatic,
+        )?;
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
@@ -795,7 +799,7 @@ impl Backend for CudaBackend {
     }
     fn prepare(&self, kernel: &'static KernelDef) -> Result<()> {
         let _g = self.enter()?;
-        self.function(kernel).map(|_| ())
+        self.function(kernel, false).map(|_| ())
     }
     fn launch(
         &self,
@@ -805,7 +809,7 @@ impl Backend for CudaBackend {
         bindings: &[RawView],
     ) -> Result<()> {
         let _g = self.enter()?;
-        let f = self.function(kernel)?;
+        let f = self.function(kernel, false)?;
         let at = self.ring_slot(args)?;
         self.issue(f, kernel, grid, at, bindings)
     }
@@ -893,10 +897,11 @@ impl Backend for CudaBackend {
                 })
             }
         };
+        let pdl = plan.programmatic && self.programmatic_launch();
         let mut functions = Vec::new();
         for op in &plan.ops {
             if let Op::Launch { kernel, .. } = op {
-                functions.push(self.function(kernel)?);
+                functions.push(self.function(kernel, pdl)?);
             }
         }
         let arena_mem = self.raw_alloc(arena.len())?;
@@ -907,7 +912,6 @@ impl Backend for CudaBackend {
         // The graph's edges are the plan's dependency edges (a plan lowered serially is one
         // chain: the stream's own order).
         let dag = (!plan.serial).then(|| plan.dag());
-        let pdl = plan.programmatic && self.programmatic_launch();
         // A capture that another thread's device-wide synchronisation invalidated (legal
         // for that thread, fatal for the capture) is retried a few times before the key
         // falls back to eager.

@@ -133,8 +133,10 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     // Programmatic dependent launch (Hopper on): a kernel node the runtime lets start before
     // its predecessor finished waits here, before touching memory, until that grid completed
     // and its writes are visible; and lets its own dependents launch at once, since they wait
-    // the same way. Outside such a launch both are no-ops. (PTX ISA 7.8, `griddepcontrol`.)
-    head.push_str("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n    asm volatile(\"griddepcontrol.launch_dependents;\");\n#endif\n");
+    // the same way. Outside such a launch both are no-ops, but not free, so only the form the
+    // runtime compiles for PDL captures (`-DGRAPHED_PDL`) has them. (PTX ISA 7.8,
+    // `griddepcontrol`.)
+    head.push_str("#if defined(GRAPHED_PDL) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n    asm volatile(\"griddepcontrol.launch_dependents;\");\n#endif\n");
     for p in &k.params {
         match p.kind {
             ParamKind::Scalar(t) => {

@@ -23,6 +23,7 @@
 //! `mma_workload`). Workload `sampler`: one timestep of `graphed::sample`
 //! (the `sampler` example's step). Each runs eagerly and replayed on every backend asked for.
 //! Workload `half`: an axpy over 2^23 elements in `f32`, `f16` and `bf16` storage, side by side.
+//! Workload `tiles`: the MLP products with each tiling and split-K on and off (`tiles_workload`).
 //! Workload `bind`: replay time against a device input's size (1 KiB to 64 MiB), the input
 //! copied into its slot (as before) beside bound by address and re-pointed every call.
 //! Workload `update`: state alternating between two allocations, the recording updated beside
@@ -889,6 +890,89 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
 /// computed in `f32`, rounded once), eager launches side by side: what 16-bit storage costs or
 /// saves per backend, and on wgpu what `bf16`'s word-update stores cost beside `f16`'s native
 /// ones. Prints each variant's effective bandwidth (bytes read and written per second).
+/// `REPS` launches of one product into `c` (a chain: each writes `c`), the `tiles` workload's step.
+#[graphed]
+fn product_chain(
+    cx: &mut Step,
+    #[state] c: &mut Buffer<f32>,
+    a: &Input<f32>,
+    b: &Input<f32>,
+    #[key] g: graphed::kernels::matmul::Gemm,
+) -> Result<()> {
+    use graphed::kernels::matmul::{matmul, Epilogue};
+    for _ in 0..TILE_REPS {
+        matmul(cx, g, a, b, c, &Epilogue::default())?;
+    }
+    Ok(())
+}
+
+/// Products per `tiles` step.
+const TILE_REPS: usize = 10;
+
+/// Workload `tiles`: each product of the MLP-S step (and MLP-M's narrow ones) with 16×16 and
+/// 64×64 tiles, split-K's fill rule on and off, replayed as a chain of [`TILE_REPS`]
+/// launches; µs per product = µs/step ÷ reps (one node's launch latency included). The data
+/// for choosing a product's tiling by measurement.
+fn tiles_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Result<()> {
+    use graphed::kernels::matmul::{Gemm, Split, Tile};
+    if dev.kind() == BackendKind::Host {
+        eprintln!("workload tiles: skipped on host");
+        return Ok(());
+    }
+    let steps = if quick { 40 } else { 400 };
+    // (name, shape): MLP-S forward, input gradients, weight gradients; MLP-M's last layer.
+    let shapes = [
+        ("S fwd1 64x256x784", Gemm::nt(64, 256, 784)),
+        ("S fwd2 64x256x256", Gemm::nt(64, 256, 256)),
+        ("S fwd3 64x10x256", Gemm::nt(64, 10, 256)),
+        ("S dX3 64x256x10", Gemm::nn(64, 256, 10)),
+        ("S dX2 64x256x256", Gemm::nn(64, 256, 256)),
+        ("S dW3 10x256x64", Gemm::tn(10, 256, 64)),
+        ("S dW2 256x256x64", Gemm::tn(256, 256, 64)),
+        ("S dW1 256x784x64", Gemm::tn(256, 784, 64)),
+        ("M fwd5 512x10x1024", Gemm::nt(512, 10, 1024)),
+        ("M dW5 10x1024x512", Gemm::tn(10, 1024, 512)),
+    ];
+    let sync = || dev.synchronize().unwrap();
+    for (name, g0) in shapes {
+        let fill = |i: usize, n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|j| (((i + j) * 2_654_435_761usize) % 1000) as f32 * 2e-3 - 1.0)
+                .collect()
+        };
+        let a = dev.upload(&fill(1, g0.m * g0.k))?;
+        let b = dev.upload(&fill(2, g0.k * g0.n))?;
+        for (tile, tname) in [(Tile::T16, "t16"), (Tile::T64, "t64")] {
+            for (split, sname) in [(Split::Auto, "fill"), (Split::Bounded, "whole")] {
+                let g = Gemm { tile, split, ..g0 };
+                let mut c = dev.alloc::<f32>(g.m * g.n)?;
+                let mut step = ProductChain::new(dev)?;
+                step.call(&mut c, &a, &b, g)?;
+                let m = measure(steps, || step.call(&mut c, &a, &b, g).unwrap(), sync);
+                let nodes = step.stats().launches_per_replay;
+                eprintln!(
+                    "tiles on {}: {name} {tname} {sname}: {:.2} us per product ({} parts, {nodes} nodes/step)",
+                    dev.kind(),
+                    m.0 / TILE_REPS as f64,
+                    g.split_parts(dev.multiprocessors())
+                );
+                rows.push(Row {
+                    workload: format!("tiles {name}"),
+                    backend: dev.kind().to_string(),
+                    variant: format!("{tname} {sname}"),
+                    n: TILE_REPS,
+                    us_step: m.0,
+                    spread: (m.1, m.2),
+                    cpu_us: m.3,
+                    nodes,
+                    record_ms: None,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn half_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Result<()> {
     let steps = if quick { 20 } else { 200 };
     let n = 1usize << 23;
@@ -1335,6 +1419,7 @@ fn main() {
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),
                 "reduce" => reduce_workload(&dev, quick, &mut rows).unwrap(),
                 "half" => half_workload(&dev, quick, &mut rows).unwrap(),
+                "tiles" => tiles_workload(&dev, quick, &mut rows).unwrap(),
                 "mma" => mma_workload(&dev, quick, &mut rows).unwrap(),
                 "bind" => bind_workload(&dev, quick, &mut rows).unwrap(),
                 "update" => update_workload(&dev, quick, &mut rows).unwrap(),

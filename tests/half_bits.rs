@@ -91,8 +91,16 @@ fn check(dev: &Device, what: &str, w: &[u32], x: &[u16], y: &[u16], z: &[u32], y
             y[i]
         );
         assert_eq!(z[3 * i], lo as u32, "{case}: from_bits then to_bits");
-        assert_eq!(z[3 * i + 1], w[i], "{case}: the word rebuilt from its halves");
-        assert_eq!(z[3 * i + 2], x[i] as u32, "{case}: to_bits of a slice element");
+        assert_eq!(
+            z[3 * i + 1],
+            w[i],
+            "{case}: the word rebuilt from its halves"
+        );
+        assert_eq!(
+            z[3 * i + 2],
+            x[i] as u32,
+            "{case}: to_bits of a slice element"
+        );
     }
 }
 
@@ -108,7 +116,10 @@ fn bf16_bits_round_trip_on_every_backend() {
     let mut r = rng("bits_bf16");
     let w = words(&mut r);
     // Slice elements: every pattern, NaN payloads and subnormals included.
-    let x: Vec<bf16> = w.iter().map(|&v| bf16::from_bits((v >> 8) as u16)).collect();
+    let x: Vec<bf16> = w
+        .iter()
+        .map(|&v| bf16::from_bits((v >> 8) as u16))
+        .collect();
     on_every_backend(|dev| {
         let (y, z) = run(dev, &w, &x, |dev, w, x, y, z| {
             bits_bf16::launch(dev, w.len(), w, x, y, z).unwrap()

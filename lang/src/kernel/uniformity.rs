@@ -531,9 +531,7 @@ fn barrier_calls(e: &Expr, barriers: &[Reach], out: &mut Vec<(String, proc_macro
         ExprKind::Field(a, _)
         | ExprKind::Unary(_, a)
         | ExprKind::Cast(a, _)
-        | ExprKind::Bits(a, _) => {
-            barrier_calls(a, barriers, out)
-        }
+        | ExprKind::Bits(a, _) => barrier_calls(a, barriers, out),
         ExprKind::Binary(_, a, b) => {
             barrier_calls(a, barriers, out);
             barrier_calls(b, barriers, out);

@@ -17,7 +17,7 @@ impl Checker<'_> {
             return Err(());
         };
         if let Some(t) = from_bits_type(&p.path) {
-            return self.from_bits(t, c);
+            return self.value_of_bits(t, c);
         }
         let Some(id) = p.path.get_ident() else {
             let last = p.path.segments.last().map(|s| s.ident.to_string());
@@ -236,7 +236,7 @@ impl Checker<'_> {
             return Err(());
         }
         if name == "to_bits" {
-            return self.to_bits(m);
+            return self.bits_of(m);
         }
         if let Some(f) = MathFn::from_name(&name).filter(|f| *f != MathFn::Select) {
             let mut args: Vec<&syn::Expr> = vec![&m.receiver];
@@ -262,7 +262,7 @@ fn from_bits_type(p: &syn::Path) -> Option<Ty> {
 impl Checker<'_> {
     /// `x.to_bits()` of an `f16` or `bf16`: its 16 bits as a `u32` (zero-extended; Rust's
     /// gives a `u16`, which the language lacks).
-    fn to_bits(&mut self, m: &syn::ExprMethodCall) -> Res<Expr> {
+    fn bits_of(&mut self, m: &syn::ExprMethodCall) -> Res<Expr> {
         if !m.args.is_empty() {
             self.error(m, "`to_bits()` takes no arguments");
             return Err(());
@@ -286,7 +286,7 @@ impl Checker<'_> {
 
     /// `f16::from_bits(w)` / `bf16::from_bits(w)` of a `u32`: the value whose bits are the low
     /// 16 bits of `w` (the high 16 are ignored).
-    fn from_bits(&mut self, t: Ty, c: &syn::ExprCall) -> Res<Expr> {
+    fn value_of_bits(&mut self, t: Ty, c: &syn::ExprCall) -> Res<Expr> {
         let n = t.rust();
         if c.args.len() != 1 {
             self.error(c, format!("`{n}::from_bits(w)` takes one `u32`"));

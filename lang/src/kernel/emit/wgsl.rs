@@ -297,9 +297,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                 ExprKind::Field(a, _)
                 | ExprKind::Unary(_, a)
                 | ExprKind::Cast(a, _)
-                | ExprKind::Bits(a, _) => {
-                    self.expr(a)
-                }
+                | ExprKind::Bits(a, _) => self.expr(a),
                 ExprKind::Binary(_, a, b) => {
                     self.expr(a);
                     self.expr(b);

@@ -18,7 +18,8 @@
 //! words: two blocks of 8 (values `k0 .. k0 + 16`, `k0 + 16 .. k0 + 32`), and in a block the
 //! words of `k` pairs `j` and `j + 4` side by side (`2j`, `2j + 1`: a fragment's two words of
 //! one row), the two blocks swapped in rows `r` with `(r / 2) % 2 = 1`. So the eight rows an
-//! MMA group reads at once fall in distinct banks (no conflicts, 32- or 64-bit reads).
+//! MMA group reads at once fall in distinct banks: its 64-bit reads (a fragment's two words
+//! of a row, which NVRTC merges) are conflict-free.
 //!
 //! Each element of `C` is the sum over `k` in steps of 16, in increasing order, of one call's
 //! contribution; within a call the order is the target's (see `graphed_lang::kernel::mma`):
@@ -259,33 +260,58 @@ macro_rules! matmul_mma_kernel {
                         rb[q] = nb[q];
                     }
                 }
-                for s in 0..2u32 {
-                    let blk = (s ^ sw) * 8;
-                    let fa0 = $frag_a(sa, fa_at + blk);
-                    let fa1 = $frag_a(sa, fa_at + blk + 256);
-                    let fa2 = $frag_a(sa, fa_at + blk + 512);
-                    let fa3 = $frag_a(sa, fa_at + blk + 768);
-                    let fb0 = $frag_b(sb, fb_at + blk);
-                    let fb1 = $frag_b(sb, fb_at + blk + 128);
-                    let fb2 = $frag_b(sb, fb_at + blk + 256);
-                    let fb3 = $frag_b(sb, fb_at + blk + 384);
-                    mma_m16n8k16(&fa0, &fb0, &mut acc00);
-                    mma_m16n8k16(&fa0, &fb1, &mut acc01);
-                    mma_m16n8k16(&fa0, &fb2, &mut acc02);
-                    mma_m16n8k16(&fa0, &fb3, &mut acc03);
-                    mma_m16n8k16(&fa1, &fb0, &mut acc10);
-                    mma_m16n8k16(&fa1, &fb1, &mut acc11);
-                    mma_m16n8k16(&fa1, &fb2, &mut acc12);
-                    mma_m16n8k16(&fa1, &fb3, &mut acc13);
-                    mma_m16n8k16(&fa2, &fb0, &mut acc20);
-                    mma_m16n8k16(&fa2, &fb1, &mut acc21);
-                    mma_m16n8k16(&fa2, &fb2, &mut acc22);
-                    mma_m16n8k16(&fa2, &fb3, &mut acc23);
-                    mma_m16n8k16(&fa3, &fb0, &mut acc30);
-                    mma_m16n8k16(&fa3, &fb1, &mut acc31);
-                    mma_m16n8k16(&fa3, &fb2, &mut acc32);
-                    mma_m16n8k16(&fa3, &fb3, &mut acc33);
-                }
+                // The two 16-value halves of the step written out (not a loop), so the
+                // compiler may read the second's fragments during the first's products.
+                let blk = sw * 8;
+                let fa0 = $frag_a(sa, fa_at + blk);
+                let fa1 = $frag_a(sa, fa_at + blk + 256);
+                let fa2 = $frag_a(sa, fa_at + blk + 512);
+                let fa3 = $frag_a(sa, fa_at + blk + 768);
+                let fb0 = $frag_b(sb, fb_at + blk);
+                let fb1 = $frag_b(sb, fb_at + blk + 128);
+                let fb2 = $frag_b(sb, fb_at + blk + 256);
+                let fb3 = $frag_b(sb, fb_at + blk + 384);
+                mma_m16n8k16(&fa0, &fb0, &mut acc00);
+                mma_m16n8k16(&fa0, &fb1, &mut acc01);
+                mma_m16n8k16(&fa0, &fb2, &mut acc02);
+                mma_m16n8k16(&fa0, &fb3, &mut acc03);
+                mma_m16n8k16(&fa1, &fb0, &mut acc10);
+                mma_m16n8k16(&fa1, &fb1, &mut acc11);
+                mma_m16n8k16(&fa1, &fb2, &mut acc12);
+                mma_m16n8k16(&fa1, &fb3, &mut acc13);
+                mma_m16n8k16(&fa2, &fb0, &mut acc20);
+                mma_m16n8k16(&fa2, &fb1, &mut acc21);
+                mma_m16n8k16(&fa2, &fb2, &mut acc22);
+                mma_m16n8k16(&fa2, &fb3, &mut acc23);
+                mma_m16n8k16(&fa3, &fb0, &mut acc30);
+                mma_m16n8k16(&fa3, &fb1, &mut acc31);
+                mma_m16n8k16(&fa3, &fb2, &mut acc32);
+                mma_m16n8k16(&fa3, &fb3, &mut acc33);
+                let blk2 = (1 ^ sw) * 8;
+                let ha0 = $frag_a(sa, fa_at + blk2);
+                let ha1 = $frag_a(sa, fa_at + blk2 + 256);
+                let ha2 = $frag_a(sa, fa_at + blk2 + 512);
+                let ha3 = $frag_a(sa, fa_at + blk2 + 768);
+                let hb0 = $frag_b(sb, fb_at + blk2);
+                let hb1 = $frag_b(sb, fb_at + blk2 + 128);
+                let hb2 = $frag_b(sb, fb_at + blk2 + 256);
+                let hb3 = $frag_b(sb, fb_at + blk2 + 384);
+                mma_m16n8k16(&ha0, &hb0, &mut acc00);
+                mma_m16n8k16(&ha0, &hb1, &mut acc01);
+                mma_m16n8k16(&ha0, &hb2, &mut acc02);
+                mma_m16n8k16(&ha0, &hb3, &mut acc03);
+                mma_m16n8k16(&ha1, &hb0, &mut acc10);
+                mma_m16n8k16(&ha1, &hb1, &mut acc11);
+                mma_m16n8k16(&ha1, &hb2, &mut acc12);
+                mma_m16n8k16(&ha1, &hb3, &mut acc13);
+                mma_m16n8k16(&ha2, &hb0, &mut acc20);
+                mma_m16n8k16(&ha2, &hb1, &mut acc21);
+                mma_m16n8k16(&ha2, &hb2, &mut acc22);
+                mma_m16n8k16(&ha2, &hb3, &mut acc23);
+                mma_m16n8k16(&ha3, &hb0, &mut acc30);
+                mma_m16n8k16(&ha3, &hb1, &mut acc31);
+                mma_m16n8k16(&ha3, &hb2, &mut acc32);
+                mma_m16n8k16(&ha3, &hb3, &mut acc33);
             }
             let r = row0 + wr + g;
             let cl = col0 + wc + 2 * t;

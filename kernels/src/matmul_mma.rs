@@ -17,9 +17,11 @@
 //! In workgroup memory, row `r` of a tile (a row of `op(A)`, a column of `op(B)`) is 16
 //! words: two blocks of 8 (values `k0 .. k0 + 16`, `k0 + 16 .. k0 + 32`), and in a block the
 //! words of `k` pairs `j` and `j + 4` side by side (`2j`, `2j + 1`: a fragment's two words of
-//! one row), the two blocks swapped in rows `r` with `(r / 2) % 2 = 1`. So the eight rows an
-//! MMA group reads at once fall in distinct banks: its 64-bit reads (a fragment's two words
-//! of a row, which NVRTC merges) are conflict-free.
+//! one row), the two blocks swapped in rows `r` with `(r / 2) % 2 = 1` and the pairs `j`
+//! permuted to `j ^ ((r / 4) % 4)`. So the rows an MMA group reads at once fall in distinct
+//! banks: its 64-bit reads (a fragment's two words of a row, which NVRTC merges) are
+//! conflict-free, as are the stores of a tile stored with `k` inner; those of a transposed
+//! one (16 rows of one pair per half-group) meet two to a bank.
 //!
 //! Each element of `C` is the sum over `k` in steps of 16, in increasing order, of one call's
 //! contribution; within a call the order is the target's (see `graphed_lang::kernel::mma`):
@@ -37,7 +39,7 @@ pub const TILE: usize = 128;
 /// (see the module docs).
 #[device]
 fn tile_word(r: u32, w: u32) -> u32 {
-    r * 16 + ((w / 8) ^ ((r / 2) % 2)) * 8 + 2 * (w % 4) + (w % 8) / 4
+    r * 16 + ((w / 8) ^ ((r / 2) % 2)) * 8 + 2 * ((w % 4) ^ ((r / 4) % 4)) + (w % 8) / 4
 }
 
 /// This invocation's share (of 256) of a tile's words: its word `q` (of 8) is row
@@ -135,15 +137,15 @@ macro_rules! matmul_mma_kernel {
         }
 
         /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
-        /// (rows `g + 8` 128 words on; `k` pairs `t + 4` the next word).
+        /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the next words).
         #[allow(dead_code)]
         #[device]
-        fn $frag_a(s: &[u32; 2048], p: u32) -> [$t; 8] {
+        fn $frag_a(s: &[u32; 2048], p: u32, p8: u32) -> [$t; 8] {
             let mut f = [0.0f32 as $t; 8];
             let w0 = s[p];
-            let w1 = s[p + 128];
+            let w1 = s[p8];
             let w2 = s[p + 1];
-            let w3 = s[p + 129];
+            let w3 = s[p8 + 1];
             f[0] = $t::from_bits(w0);
             f[1] = $t::from_bits(w0 >> 16u32);
             f[2] = $t::from_bits(w1);
@@ -209,11 +211,16 @@ macro_rules! matmul_mma_kernel {
                 pa[q] = tile_word(sha[0] + sha[2] * q, sha[1] + sha[3] * q);
                 pb[q] = tile_word(shb[0] + shb[2] * q, shb[1] + shb[3] * q);
             }
-            // Where its fragments start: row (column) `g`, pair `t` of each 16-row block,
-            // block `s ^ sw` of 8 words for the values `16s ..` of the step.
+            // Where its fragments start (`tile_word`): row (column) `g` of each 16-row
+            // block, pair `t` at `t ^ ((r / 4) % 4)` (`q4` for row `g` and the columns of
+            // even 8-column blocks, `q4 + 2` for row `g + 8` and odd blocks), block `s ^ sw`
+            // of 8 words for the values `16s ..` of the step.
             let sw = (g / 2) % 2;
-            let fa_at = (wr + g) * 16 + 2 * t;
-            let fb_at = (wc + g) * 16 + 2 * t;
+            let q4 = g / 4;
+            let fa_at = (wr + g) * 16 + 2 * (t ^ q4);
+            let fa8_at = (wr + g + 8) * 16 + 2 * (t ^ (q4 + 2));
+            let fb_at = (wc + g) * 16 + 2 * (t ^ q4);
+            let fb1_at = (wc + 8 + g) * 16 + 2 * (t ^ (q4 + 2));
             // `acc_ij`: rows `wr + 16i ..`, columns `wc + 8j ..` of the tile.
             let mut acc00 = [0.0f32; 4];
             let mut acc01 = [0.0f32; 4];
@@ -263,14 +270,14 @@ macro_rules! matmul_mma_kernel {
                 // The two 16-value halves of the step written out (not a loop), so the
                 // compiler may read the second's fragments during the first's products.
                 let blk = sw * 8;
-                let fa0 = $frag_a(sa, fa_at + blk);
-                let fa1 = $frag_a(sa, fa_at + blk + 256);
-                let fa2 = $frag_a(sa, fa_at + blk + 512);
-                let fa3 = $frag_a(sa, fa_at + blk + 768);
+                let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk);
+                let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256);
+                let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512);
+                let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768);
                 let fb0 = $frag_b(sb, fb_at + blk);
-                let fb1 = $frag_b(sb, fb_at + blk + 128);
+                let fb1 = $frag_b(sb, fb1_at + blk);
                 let fb2 = $frag_b(sb, fb_at + blk + 256);
-                let fb3 = $frag_b(sb, fb_at + blk + 384);
+                let fb3 = $frag_b(sb, fb1_at + blk + 256);
                 mma_m16n8k16(&fa0, &fb0, &mut acc00);
                 mma_m16n8k16(&fa0, &fb1, &mut acc01);
                 mma_m16n8k16(&fa0, &fb2, &mut acc02);
@@ -288,14 +295,14 @@ macro_rules! matmul_mma_kernel {
                 mma_m16n8k16(&fa3, &fb2, &mut acc32);
                 mma_m16n8k16(&fa3, &fb3, &mut acc33);
                 let blk2 = (1 ^ sw) * 8;
-                let ha0 = $frag_a(sa, fa_at + blk2);
-                let ha1 = $frag_a(sa, fa_at + blk2 + 256);
-                let ha2 = $frag_a(sa, fa_at + blk2 + 512);
-                let ha3 = $frag_a(sa, fa_at + blk2 + 768);
+                let ha0 = $frag_a(sa, fa_at + blk2, fa8_at + blk2);
+                let ha1 = $frag_a(sa, fa_at + blk2 + 256, fa8_at + blk2 + 256);
+                let ha2 = $frag_a(sa, fa_at + blk2 + 512, fa8_at + blk2 + 512);
+                let ha3 = $frag_a(sa, fa_at + blk2 + 768, fa8_at + blk2 + 768);
                 let hb0 = $frag_b(sb, fb_at + blk2);
-                let hb1 = $frag_b(sb, fb_at + blk2 + 128);
+                let hb1 = $frag_b(sb, fb1_at + blk2);
                 let hb2 = $frag_b(sb, fb_at + blk2 + 256);
-                let hb3 = $frag_b(sb, fb_at + blk2 + 384);
+                let hb3 = $frag_b(sb, fb1_at + blk2 + 256);
                 mma_m16n8k16(&ha0, &hb0, &mut acc00);
                 mma_m16n8k16(&ha0, &hb1, &mut acc01);
                 mma_m16n8k16(&ha0, &hb2, &mut acc02);

@@ -268,12 +268,27 @@ fn product(
     (out, scale)
 }
 
+/// `(ta, tb)` of the tiled product's cases: a layer's three products.
+const LAYER: &[(bool, bool)] = &[(false, false), (false, true), (true, false)];
+
 fn tiled<T: graphed::Element>(from: impl Fn(f32) -> T + Copy, back: impl Fn(T) -> f32 + Copy) {
-    let mut rng = rng("matmul_mma");
+    tiled_cases("matmul_mma", SHAPES, LAYER, from, back);
+}
+
+/// `matmul_mma` on every backend for each shape and `(ta, tb)`, with and without
+/// `accumulate`, against the `f64` oracle.
+fn tiled_cases<T: graphed::Element>(
+    seed: &str,
+    shapes: &[(usize, usize, usize)],
+    transposes: &[(bool, bool)],
+    from: impl Fn(f32) -> T + Copy,
+    back: impl Fn(T) -> f32 + Copy,
+) {
+    let mut rng = rng(seed);
     let round = |v: f32| back(from(v));
     on_every_backend(|dev| {
-        for &(m, n, k) in SHAPES {
-            for (ta, tb) in [(false, false), (false, true), (true, false)] {
+        for &(m, n, k) in shapes {
+            for &(ta, tb) in transposes {
                 let a: Vec<f32> = floats(&mut rng, m * k, -1.0, 1.0)
                     .into_iter()
                     .map(round)
@@ -328,7 +343,23 @@ fn tiled_f16_product_matches_the_oracle() {
     tiled(f16::from_f32, f16::to_f32);
 }
 
-/// The host and wgpu run the same portable form in the same order: bitwise equal products.
+/// The 128×128 tiles' unchecked path (a tile inside `C` and a step of 32 inside `k`) beside
+/// the checked one: whole tiles with `k` a multiple of 32 (every step unchecked), whole tiles
+/// with a ragged last step, and tiles cut at the edges of `m` and `n` next to whole ones;
+/// every pair of transposes, with and without `accumulate`.
+#[test]
+fn tiled_whole_tiles_and_ragged_edges_match_the_oracle() {
+    tiled_cases(
+        "matmul_mma_tiles",
+        &[(128, 128, 64), (128, 256, 48), (257, 130, 33)],
+        &[(false, false), (false, true), (true, false), (true, true)],
+        bf16::from_f32,
+        bf16::to_f32,
+    );
+}
+
+/// The host and wgpu run the same portable form in the same order: bitwise equal products,
+/// on edge tiles (checked loads) and on whole ones (unchecked).
 #[test]
 fn tiled_product_host_and_wgpu_agree_bitwise() {
     let devs: Vec<Device> = common::backends()
@@ -339,36 +370,31 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
         return;
     }
     let mut rng = rng("matmul_mma_bitwise");
-    let (m, n, k) = (70, 45, 129);
-    let a: Vec<bf16> = floats(&mut rng, m * k, -1.0, 1.0)
-        .into_iter()
-        .map(bf16::from_f32)
-        .collect();
-    let b: Vec<bf16> = floats(&mut rng, k * n, -1.0, 1.0)
-        .into_iter()
-        .map(bf16::from_f32)
-        .collect();
-    let outs: Vec<Vec<f32>> = devs
-        .iter()
-        .map(|dev| {
-            let da = dev.upload(&a).unwrap();
-            let db = dev.upload(&b).unwrap();
-            let mut dc = poisoned(dev, m * n);
-            let g = MmaGemm {
-                m,
-                n,
-                k,
-                ta: false,
-                tb: true,
-            };
-            matmul_mma(dev, g, &da, &db, &mut dc, false).unwrap();
-            dc.to_host().unwrap()
-        })
-        .collect();
-    assert!(
-        common::bitwise_eq(&outs[0], &outs[1]),
-        "host and wgpu differ"
-    );
+    for (m, n, k, ta, tb) in [(70, 45, 129, false, true), (128, 128, 64, true, false)] {
+        let a: Vec<bf16> = floats(&mut rng, m * k, -1.0, 1.0)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let b: Vec<bf16> = floats(&mut rng, k * n, -1.0, 1.0)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let outs: Vec<Vec<f32>> = devs
+            .iter()
+            .map(|dev| {
+                let da = dev.upload(&a).unwrap();
+                let db = dev.upload(&b).unwrap();
+                let mut dc = poisoned(dev, m * n);
+                let g = MmaGemm { m, n, k, ta, tb };
+                matmul_mma(dev, g, &da, &db, &mut dc, false).unwrap();
+                dc.to_host().unwrap()
+            })
+            .collect();
+        assert!(
+            common::bitwise_eq(&outs[0], &outs[1]),
+            "{m}×{n}×{k} ta {ta} tb {tb}: host and wgpu differ"
+        );
+    }
 }
 
 /// Shapes that make no product are errors, not panics.

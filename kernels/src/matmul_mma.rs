@@ -2,13 +2,26 @@
 //! on the kernel language's warp-level multiply-accumulate `mma_m16n8k16` (the tensor cores
 //! on CUDA, the portable form elsewhere: `graphed_lang::kernel::mma`).
 //!
-//! One workgroup of 128 invocations (four MMA groups) computes a 64×64 tile of `C`, each
-//! group a 32×32 quarter of it as 2×4 calls of `mma_m16n8k16` per 16 values of `k`. `k` goes
-//! in steps of 32: each step stages a 64×32 tile of `op(A)` and a 32×64 tile of `op(B)`
-//! through workgroup memory (as `f32`, an exact widening), zero outside the matrices, so any
-//! `m`, `n` and `k` work; only elements inside `C` are written. `op` is the identity or the
-//! transpose (`ta`: `A` stored `k × m`; `tb`: `B` stored `n × k`), which covers a layer's
-//! forward product (`X·Wᵀ`), its input gradient (`dY·W`) and its weight gradient (`dYᵀ·X`).
+//! One workgroup of 256 invocations (eight MMA groups) computes a 128×128 tile of `C`, each
+//! group a 64×32 part of it as 4×4 calls of `mma_m16n8k16` per 16 values of `k`. `k` goes in
+//! steps of 32: each step stages a 128×32 tile of `op(A)` and a 32×128 tile of `op(B)` in
+//! workgroup memory as pairs of 16-bit values packed in `u32` words (the two adjacent-`k`
+//! elements a fragment register holds, so a fragment register is one word), loaded from
+//! memory into registers one step ahead (their loads overlap the step's products). A step
+//! whose tile lies inside the matrices loads without bounds checks; one at an edge loads
+//! zeros outside them, so any `m`, `n` and `k` work; only elements inside `C` are written.
+//! `op` is the identity or the transpose (`ta`: `A` stored `k × m`; `tb`: `B` stored
+//! `n × k`), which covers a layer's forward product (`X·Wᵀ`), its input gradient (`dY·W`)
+//! and its weight gradient (`dYᵀ·X`).
+//!
+//! In workgroup memory, row `r` of a tile (a row of `op(A)`, a column of `op(B)`) is 16
+//! words: two blocks of 8 (values `k0 .. k0 + 16`, `k0 + 16 .. k0 + 32`), and in a block the
+//! words of `k` pairs `j` and `j + 4` side by side (`2j`, `2j + 1`: a fragment's two words of
+//! one row), the two blocks swapped in rows `r` with `(r / 2) % 2 = 1` and the pairs `j`
+//! permuted to `j ^ ((r / 4) % 4)`. So the rows an MMA group reads at once fall in distinct
+//! banks: its 64-bit reads (a fragment's two words of a row, which NVRTC merges) are
+//! conflict-free, as are the stores of a tile stored with `k` inner; those of a transposed
+//! one (16 rows of one pair per half-group) meet two to a bank.
 //!
 //! Each element of `C` is the sum over `k` in steps of 16, in increasing order, of one call's
 //! contribution; within a call the order is the target's (see `graphed_lang::kernel::mma`):
@@ -20,49 +33,147 @@ use graphed_runtime::{bf16, f16, Buffer, DType, Element, Error, Grid, Launch, Re
 use crate::shape::expect_product;
 
 /// Rows and columns of `C` per workgroup.
-pub const TILE: usize = 64;
+pub const TILE: usize = 128;
 
-/// This invocation's share (of 128) of a load of a 64 × 32 tile (rows × `k`) of a matrix
-/// stored row-major (`trans`: stored transposed): its element `q` (of 16) is at row
-/// `s[0] + s[2]·q`, `k` offset `s[1] + s[3]·q`, consecutive invocations along the dimension
-/// contiguous in memory.
+/// The word of workgroup memory holding `k` pair `w` (`0..16`) of row `r` of a staged tile
+/// (see the module docs).
+#[device]
+fn tile_word(r: u32, w: u32) -> u32 {
+    r * 16 + ((w / 8) ^ ((r / 2) % 2)) * 8 + 2 * ((w % 4) ^ ((r / 4) % 4)) + (w % 8) / 4
+}
+
+/// This invocation's share (of 256) of a tile's words: its word `q` (of 8) is row
+/// `s[0] + s[2]·q`, `k` pair `s[1] + s[3]·q`. Consecutive invocations go along the dimension
+/// contiguous in memory: `k` for a matrix stored with `k` inner, rows (16 at a time, two
+/// pairs per group) for one stored transposed (`trans`).
 #[device]
 fn tile_share(trans: bool, tid: u32) -> [u32; 4] {
     let mut s = [0u32; 4];
     if trans {
-        s[0] = tid % 64;
-        s[1] = tid / 64;
+        s[0] = tid % 16 + 16 * (tid / 32);
+        s[1] = (tid / 16) % 2;
         s[3] = 2u32;
     } else {
-        s[0] = tid / 32;
-        s[1] = tid % 32;
-        s[2] = 4u32;
+        s[0] = tid / 16;
+        s[1] = tid % 16;
+        s[2] = 16u32;
     }
     s
 }
 
+/// Stores `acc` (an `mma_m16n8k16` accumulator of the 16×8 block at `row`, `col` of `C`, the
+/// invocation's `g`, `t`) into `c` (`m × n`), elements outside `C` dropped.
+#[device]
+fn store_block(c: &mut [f32], acc: [f32; 4], row: u32, col: u32, m: u32, n: u32, accumulate: bool) {
+    for e in 0..4u32 {
+        let r = row + 8 * (e / 2);
+        let cc = col + e % 2;
+        if r < m && cc < n {
+            if accumulate {
+                c[r * n + cc] += acc[e];
+            } else {
+                c[r * n + cc] = acc[e];
+            }
+        }
+    }
+}
+
 /// The product kernel over inputs of type `$t`.
 macro_rules! matmul_mma_kernel {
-    ($(#[$doc:meta])* $name:ident, $t:ident, $elem:ident) => {
-        /// Element `(r, kk)` of a `rows × k` matrix `x` stored row-major (`trans`: `x` holds
-        /// its transpose, `k × rows`), widened to `f32`; zero outside the matrix. (Its plain
-        /// Rust form is unused: the kernels' host form reads 16-bit slices through its own.)
+    ($(#[$doc:meta])* $name:ident, $t:ident, $load:ident, $frag_a:ident, $frag_b:ident) => {
+        /// This invocation's 8 words (pairs of adjacent-`k` elements, the lower `k` in the low
+        /// half) of the 128 × 32 tile at row `r0`, `k` `k0` of a `rows × k` matrix `x` stored
+        /// row-major (`trans`: `x` holds its transpose, `k × rows`), by its share `sh`
+        /// (`tile_share`). `checked`: elements outside the matrix are zero (else the tile is
+        /// known to lie inside it).
         #[allow(dead_code)]
         #[device]
-        fn $elem(x: &[$t], trans: bool, r: u32, kk: u32, rows: u32, k: u32) -> f32 {
-            let mut v = 0.0f32;
-            if r < rows && kk < k {
-                if trans {
-                    v = x[kk * rows + r] as f32;
-                } else {
-                    v = x[r * k + kk] as f32;
+        fn $load(
+            x: &[$t],
+            trans: bool,
+            sh: [u32; 4],
+            r0: u32,
+            k0: u32,
+            rows: u32,
+            k: u32,
+            checked: bool,
+        ) -> [u32; 8] {
+            let mut v = [0u32; 8];
+            if checked {
+                for q in 0..8u32 {
+                    let r = r0 + sh[0] + sh[2] * q;
+                    let kk = k0 + 2 * (sh[1] + sh[3] * q);
+                    let mut lo = 0u32;
+                    let mut hi = 0u32;
+                    if r < rows && kk < k {
+                        if trans {
+                            lo = x[kk * rows + r].to_bits();
+                        } else {
+                            lo = x[r * k + kk].to_bits();
+                        }
+                    }
+                    if r < rows && kk + 1 < k {
+                        if trans {
+                            hi = x[(kk + 1) * rows + r].to_bits();
+                        } else {
+                            hi = x[r * k + kk + 1].to_bits();
+                        }
+                    }
+                    v[q] = lo | (hi << 16u32);
+                }
+            } else if trans {
+                for q in 0..8u32 {
+                    let r = r0 + sh[0] + sh[2] * q;
+                    let kk = k0 + 2 * (sh[1] + sh[3] * q);
+                    v[q] = x[kk * rows + r].to_bits() | (x[(kk + 1) * rows + r].to_bits() << 16u32);
+                }
+            } else {
+                for q in 0..8u32 {
+                    let at = (r0 + sh[0] + sh[2] * q) * k + k0 + 2 * (sh[1] + sh[3] * q);
+                    v[q] = x[at].to_bits() | (x[at + 1].to_bits() << 16u32);
                 }
             }
             v
         }
 
+        /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
+        /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the next words).
+        #[allow(dead_code)]
+        #[device]
+        fn $frag_a(s: &[u32; 2048], p: u32, p8: u32) -> [$t; 8] {
+            let mut f = [0.0f32 as $t; 8];
+            let w0 = s[p];
+            let w1 = s[p8];
+            let w2 = s[p + 1];
+            let w3 = s[p8 + 1];
+            f[0] = $t::from_bits(w0);
+            f[1] = $t::from_bits(w0 >> 16u32);
+            f[2] = $t::from_bits(w1);
+            f[3] = $t::from_bits(w1 >> 16u32);
+            f[4] = $t::from_bits(w2);
+            f[5] = $t::from_bits(w2 >> 16u32);
+            f[6] = $t::from_bits(w3);
+            f[7] = $t::from_bits(w3 >> 16u32);
+            f
+        }
+
+        /// The `b` fragment of `mma_m16n8k16` whose column `g`, `k` pair `t` is word `p` of
+        /// `s` (`k` pair `t + 4` the next word).
+        #[allow(dead_code)]
+        #[device]
+        fn $frag_b(s: &[u32; 2048], p: u32) -> [$t; 4] {
+            let mut f = [0.0f32 as $t; 4];
+            let w0 = s[p];
+            let w1 = s[p + 1];
+            f[0] = $t::from_bits(w0);
+            f[1] = $t::from_bits(w0 >> 16u32);
+            f[2] = $t::from_bits(w1);
+            f[3] = $t::from_bits(w1 >> 16u32);
+            f
+        }
+
         $(#[$doc])*
-        #[kernel(workgroup = 128)]
+        #[kernel(workgroup = 256)]
         pub fn $name(
             m: u32,
             n: u32,
@@ -74,30 +185,42 @@ macro_rules! matmul_mma_kernel {
             b: &[$t],
             c: &mut [f32],
         ) {
-            // `sa[r * 40 + kk]`: row `r` of the tile of `op(A)`; `sb[col * 40 + kk]`: column
-            // `col` of the tile of `op(B)` (so each fragment pair is adjacent); 8 words of
-            // padding per row.
-            let sa = shared::<f32, 2560>();
-            let sb = shared::<f32, 2560>();
+            // `sa`: rows of the tile of `op(A)`; `sb`: columns of the tile of `op(B)`; each
+            // 128 rows of 16 words (`tile_word`).
+            let sa = shared::<u32, 2048>();
+            let sb = shared::<u32, 2048>();
             let tid = local_id().x;
             let lane = tid % 32;
             let g = lane / 4;
             let t = lane % 4;
-            // This group's 32×32 quarter of the tile.
-            let wr = (tid / 32) / 2 * 32;
-            let wc = (tid / 32) % 2 * 32;
-            let row0 = workgroup_id().y * 64;
-            let col0 = workgroup_id().x * 64;
-            // This invocation's shares of the two tile loads (`tile_share`): op(B)'s columns
-            // are B's rows when `tb`, so its share is that of a matrix transposed when not.
+            // This group's 64×32 part of the tile.
+            let wr = (tid / 32) / 4 * 64;
+            let wc = (tid / 32) % 4 * 32;
+            let row0 = workgroup_id().y * 128;
+            let col0 = workgroup_id().x * 128;
+            // Whether the tile's rows and columns lie inside `C` (uniform).
+            let inside = row0 + 128 <= m && col0 + 128 <= n;
+            // This invocation's shares of the two tile loads: op(B)'s columns are B's rows
+            // when `tb`, so its share is that of a matrix transposed when not.
             let sha = tile_share(ta, tid);
             let shb = tile_share(!tb, tid);
-            let mut fa0 = [0.0f32 as $t; 8];
-            let mut fa1 = [0.0f32 as $t; 8];
-            let mut fb0 = [0.0f32 as $t; 4];
-            let mut fb1 = [0.0f32 as $t; 4];
-            let mut fb2 = [0.0f32 as $t; 4];
-            let mut fb3 = [0.0f32 as $t; 4];
+            // The words it stores: pair `sh[1] + sh[3]·q` of row `sh[0] + sh[2]·q`.
+            let mut pa = [0u32; 8];
+            let mut pb = [0u32; 8];
+            for q in 0..8u32 {
+                pa[q] = tile_word(sha[0] + sha[2] * q, sha[1] + sha[3] * q);
+                pb[q] = tile_word(shb[0] + shb[2] * q, shb[1] + shb[3] * q);
+            }
+            // Where its fragments start (`tile_word`): row (column) `g` of each 16-row
+            // block, pair `t` at `t ^ ((r / 4) % 4)` (`q4` for row `g` and the columns of
+            // even 8-column blocks, `q4 + 2` for row `g + 8` and odd blocks), block `s ^ sw`
+            // of 8 words for the values `16s ..` of the step.
+            let sw = (g / 2) % 2;
+            let q4 = g / 4;
+            let fa_at = (wr + g) * 16 + 2 * (t ^ q4);
+            let fa8_at = (wr + g + 8) * 16 + 2 * (t ^ (q4 + 2));
+            let fb_at = (wc + g) * 16 + 2 * (t ^ q4);
+            let fb1_at = (wc + 8 + g) * 16 + 2 * (t ^ (q4 + 2));
             // `acc_ij`: rows `wr + 16i ..`, columns `wc + 8j ..` of the tile.
             let mut acc00 = [0.0f32; 4];
             let mut acc01 = [0.0f32; 4];
@@ -107,95 +230,134 @@ macro_rules! matmul_mma_kernel {
             let mut acc11 = [0.0f32; 4];
             let mut acc12 = [0.0f32; 4];
             let mut acc13 = [0.0f32; 4];
+            let mut acc20 = [0.0f32; 4];
+            let mut acc21 = [0.0f32; 4];
+            let mut acc22 = [0.0f32; 4];
+            let mut acc23 = [0.0f32; 4];
+            let mut acc30 = [0.0f32; 4];
+            let mut acc31 = [0.0f32; 4];
+            let mut acc32 = [0.0f32; 4];
+            let mut acc33 = [0.0f32; 4];
             let tiles = (k + 31) / 32;
+            // The first step's words; each step then loads the next one's before its products.
+            let first = !(inside && 32 <= k);
+            let ra0 = $load(a, ta, sha, row0, 0u32, m, k, first);
+            let rb0 = $load(b, !tb, shb, col0, 0u32, n, k, first);
+            let mut ra = [0u32; 8];
+            let mut rb = [0u32; 8];
+            for q in 0..8u32 {
+                ra[q] = ra0[q];
+                rb[q] = rb0[q];
+            }
             for step in 0..tiles {
-                let k0 = step * 32;
-                for q in 0..16u32 {
-                    // Row `r` of op(A) is row `r` of A, or its column when `ta`; column `col`
-                    // of op(B) is row `col` of B when `tb`, else its column.
-                    let r = sha[0] + sha[2] * q;
-                    let kk = sha[1] + sha[3] * q;
-                    sa[r * 40 + kk] = $elem(a, ta, row0 + r, k0 + kk, m, k);
-                    let col = shb[0] + shb[2] * q;
-                    let kk = shb[1] + shb[3] * q;
-                    sb[col * 40 + kk] = $elem(b, !tb, col0 + col, k0 + kk, n, k);
+                // The previous step's products have read the tiles.
+                barrier();
+                for q in 0..8u32 {
+                    sa[pa[q]] = ra[q];
+                    sb[pb[q]] = rb[q];
                 }
                 barrier();
-                for s in 0..2u32 {
-                    let ko = s * 16 + 2 * t;
-                    // A fragments (rows g, g + 8 of each 16-row block; columns 2t, 2t + 1,
-                    // 2t + 8, 2t + 9) and B fragments (column g; rows 2t, 2t + 1, 2t + 8,
-                    // 2t + 9): the layout of `mma_m16n8k16`.
-                    for i in 0..8u32 {
-                        let o = (g + 8 * ((i / 2) % 2)) * 40 + ko + i % 2 + 8 * (i / 4);
-                        fa0[i] = sa[(wr) * 40 + o] as $t;
-                        fa1[i] = sa[(wr + 16) * 40 + o] as $t;
-                    }
-                    for i in 0..4u32 {
-                        let o = g * 40 + ko + i % 2 + 8 * (i / 2);
-                        fb0[i] = sb[(wc) * 40 + o] as $t;
-                        fb1[i] = sb[(wc + 8) * 40 + o] as $t;
-                        fb2[i] = sb[(wc + 16) * 40 + o] as $t;
-                        fb3[i] = sb[(wc + 24) * 40 + o] as $t;
-                    }
-                    mma_m16n8k16(&fa0, &fb0, &mut acc00);
-                    mma_m16n8k16(&fa0, &fb1, &mut acc01);
-                    mma_m16n8k16(&fa0, &fb2, &mut acc02);
-                    mma_m16n8k16(&fa0, &fb3, &mut acc03);
-                    mma_m16n8k16(&fa1, &fb0, &mut acc10);
-                    mma_m16n8k16(&fa1, &fb1, &mut acc11);
-                    mma_m16n8k16(&fa1, &fb2, &mut acc12);
-                    mma_m16n8k16(&fa1, &fb3, &mut acc13);
-                }
-                barrier();
-            }
-            // Through the tile memory (free after the last step's barrier), so the stores are
-            // one loop, not eight copies: element `e` of block `ij` of this invocation at
-            // `(4j + e)·128 + tid` of `sa` (`i = 0`) or `sb` (`i = 1`), its own words.
-            for e in 0..4u32 {
-                sa[e * 128 + tid] = acc00[e];
-                sa[(4 + e) * 128 + tid] = acc01[e];
-                sa[(8 + e) * 128 + tid] = acc02[e];
-                sa[(12 + e) * 128 + tid] = acc03[e];
-                sb[e * 128 + tid] = acc10[e];
-                sb[(4 + e) * 128 + tid] = acc11[e];
-                sb[(8 + e) * 128 + tid] = acc12[e];
-                sb[(12 + e) * 128 + tid] = acc13[e];
-            }
-            for blk in 0..8u32 {
-                for e in 0..4u32 {
-                    let row = row0 + wr + (blk / 4) * 16 + g + 8 * (e / 2);
-                    let col = col0 + wc + (blk % 4) * 8 + 2 * t + e % 2;
-                    if row < m && col < n {
-                        let at = ((blk % 4) * 4 + e) * 128 + tid;
-                        let mut v = sa[at];
-                        if blk >= 4 {
-                            v = sb[at];
-                        }
-                        if accumulate {
-                            c[row * n + col] += v;
-                        } else {
-                            c[row * n + col] = v;
-                        }
+                if step + 1 < tiles {
+                    let k1 = (step + 1) * 32;
+                    let checked = !(inside && k1 + 32 <= k);
+                    let na = $load(a, ta, sha, row0, k1, m, k, checked);
+                    let nb = $load(b, !tb, shb, col0, k1, n, k, checked);
+                    for q in 0..8u32 {
+                        ra[q] = na[q];
+                        rb[q] = nb[q];
                     }
                 }
+                // The two 16-value halves of the step written out (not a loop), so the
+                // compiler may read the second's fragments during the first's products.
+                let blk = sw * 8;
+                let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk);
+                let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256);
+                let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512);
+                let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768);
+                let fb0 = $frag_b(sb, fb_at + blk);
+                let fb1 = $frag_b(sb, fb1_at + blk);
+                let fb2 = $frag_b(sb, fb_at + blk + 256);
+                let fb3 = $frag_b(sb, fb1_at + blk + 256);
+                mma_m16n8k16(&fa0, &fb0, &mut acc00);
+                mma_m16n8k16(&fa0, &fb1, &mut acc01);
+                mma_m16n8k16(&fa0, &fb2, &mut acc02);
+                mma_m16n8k16(&fa0, &fb3, &mut acc03);
+                mma_m16n8k16(&fa1, &fb0, &mut acc10);
+                mma_m16n8k16(&fa1, &fb1, &mut acc11);
+                mma_m16n8k16(&fa1, &fb2, &mut acc12);
+                mma_m16n8k16(&fa1, &fb3, &mut acc13);
+                mma_m16n8k16(&fa2, &fb0, &mut acc20);
+                mma_m16n8k16(&fa2, &fb1, &mut acc21);
+                mma_m16n8k16(&fa2, &fb2, &mut acc22);
+                mma_m16n8k16(&fa2, &fb3, &mut acc23);
+                mma_m16n8k16(&fa3, &fb0, &mut acc30);
+                mma_m16n8k16(&fa3, &fb1, &mut acc31);
+                mma_m16n8k16(&fa3, &fb2, &mut acc32);
+                mma_m16n8k16(&fa3, &fb3, &mut acc33);
+                let blk2 = (1 ^ sw) * 8;
+                let ha0 = $frag_a(sa, fa_at + blk2, fa8_at + blk2);
+                let ha1 = $frag_a(sa, fa_at + blk2 + 256, fa8_at + blk2 + 256);
+                let ha2 = $frag_a(sa, fa_at + blk2 + 512, fa8_at + blk2 + 512);
+                let ha3 = $frag_a(sa, fa_at + blk2 + 768, fa8_at + blk2 + 768);
+                let hb0 = $frag_b(sb, fb_at + blk2);
+                let hb1 = $frag_b(sb, fb1_at + blk2);
+                let hb2 = $frag_b(sb, fb_at + blk2 + 256);
+                let hb3 = $frag_b(sb, fb1_at + blk2 + 256);
+                mma_m16n8k16(&ha0, &hb0, &mut acc00);
+                mma_m16n8k16(&ha0, &hb1, &mut acc01);
+                mma_m16n8k16(&ha0, &hb2, &mut acc02);
+                mma_m16n8k16(&ha0, &hb3, &mut acc03);
+                mma_m16n8k16(&ha1, &hb0, &mut acc10);
+                mma_m16n8k16(&ha1, &hb1, &mut acc11);
+                mma_m16n8k16(&ha1, &hb2, &mut acc12);
+                mma_m16n8k16(&ha1, &hb3, &mut acc13);
+                mma_m16n8k16(&ha2, &hb0, &mut acc20);
+                mma_m16n8k16(&ha2, &hb1, &mut acc21);
+                mma_m16n8k16(&ha2, &hb2, &mut acc22);
+                mma_m16n8k16(&ha2, &hb3, &mut acc23);
+                mma_m16n8k16(&ha3, &hb0, &mut acc30);
+                mma_m16n8k16(&ha3, &hb1, &mut acc31);
+                mma_m16n8k16(&ha3, &hb2, &mut acc32);
+                mma_m16n8k16(&ha3, &hb3, &mut acc33);
             }
+            let r = row0 + wr + g;
+            let cl = col0 + wc + 2 * t;
+            store_block(c, acc00, r, cl, m, n, accumulate);
+            store_block(c, acc01, r, cl + 8, m, n, accumulate);
+            store_block(c, acc02, r, cl + 16, m, n, accumulate);
+            store_block(c, acc03, r, cl + 24, m, n, accumulate);
+            store_block(c, acc10, r + 16, cl, m, n, accumulate);
+            store_block(c, acc11, r + 16, cl + 8, m, n, accumulate);
+            store_block(c, acc12, r + 16, cl + 16, m, n, accumulate);
+            store_block(c, acc13, r + 16, cl + 24, m, n, accumulate);
+            store_block(c, acc20, r + 32, cl, m, n, accumulate);
+            store_block(c, acc21, r + 32, cl + 8, m, n, accumulate);
+            store_block(c, acc22, r + 32, cl + 16, m, n, accumulate);
+            store_block(c, acc23, r + 32, cl + 24, m, n, accumulate);
+            store_block(c, acc30, r + 48, cl, m, n, accumulate);
+            store_block(c, acc31, r + 48, cl + 8, m, n, accumulate);
+            store_block(c, acc32, r + 48, cl + 16, m, n, accumulate);
+            store_block(c, acc33, r + 48, cl + 24, m, n, accumulate);
         }
     };
 }
 
 matmul_mma_kernel!(
-    /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` inputs on 64×64 tiles of
-    /// `mma_m16n8k16` (see the module docs); a grid of `⌈n/64⌉ × ⌈m/64⌉` workgroups.
+    /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` inputs on 128×128 tiles of
+    /// `mma_m16n8k16` (see the module docs); a grid of `⌈n/128⌉ × ⌈m/128⌉` workgroups.
     matmul_mma_bf16,
     bf16,
-    element_bf16
+    load_bf16,
+    frag_a_bf16,
+    frag_b_bf16
 );
 matmul_mma_kernel!(
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) of `f16` inputs.
     matmul_mma_f16,
     f16,
-    element_f16
+    load_f16,
+    frag_a_f16,
+    frag_b_f16
 );
 
 /// The shape of a product: `C` is `m × n`, the sum runs over `k`; `ta`: `A` is stored `k × m`

@@ -103,7 +103,7 @@ pub const BUILTIN_FNS: &[&str] = &[
 /// Methods kernels accept (`x.len()` and the math functions).
 pub const METHODS: &[&str] = &[
     "len", "abs", "min", "max", "clamp", "floor", "ceil", "round", "sqrt", "rsqrt", "exp", "exp2",
-    "ln", "log2", "powf", "sin", "cos", "tanh", "mul_add", "step_by",
+    "ln", "log2", "powf", "sin", "cos", "tanh", "mul_add", "step_by", "to_bits",
 ];
 
 #[cfg(test)]

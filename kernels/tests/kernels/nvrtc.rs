@@ -26,6 +26,8 @@ fn all() -> Vec<&'static KernelDef> {
         &matmul::gemm_epilogue::DEF,
         &matmul::gemm_row_sums::DEF,
         &matmul::matmul_split_sum::DEF,
+        &graphed_kernels::matmul_mma::matmul_mma_bf16::DEF,
+        &graphed_kernels::matmul_mma::matmul_mma_f16::DEF,
         &loss::softmax_xent_narrow::DEF,
         &loss::softmax_xent_wide::DEF,
         &loss::mse_pass::DEF,

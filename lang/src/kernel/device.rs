@@ -137,9 +137,12 @@ pub fn helper_calls(func: &syn::ItemFn) -> Vec<syn::Path> {
                 first.as_str(),
                 "f32" | "i32" | "u32" | "bool" | "std" | "core"
             );
+            // `bf16::from_bits(w)` / `f16::from_bits(w)` is a builtin (and `f16::max` a
+            // misplaced one).
+            let half_path = matches!(first.as_str(), "f16" | "bf16");
             let itself =
                 first == "self" && path.segments.len() == 2 && last.as_deref() == Some(self.own);
-            !builtin_path && !itself
+            !builtin_path && !half_path && !itself
         }
     }
     let own = func.sig.ident.to_string();

@@ -392,6 +392,10 @@ pub enum ExprKind {
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
     Cast(Box<Expr>, Ty),
+    /// The bits of a value as another type, nothing converted: `x.to_bits()` of an `f16` or
+    /// `bf16` (to `Ty::U32`: its 16 bits, zero-extended), `f16::from_bits(w)` /
+    /// `bf16::from_bits(w)` of a `u32` (to the 16-bit type: the low 16 bits of `w`).
+    Bits(Box<Expr>, Ty),
     Math(MathFn, Vec<Expr>),
     /// `if c { a } else { b }` over pure expressions: only the taken branch is evaluated
     /// on host and CUDA; WGSL's `select` evaluates both, which is harmless for pure code.

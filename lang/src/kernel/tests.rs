@@ -680,3 +680,50 @@ fn step_by_a_constant_below_one_is_rejected_with_what_to_write() {
         "{negative}"
     );
 }
+
+/// `to_bits()` / `from_bits(w)` lower to `ExprKind::Bits` and each target's reinterpretation;
+/// every misuse is one spanned error naming what to write.
+#[test]
+fn half_bits_lower_and_misuses_are_reported() {
+    let k = lower(
+        quote!(workgroup = 64),
+        quote! {
+            pub fn k(x: &[bf16], w: &[u32], y: &mut [u32], z: &mut [f16]) {
+                let i = global_id().x;
+                y[i] = x[i].to_bits() | (bf16::from_bits(w[i] >> 16u32).to_bits() << 16u32);
+                z[i] = f16::from_bits(w[i]);
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    let cuda = super::emit::cuda::emit(&k);
+    assert!(cuda.contains("((gd_bf16)"), "{cuda}");
+    let wgsl = super::emit::wgsl::emit(&k);
+    assert!(wgsl.contains("& 0xffffu)"), "{wgsl}");
+    let host = super::emit::host::emit(&k);
+    assert!(host.contains(".to_bits() as u32)") && host.contains("bf16::from_bits(("));
+    for (stmt, needle) in [
+        (
+            quote!(y[i] = v.to_bits();),
+            "`to_bits()` applies to an `f16` or `bf16` value (its 16 bits as a `u32`), but this is `f32`",
+        ),
+        (quote!(y[i] = x[i].to_bits(1u32);), "`to_bits()` takes no arguments"),
+        (
+            quote!(let h = bf16::from_bits(v);),
+            "`bf16::from_bits(w)` takes a `u32` (its low 16 bits are the value's), but this is `f32`",
+        ),
+        (quote!(let h = f16::from_bits();), "`f16::from_bits(w)` takes one `u32`"),
+    ] {
+        let errs = errors(
+            quote!(workgroup = 64),
+            quote! {
+                pub fn k(x: &[bf16], y: &mut [u32]) {
+                    let i = global_id().x;
+                    let v = 1.5f32;
+                    #stmt
+                }
+            },
+        );
+        assert_one_error(&errs, needle);
+    }
+}

@@ -300,7 +300,7 @@ impl Analysis<'_, '_> {
             // Slices are `read_write` storage in WGSL, so every load is non-uniform there.
             ExprKind::Load(_) => false,
             ExprKind::Field(b, _) => self.uniform(b),
-            ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => self.uniform(a),
+            ExprKind::Unary(_, a) | ExprKind::Cast(a, _) | ExprKind::Bits(a, _) => self.uniform(a),
             ExprKind::Binary(_, a, b) => self.uniform(a) && self.uniform(b),
             ExprKind::Math(_, args) => args.iter().all(|a| self.uniform(a)),
             ExprKind::Cond(c, a, b) => self.uniform(c) && self.uniform(a) && self.uniform(b),
@@ -425,7 +425,10 @@ impl Analysis<'_, '_> {
                 self.ops(a, nu);
                 self.ops(b, nu);
             }
-            ExprKind::Field(a, _) | ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => self.ops(a, nu),
+            ExprKind::Field(a, _)
+            | ExprKind::Unary(_, a)
+            | ExprKind::Cast(a, _)
+            | ExprKind::Bits(a, _) => self.ops(a, nu),
             // `select` evaluates one arm on the host and CUDA, both in WGSL.
             ExprKind::Math(MathFn::Select, args) => {
                 self.ops(&args[0], nu);
@@ -525,9 +528,10 @@ fn barrier_calls(e: &Expr, barriers: &[Reach], out: &mut Vec<(String, proc_macro
         ExprKind::Load(Place::Param(_, ix) | Place::Shared(_, ix) | Place::Array(_, ix)) => {
             barrier_calls(ix, barriers, out)
         }
-        ExprKind::Field(a, _) | ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => {
-            barrier_calls(a, barriers, out)
-        }
+        ExprKind::Field(a, _)
+        | ExprKind::Unary(_, a)
+        | ExprKind::Cast(a, _)
+        | ExprKind::Bits(a, _) => barrier_calls(a, barriers, out),
         ExprKind::Binary(_, a, b) => {
             barrier_calls(a, barriers, out);
             barrier_calls(b, barriers, out);

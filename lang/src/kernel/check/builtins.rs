@@ -16,6 +16,9 @@ impl Checker<'_> {
             self.error(&c.func, "only builtin functions can be called in kernels, by name: `sqrt(x)`; closures and function values are not supported");
             return Err(());
         };
+        if let Some(t) = from_bits_type(&p.path) {
+            return self.value_of_bits(t, c);
+        }
         let Some(id) = p.path.get_ident() else {
             let last = p.path.segments.last().map(|s| s.ident.to_string());
             let msg = match last {
@@ -232,14 +235,78 @@ impl Checker<'_> {
             );
             return Err(());
         }
+        if name == "to_bits" {
+            return self.bits_of(m);
+        }
         if let Some(f) = MathFn::from_name(&name).filter(|f| *f != MathFn::Select) {
             let mut args: Vec<&syn::Expr> = vec![&m.receiver];
             args.extend(m.args.iter());
             return self.math(f, &name, &args, m, expect);
         }
         let hint = crate::suggest::hint(&name, crate::suggest::METHODS.iter().copied());
-        self.error(&m.method, format!("method `{name}` is not supported in kernels{hint}; the builtins are `len()` and the math functions (`sqrt`, `min`, `max`, …)"));
+        self.error(&m.method, format!("method `{name}` is not supported in kernels{hint}; the builtins are `len()`, `to_bits()` (of `f16`, `bf16`) and the math functions (`sqrt`, `min`, `max`, …)"));
         Err(())
+    }
+}
+
+/// `f16` or `bf16` for a path `f16::from_bits` / `bf16::from_bits`.
+fn from_bits_type(p: &syn::Path) -> Option<Ty> {
+    let segs: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+    match (segs.len(), segs.first().map(String::as_str), segs.last()) {
+        (2, Some("f16"), Some(l)) if l == "from_bits" => Some(Ty::F16),
+        (2, Some("bf16"), Some(l)) if l == "from_bits" => Some(Ty::BF16),
+        _ => None,
+    }
+}
+
+impl Checker<'_> {
+    /// `x.to_bits()` of an `f16` or `bf16`: its 16 bits as a `u32` (zero-extended; Rust's
+    /// gives a `u16`, which the language lacks).
+    fn bits_of(&mut self, m: &syn::ExprMethodCall) -> Res<Expr> {
+        if !m.args.is_empty() {
+            self.error(m, "`to_bits()` takes no arguments");
+            return Err(());
+        }
+        let x = self.expr(&m.receiver, None)?;
+        if !x.ty.is_half() {
+            self.error(
+                &m.receiver,
+                format!(
+                    "`to_bits()` applies to an `f16` or `bf16` value (its 16 bits as a `u32`), but this is `{}`",
+                    x.ty.rust()
+                ),
+            );
+            return Err(());
+        }
+        Ok(Expr {
+            kind: ExprKind::Bits(Box::new(x), Ty::U32),
+            ty: Ty::U32,
+        })
+    }
+
+    /// `f16::from_bits(w)` / `bf16::from_bits(w)` of a `u32`: the value whose bits are the low
+    /// 16 bits of `w` (the high 16 are ignored).
+    fn value_of_bits(&mut self, t: Ty, c: &syn::ExprCall) -> Res<Expr> {
+        let n = t.rust();
+        if c.args.len() != 1 {
+            self.error(c, format!("`{n}::from_bits(w)` takes one `u32`"));
+            return Err(());
+        }
+        let w = self.expr(&c.args[0], Some(Ty::U32))?;
+        if w.ty != Ty::U32 {
+            self.error(
+                &c.args[0],
+                format!(
+                    "`{n}::from_bits(w)` takes a `u32` (its low 16 bits are the value's), but this is `{}`",
+                    w.ty.rust()
+                ),
+            );
+            return Err(());
+        }
+        Ok(Expr {
+            kind: ExprKind::Bits(Box::new(w), t),
+            ty: t,
+        })
     }
 }
 

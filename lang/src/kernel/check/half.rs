@@ -135,7 +135,10 @@ fn widen(e: &mut Expr) {
     // Children first, so each rewrite sees operands already in primitive form.
     match &mut e.kind {
         ExprKind::Load(p) => widen_place(p),
-        ExprKind::Field(a, _) | ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => widen(a),
+        ExprKind::Field(a, _)
+        | ExprKind::Unary(_, a)
+        | ExprKind::Cast(a, _)
+        | ExprKind::Bits(a, _) => widen(a),
         ExprKind::Binary(_, a, b) => {
             widen(a);
             widen(b);

@@ -691,6 +691,8 @@ impl Cuda<'_> {
                     (_, t) => format!("(({}){v})", ty(t)),
                 }
             }
+            // A 16-bit value is its bits in an `unsigned short`.
+            ExprKind::Bits(a, to) => format!("(({}){})", ty(*to), self.expr(a)),
             ExprKind::Math(f, args) => {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
                 let t = e.ty;

@@ -415,6 +415,8 @@ impl Host<'_> {
                     format!("(({v}) as {})", to.rust())
                 }
             }
+            ExprKind::Bits(a, Ty::U32) => format!("(({}).to_bits() as u32)", self.expr(a)),
+            ExprKind::Bits(a, to) => format!("{}::from_bits(({}) as u16)", to.rust(), self.expr(a)),
             ExprKind::Math(f, args) => {
                 let a: Vec<String> = args.iter().map(|x| format!("({})", self.expr(x))).collect();
                 let int = e.ty.is_int();

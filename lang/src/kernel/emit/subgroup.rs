@@ -89,7 +89,10 @@ fn expr(e: &Expr, f: &mut impl FnMut(&Expr)) {
     f(e);
     match &e.kind {
         ExprKind::Load(p) => place(p, f),
-        ExprKind::Field(a, _) | ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => expr(a, f),
+        ExprKind::Field(a, _)
+        | ExprKind::Unary(_, a)
+        | ExprKind::Cast(a, _)
+        | ExprKind::Bits(a, _) => expr(a, f),
         ExprKind::Binary(_, a, b) => {
             expr(a, f);
             expr(b, f);

@@ -294,9 +294,10 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
         fn expr(&mut self, e: &Expr) {
             match &e.kind {
                 ExprKind::Load(p) => self.place(p),
-                ExprKind::Field(a, _) | ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => {
-                    self.expr(a)
-                }
+                ExprKind::Field(a, _)
+                | ExprKind::Unary(_, a)
+                | ExprKind::Cast(a, _)
+                | ExprKind::Bits(a, _) => self.expr(a),
                 ExprKind::Binary(_, a, b) => {
                     self.expr(a);
                     self.expr(b);
@@ -426,7 +427,7 @@ fn is_const(e: &Expr) -> bool {
         ExprKind::LitF32(_) | ExprKind::LitI32(_) | ExprKind::LitU32(_) | ExprKind::LitBool(_) => {
             true
         }
-        ExprKind::Unary(_, a) | ExprKind::Cast(a, _) => is_const(a),
+        ExprKind::Unary(_, a) | ExprKind::Cast(a, _) | ExprKind::Bits(a, _) => is_const(a),
         ExprKind::Binary(_, a, b) => is_const(a) && is_const(b),
         ExprKind::Math(_, args) => args.iter().all(is_const),
         ExprKind::Cond(c, a, b) => is_const(c) && is_const(a) && is_const(b),
@@ -1294,6 +1295,9 @@ impl Wgsl<'_> {
                 }
                 _ => format!("{}({})", ty(*to), self.expr(a)),
             },
+            // A 16-bit value is already its bits in the low half of a `u32`.
+            ExprKind::Bits(a, Ty::U32) => self.expr(a),
+            ExprKind::Bits(a, _) => format!("({} & 0xffffu)", self.expr(a)),
             ExprKind::Math(MathFn::Select, args) if self.checked.is_some() => {
                 self.select(&args[0], &args[1], &args[2])
             }

@@ -861,6 +861,32 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
         nodes: kernels,
         record_ms: Some(rec),
     });
+    // On CUDA: the same step lowered as one chain, and with programmatic dependent launch.
+    for (variant, cfg) in replay_variants(dev.kind()).into_iter().skip(1) {
+        let mut other = EulerStep::with_config(dev, cfg)?;
+        let mut x = dev.upload(&sampler.noise())?;
+        sampler.step(&mut other, &mut x, 0)?;
+        let mut i = 1;
+        let (us, lo, hi, cpu) = measure(
+            steps,
+            || {
+                sampler.step(&mut other, &mut x, i % timesteps).unwrap();
+                i += 1;
+            },
+            sync,
+        );
+        rows.push(Row {
+            workload: "sampler".into(),
+            backend: dev.kind().to_string(),
+            variant: variant.into(),
+            n: kernels,
+            us_step: us,
+            spread: (lo, hi),
+            cpu_us: cpu,
+            nodes: kernels,
+            record_ms: None,
+        });
+    }
 
     // One whole run each way from the same noise (replayed on the recorded buffer, so no
     // new recording): replay must equal eager bitwise.

@@ -830,62 +830,37 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
     let kernels = st.launches_per_replay;
     let rec =
         st.last_record.unwrap().as_secs_f64() * 1e3 + st.last_lower.unwrap().as_secs_f64() * 1e3;
-    rows.push(Row {
+    // Replays after the recording call: timesteps 1, 2, … in turn.
+    let time = |step: &mut EulerStep, x: &mut Buffer<f32>| {
+        let mut i = 1;
+        measure(
+            steps,
+            || {
+                sampler.step(step, x, i % timesteps).unwrap();
+                i += 1;
+            },
+            &sync,
+        )
+    };
+    let row = |variant: &str, (us, lo, hi, cpu): (f64, f64, f64, f64), record_ms| Row {
         workload: "sampler".into(),
         backend: dev.kind().to_string(),
-        variant: "eager".into(),
+        variant: variant.into(),
         n: kernels,
         us_step: us,
         spread: (lo, hi),
         cpu_us: cpu,
         nodes: kernels,
-        record_ms: None,
-    });
-    let mut i = 1;
-    let (us, lo, hi, cpu) = measure(
-        steps,
-        || {
-            sampler.step(&mut step, &mut x, i % timesteps).unwrap();
-            i += 1;
-        },
-        sync,
-    );
-    rows.push(Row {
-        workload: "sampler".into(),
-        backend: dev.kind().to_string(),
-        variant: "replay".into(),
-        n: kernels,
-        us_step: us,
-        spread: (lo, hi),
-        cpu_us: cpu,
-        nodes: kernels,
-        record_ms: Some(rec),
-    });
+        record_ms,
+    };
+    rows.push(row("eager", (us, lo, hi, cpu), None));
+    rows.push(row("replay", time(&mut step, &mut x), Some(rec)));
     // On CUDA: the same step lowered as one chain, and with programmatic dependent launch.
     for (variant, cfg) in replay_variants(dev.kind()).into_iter().skip(1) {
         let mut other = EulerStep::with_config(dev, cfg)?;
         let mut x = dev.upload(&sampler.noise())?;
         sampler.step(&mut other, &mut x, 0)?;
-        let mut i = 1;
-        let (us, lo, hi, cpu) = measure(
-            steps,
-            || {
-                sampler.step(&mut other, &mut x, i % timesteps).unwrap();
-                i += 1;
-            },
-            sync,
-        );
-        rows.push(Row {
-            workload: "sampler".into(),
-            backend: dev.kind().to_string(),
-            variant: variant.into(),
-            n: kernels,
-            us_step: us,
-            spread: (lo, hi),
-            cpu_us: cpu,
-            nodes: kernels,
-            record_ms: None,
-        });
+        rows.push(row(variant, time(&mut other, &mut x), None));
     }
 
     // One whole run each way from the same noise (replayed on the recorded buffer, so no

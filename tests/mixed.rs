@@ -595,15 +595,231 @@ fn casts_round_to_nearest_even_bitwise_alike_on_every_backend() {
     });
 }
 
+/// `a` and `b` bitwise equal, but that a NaN may be any NaN (the fused and the separate
+/// kernels are different programs; a NaN made by arithmetic has the hardware's payload).
+fn assert_same<T: Element>(case: &str, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{case}: lengths");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let nan = |v: &T| match T::DTYPE {
+            DType::F16 => f16::from_bits(v.to_bits() as u16).is_nan(),
+            DType::BF16 => bf16::from_bits(v.to_bits() as u16).is_nan(),
+            _ => f32::from_bits(v.to_bits()).is_nan(),
+        };
+        assert!(
+            g.to_bits() == w.to_bits() || (nan(g) && nan(w)),
+            "{case}: element {i} is {:#x}, separately {:#x}",
+            g.to_bits(),
+            w.to_bits()
+        );
+    }
+}
+
+/// The fused 16-bit epilogue (and its bias-gradient sums) against the separate launches it
+/// replaces, for one 16-bit type on `dev`: bitwise.
+fn fused_epilogue_case<H: Half>(dev: &Device, r: &mut impl Rng) {
+    use graphed::kernels::elementwise::Act;
+    use graphed::kernels::matmul::{
+        gemm_epilogue, gemm_epilogue_cast, gemm_row_sums, ColumnSums, Epilogue,
+    };
+    let (rows, cols, outs) = (37, 65, 29);
+    let len = rows * cols;
+    // Every rounding case of the casts (NaNs left out: the epilogue's arithmetic on them is
+    // the hardware's) and the f16 overflow edge, scaled into the activations' ranges too.
+    let mut c0 = cast_inputs(r, len);
+    c0.retain(|v| !v.is_nan());
+    while c0.len() < len {
+        c0.push(r.random_range(-3.0f32..3.0));
+    }
+    let bias = dev.upload(&common::floats(r, cols, -1.0, 1.0)).unwrap();
+    let aux = dev.upload(&common::floats(r, len, -3.0, 3.0)).unwrap();
+    let dy = dev
+        .upload(&common::floats(r, rows * outs, -1.0, 1.0))
+        .unwrap();
+    let db0 = common::floats(r, outs, -1.0, 1.0);
+    let poison = H::of(f32::NAN);
+    let cases: [(bool, Act, Option<Act>); 4] = [
+        (true, Act::Relu, None),
+        (true, Act::Gelu, Some(Act::Tanh)),
+        (false, Act::Identity, Some(Act::Relu)),
+        (false, Act::Identity, Some(Act::Gelu)),
+    ];
+    for (has_bias, act, gate) in cases {
+        for (sums, accumulate) in [(false, false), (true, false), (true, true)] {
+            let case = format!(
+                "{} {}: bias {has_bias} {act:?} gate {gate:?} sums {sums} accumulate {accumulate}",
+                dev.kind(),
+                H::DTYPE.name()
+            );
+            let epi = Epilogue {
+                bias: has_bias.then_some(&bias),
+                act,
+                gate: gate.map(|g| (g, &aux)),
+                accumulate: None,
+            };
+            // Separately: the in-place epilogue, the cast, the row sums.
+            let mut c_sep = dev.upload(&c0).unwrap();
+            let grid = Grid::workgroups(graphed::kernels::shape::groups(len));
+            let (b, x) = (epi.bias.unwrap_or(&aux), &aux);
+            let g = gate.map_or(0, |g| g.code());
+            gemm_epilogue::launch(
+                dev,
+                grid,
+                cols as u32,
+                has_bias,
+                act.code(),
+                g,
+                b,
+                x,
+                &mut c_sep,
+            )
+            .unwrap();
+            let mut h_sep = dev.upload(&vec![poison; len]).unwrap();
+            cast(dev, &c_sep, &mut h_sep).unwrap();
+            let mut db_sep = dev.upload(&db0).unwrap();
+            let grid = Grid::workgroups(graphed::kernels::shape::groups(outs));
+            let (m, k) = (outs as u32, rows as u32);
+            gemm_row_sums::launch(dev, grid, m, k, true, accumulate, &dy, &mut db_sep).unwrap();
+            // Fused, into a 16-bit view at an odd element between poisoned neighbours.
+            let mut c = dev.upload(&c0).unwrap();
+            let h = dev.upload(&vec![poison; len + 2]).unwrap();
+            let mut view = h.slice(1..len + 1).unwrap();
+            let mut db = dev.upload(&db0).unwrap();
+            let s = sums.then(|| ColumnSums {
+                a: &dy,
+                db: &mut db,
+                accumulate: accumulate.into(),
+            });
+            gemm_epilogue_cast(dev, cols, &epi, &mut c, &mut view, s)
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_same(
+                &format!("{case} f32"),
+                &c.to_host().unwrap(),
+                &c_sep.to_host().unwrap(),
+            );
+            let got = h.to_host().unwrap();
+            assert_same(
+                &format!("{case} 16-bit"),
+                &got[1..len + 1],
+                &h_sep.to_host().unwrap(),
+            );
+            let ends = [got[0].to_bits(), got[len + 1].to_bits()];
+            assert_eq!(ends, [poison.to_bits(); 2], "{case}: a neighbour changed");
+            let want_db = if sums {
+                db_sep.to_host().unwrap()
+            } else {
+                db0.clone()
+            };
+            assert_eq!(
+                bits(&db.to_host().unwrap()),
+                bits(&want_db),
+                "{case}: bias sums"
+            );
+        }
+    }
+    // Refusals, each before anything runs.
+    let mut c = dev.upload(&c0).unwrap();
+    let mut short = dev.upload(&vec![poison; len - 1]).unwrap();
+    let epi = Epilogue::bias_act(&bias, Act::Relu);
+    let e = gemm_epilogue_cast(dev, cols, &epi, &mut c, &mut short, None).unwrap_err();
+    assert!(
+        matches!(e, Error::Shape(_)) && e.to_string().contains("`c16` has"),
+        "{e}"
+    );
+    let mut h = dev.upload(&vec![poison; len]).unwrap();
+    let e = gemm_epilogue_cast(dev, 64, &epi, &mut c, &mut h, None).unwrap_err();
+    assert!(e.to_string().contains("are not rows of 64"), "{e}");
+    let act_only = Epilogue {
+        act: Act::Relu,
+        ..Epilogue::none()
+    };
+    let e = gemm_epilogue_cast(dev, cols, &act_only, &mut c, &mut h, None).unwrap_err();
+    assert!(
+        matches!(e, Error::Launch { .. }) && e.to_string().contains("neither a bias nor a gate"),
+        "{e}"
+    );
+    let e = gemm_epilogue_cast(dev, cols, &epi.accumulate(true), &mut c, &mut h, None).unwrap_err();
+    assert!(e.to_string().contains("cannot accumulate"), "{e}");
+    let mut wide = dev.upload(&vec![0.0f32; len]).unwrap();
+    let e = gemm_epilogue_cast(dev, cols, &epi, &mut c, &mut wide, None).unwrap_err();
+    assert!(e.to_string().contains("takes `bf16` or `f16`"), "{e}");
+    assert_eq!(
+        bits(&c.to_host().unwrap()),
+        bits(&c0),
+        "a refused launch wrote C"
+    );
+}
+
+#[test]
+fn fused_epilogue_casts_match_the_separate_launches_bitwise_on_every_backend() {
+    on_every_backend(|dev| {
+        let mut r = rng("fused_epilogue_casts");
+        fused_epilogue_case::<bf16>(dev, &mut r);
+        fused_epilogue_case::<f16>(dev, &mut r);
+    });
+}
+
+/// `scale_cast` against `scale` then `cast`, for one 16-bit type: bitwise, for a power of two
+/// and for a scale that is not one.
+fn scale_cast_case<H: Half>(dev: &Device, r: &mut impl Rng) {
+    let x = cast_inputs(r, 1001);
+    let scaler = LossScaler::new(dev, SCALER).unwrap();
+    for s in [65536.0f32, 3.0, 2f32.powi(100)] {
+        let case = format!("{} {} scale {s}", dev.kind(), H::DTYPE.name());
+        scaler.scale_buffer().write(&[s]).unwrap();
+        let mut y_sep = dev.upload(&x).unwrap();
+        scaler.scale(dev, &mut y_sep).unwrap();
+        let mut h_sep = dev.upload(&vec![H::of(f32::NAN); x.len()]).unwrap();
+        cast(dev, &y_sep, &mut h_sep).unwrap();
+        let mut y = dev.upload(&x).unwrap();
+        let mut h = dev.upload(&vec![H::of(f32::NAN); x.len()]).unwrap();
+        scaler.scale_cast(dev, &mut y, &mut h).unwrap();
+        assert_same(
+            &format!("{case} f32"),
+            &y.to_host().unwrap(),
+            &y_sep.to_host().unwrap(),
+        );
+        assert_same(
+            &format!("{case} 16-bit"),
+            &h.to_host().unwrap(),
+            &h_sep.to_host().unwrap(),
+        );
+    }
+    let mut y = dev.upload(&x).unwrap();
+    let mut short = dev.upload(&vec![H::of(0.0); x.len() - 1]).unwrap();
+    let e = scaler.scale_cast(dev, &mut y, &mut short).unwrap_err();
+    assert!(e.to_string().contains("`dloss16` has 1000 elements"), "{e}");
+}
+
+#[test]
+fn scaling_and_casting_the_loss_gradient_in_one_launch_matches_the_two_bitwise() {
+    on_every_backend(|dev| {
+        let mut r = rng("scale_cast");
+        scale_cast_case::<bf16>(dev, &mut r);
+        scale_cast_case::<f16>(dev, &mut r);
+    });
+}
+
 #[test]
 fn the_new_kernels_compile_for_cuda_and_validate_as_wgsl() {
     use graphed::__private::{cast_f32_to_half, cast_half_to_f32};
+    use graphed::kernels::matmul::{
+        gemm_epilogue_cast_bf16, gemm_epilogue_cast_f16, gemm_epilogue_cast_sums_bf16,
+        gemm_epilogue_cast_sums_f16,
+    };
     use graphed::kernels::optim::{adam_step, sgd_step};
-    use graphed::kernels::scaler::{scale_by, scale_update, unscale_check};
+    use graphed::kernels::scaler::{
+        scale_by, scale_by_cast_bf16, scale_by_cast_f16, scale_update, unscale_check,
+    };
     let all = [
         &cast_f32_to_half::DEF,
         &cast_half_to_f32::DEF,
+        &gemm_epilogue_cast_bf16::DEF,
+        &gemm_epilogue_cast_f16::DEF,
+        &gemm_epilogue_cast_sums_bf16::DEF,
+        &gemm_epilogue_cast_sums_f16::DEF,
         &scale_by::DEF,
+        &scale_by_cast_bf16::DEF,
+        &scale_by_cast_f16::DEF,
         &unscale_check::DEF,
         &scale_update::DEF,
         &adam_step::DEF,
@@ -736,12 +952,13 @@ fn sixteen_bit_steps_follow_the_fp32_oracle_and_replay_bitwise_like_eager() {
                 (1, 3, 0),
                 "{case}: {st:?}"
             );
-            // 5L + 2 launches and 3L − 1 products for L = 3 layers, 3 more launches for f16.
+            // 2L + 5 launches and 3L − 1 products for L = 3 layers, 2 more launches for f16
+            // (5L + 2 and 3 more before the fused epilogues: `launches_per_step_…` below).
             let plan = step.plan().unwrap();
-            let extra = if precision == Precision::F16 { 3 } else { 0 };
+            let extra = if precision == Precision::F16 { 2 } else { 0 };
             assert_eq!(
                 (plan.launch_count(), plan.library_calls()),
-                (17 + extra, 8),
+                (11 + extra, 8),
                 "{case}"
             );
             // Another precision is another recording.
@@ -753,6 +970,63 @@ fn sixteen_bit_steps_follow_the_fp32_oracle_and_replay_bitwise_like_eager() {
                 2,
                 "{case}: switching precision must record"
             );
+        }
+    });
+}
+
+/// MLP-M's layer structure (five layers: four hidden, ten classes) on narrow layers: the
+/// plan's launches depend on the layer count only, so these are MLP-M's.
+const SIZES_M: [usize; 6] = [24, 32, 16, 32, 16, 10];
+
+/// The launches of one 16-bit step of `L` layers, each one kernel (module docs of
+/// `graphed::nn::mixed`): the casts of the weights and the input, `L` forward epilogues (all
+/// but the last also writing the 16-bit activation), the loss, the cast of its gradient (with
+/// the loss scale for `f16`), `L − 1` gates that also write `dz`'s 16-bit copy and the layer
+/// above's bias gradient, the first layer's bias gradient, AdamW; `f16` adds the unscale and
+/// the scale's update. Before the fused epilogues it was `5L + 2` (`f16`: 3 more).
+fn launches_16(layers: usize, precision: Precision) -> usize {
+    2 * layers + 5 + if precision == Precision::F16 { 2 } else { 0 }
+}
+
+#[test]
+fn launches_per_step_of_the_sixteen_bit_steps_are_2l_plus_5() {
+    on_every_backend(|dev| {
+        if dev.kind() == BackendKind::Wgpu {
+            return; // no half products on wgpu yet: refused in the test above
+        }
+        let mut r = rng("launches_per_step_of_the_sixteen_bit_steps");
+        for sizes in [&SIZES[..], &SIZES_M[..]] {
+            let layers = sizes.len() - 1;
+            let rows = 16;
+            let x = common::floats(&mut r, rows * sizes[0], -1.0, 1.0);
+            let y: Vec<u32> = (0..rows).map(|_| r.random_range(0..10u32)).collect();
+            for precision in [Precision::Bf16, Precision::F16] {
+                let case = format!("{} {} L = {layers}", dev.kind(), precision.name());
+                let mut model = Classifier::new(dev, sizes, 5).unwrap();
+                let mut step = MixedTrainStep::new(dev).unwrap();
+                for _ in 0..2 {
+                    step.call(&mut model, &x[..], &y[..], 1e-3, precision)
+                        .unwrap();
+                }
+                let plan = step.plan().unwrap();
+                let (launches, calls) = (plan.launch_count(), plan.library_calls());
+                eprintln!(
+                    "{case}: {launches} launches + {calls} library calls per step ({} nodes per replay)",
+                    step.stats().launches_per_replay
+                );
+                assert_eq!(
+                    (launches, calls),
+                    (launches_16(layers, precision), 3 * layers - 1),
+                    "{case}"
+                );
+                let per_replay = step.stats().launches_per_replay;
+                if dev.kind() == BackendKind::Host {
+                    assert_eq!(per_replay, launches, "{case}");
+                } else {
+                    // CUDA: the graph's kernel nodes, cuBLAS's among them (one or more each).
+                    assert!(per_replay >= launches + calls, "{case}: {per_replay}");
+                }
+            }
         }
     });
 }

@@ -19,7 +19,9 @@
 
 use graphed_kernels::elementwise::Act;
 use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
-use graphed_kernels::matmul::{gemm_epilogue, gemm_row_sums, matmul_half, Gemm};
+use graphed_kernels::matmul::{
+    gemm_epilogue, gemm_epilogue_cast, gemm_row_sums, matmul_half, ColumnSums, Epilogue, Gemm,
+};
 use graphed_kernels::optim::AdamW;
 use graphed_kernels::scaler::{LossScaler, ScalerConfig};
 use graphed_kernels::shape::groups;
@@ -139,11 +141,14 @@ fn update_16<H: Element>(
         let g = Gemm::nt(rows, layer.outputs, layer.inputs);
         matmul_half(cx, g, input, &w16(l)?, &mut z, false)?;
         let (_, b) = mlp.weight_and_bias(l)?;
-        epilogue(cx, layer.outputs, Some(&b), layer.act, None, &mut z)?;
         if l < last {
+            // Bias, activation and the 16-bit copy (the next layer's operand) in one launch.
             let mut z16 = cx.workspace::<H>(z.len())?;
-            cast(cx, &z, &mut z16)?;
+            let epi = Epilogue::bias_act(&b, layer.act);
+            gemm_epilogue_cast(cx, layer.outputs, &epi, &mut z, &mut z16, None)?;
             acts16.push(z16);
+        } else {
+            epilogue(cx, layer.outputs, Some(&b), layer.act, None, &mut z)?;
         }
         acts.push(z);
     }
@@ -161,37 +166,48 @@ fn update_16<H: Element>(
         1.0 / rows as f32,
     )?;
     let mut scaler = LossScaler::from_state(SCALER, m.scale.clone(), m.good_steps.clone())?;
+    // `dz` is f32 (the bias gradients sum it); its 16-bit copy `dz16` feeds the products.
+    let mut dz16 = cx.workspace::<H>(dz.len())?;
     if scaled {
-        scaler.scale(cx, &mut dz)?;
+        scaler.scale_cast(cx, &mut dz, &mut dz16)?;
+    } else {
+        cast(cx, &dz, &mut dz16)?;
     }
 
-    // Backward, last layer first: `dz` is f32; its 16-bit copy feeds the products.
+    // Backward, last layer first.
     for l in (0..layers.len()).rev() {
         let layer = layers[l];
-        let mut dz16 = cx.workspace::<H>(dz.len())?;
-        cast(cx, &dz, &mut dz16)?;
         let input = if l == 0 { &x16 } else { &acts16[l - 1] };
         let (mut dw, mut db) = mlp.weight_and_bias_grads(l)?;
         let g = Gemm::tn(layer.outputs, layer.inputs, rows);
         matmul_half(cx, g, &dz16, input, &mut dw, false)?;
-        let sums = Grid::workgroups(groups(layer.outputs));
-        gemm_row_sums::launch(
-            cx,
-            sums,
-            layer.outputs as u32,
-            rows as u32,
-            true,
-            false,
-            &dz,
-            &mut db,
-        )?;
         if l > 0 {
             let mut dx = cx.workspace::<f32>(rows * layer.inputs)?;
             let g = Gemm::nn(rows, layer.inputs, layer.outputs);
             matmul_half(cx, g, &dz16, &w16(l)?, &mut dx, false)?;
-            let gate = (layers[l - 1].act, &acts[l - 1]);
-            epilogue(cx, layer.inputs, None, Act::Identity, Some(gate), &mut dx)?;
-            dz = dx;
+            // The gate of the layer below, its 16-bit copy and this layer's bias gradient
+            // (row sums of the f32 `dz`) in one launch.
+            let mut dx16 = cx.workspace::<H>(dx.len())?;
+            let epi = Epilogue::none().gate(layers[l - 1].act, &acts[l - 1]);
+            let sums = ColumnSums {
+                a: &dz,
+                db: &mut db,
+                accumulate: false.into(),
+            };
+            gemm_epilogue_cast(cx, layer.inputs, &epi, &mut dx, &mut dx16, Some(sums))?;
+            (dz, dz16) = (dx, dx16);
+        } else {
+            let sums = Grid::workgroups(groups(layer.outputs));
+            gemm_row_sums::launch(
+                cx,
+                sums,
+                layer.outputs as u32,
+                rows as u32,
+                true,
+                false,
+                &dz,
+                &mut db,
+            )?;
         }
     }
 

@@ -548,7 +548,8 @@ pub struct ColumnSums<'a> {
 /// `C ← epi(C)` in place over a row-major `C` of `cols` columns, as the
 /// [`gemm_epilogue`](mod@gemm_epilogue) launch after a vendor product, and `c16` (`bf16` or
 /// `f16`, `C`'s length) `C`'s result rounded to nearest even: bitwise the same as that launch
-/// followed by `graphed_runtime::cast::cast(C → c16)`, in one launch. With `sums`, the same
+/// followed by `graphed_runtime::cast::cast(C → c16)`, in one launch (but that on wgpu an
+/// `f16` NaN is the driver's: WGSL stores `f16` slices as `f16`). With `sums`, the same
 /// launch also writes those column sums (of a matrix other than `C`), bitwise as a
 /// [`gemm_row_sums`](mod@gemm_row_sums) launch. The epilogue cannot accumulate.
 ///

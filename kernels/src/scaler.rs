@@ -208,7 +208,8 @@ impl LossScaler {
 
     /// Multiplies the loss gradient `dloss` by the scale and writes its 16-bit copy `dloss16`
     /// (`bf16` or `f16`, the same length): bitwise [`LossScaler::scale`] followed by
-    /// `graphed_runtime::cast::cast(dloss → dloss16)`, in one launch.
+    /// `graphed_runtime::cast::cast(dloss → dloss16)`, in one launch (but that on wgpu an
+    /// `f16` NaN is the driver's: WGSL stores `f16` slices as `f16`).
     ///
     /// # Errors
     /// [`Error::Shape`] when the lengths differ; [`Error::Launch`] for a 16-bit type other

@@ -9,10 +9,11 @@
 //! `graphed::train::train_step`'s step; `Tf32` is the same step with the vendor
 //! BLAS's products opted in to TF32 (products the DSL kernels run stay full `f32`).
 //!
-//! One step of `L` layers in 16 bits is `2L + 5` launches (`f16`: `2L + 7`) and `3L − 1`
-//! library calls (MLP-M, `L = 5`: 15 and 14; it was `5L + 2`, 27, before the epilogues wrote
+//! One step of `L` layers in 16 bits is `2L + 4` launches (`f16`: `2L + 6`) and `3L − 1`
+//! library calls (MLP-M, `L = 5`: 14 and 14; it was `5L + 2`, 27, before the epilogues wrote
 //! the 16-bit copies), in order:
-//! casts of the weights (one for all) and of the input; per layer a 16-bit product into
+//! the casts of the weights (one for all) and of the input in one launch ([`cast_two`]);
+//! per layer a 16-bit product into
 //! `f32`, then its bias and activation in place, which (but for the logits) also writes the
 //! activation's 16-bit copy ([`gemm_epilogue_cast`]); the loss and its gradient `dz`; `dz`'s
 //! 16-bit copy (for `f16` times the loss scale in the same launch,
@@ -23,7 +24,7 @@
 //! layer's bias gradient; then (`f16`) the unscale-and-check, AdamW, and (`f16`) the scale
 //! update. Every fused launch gives bitwise what its separate launches gave.
 
-use graphed_kernels::elementwise::Act;
+use graphed_kernels::elementwise::{cast_two, Act};
 use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
 use graphed_kernels::matmul::{
     gemm_epilogue, gemm_epilogue_cast, gemm_row_sums, matmul_half, ColumnSums, Epilogue, Gemm,
@@ -87,8 +88,8 @@ pub const SCALER: ScalerConfig = ScalerConfig {
 
 /// One training update at `precision`: forward, mean softmax cross-entropy, backward and
 /// AdamW (PyTorch's defaults, weight decay 0.01) on the fp32 master state of `model`,
-/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 15
-/// launches and 14 cuBLAS products per step, `f16` 17 and 14).
+/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 14
+/// launches and 14 cuBLAS products per step, `f16` 16 and 14).
 #[graphed]
 pub fn mixed_train_step(
     cx: &mut Step,
@@ -128,11 +129,10 @@ fn update_16<H: Element>(
     let last = layers.len() - 1;
     let classes = *sizes.last().expect("an MLP has layers");
 
-    // 16-bit copies of the weights (all at once) and of the input.
+    // 16-bit copies of the weights (all at once) and of the input, in one launch.
     let mut p16 = cx.workspace::<H>(m.params.len())?;
-    cast(cx, &m.params, &mut p16)?;
     let mut x16 = cx.workspace::<H>(x.len())?;
-    cast(cx, x, &mut x16)?;
+    cast_two(cx, &m.params, &mut p16, x, &mut x16)?;
     let w16 = |l: usize| -> Result<Buffer<H>> {
         let (w, _) = mlp.offsets(l);
         let layer = layers[l];

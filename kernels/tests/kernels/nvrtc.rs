@@ -14,6 +14,8 @@ fn all() -> Vec<&'static KernelDef> {
         &ew::ew_scale_in_place::DEF,
         &ew::ew_axpy::DEF,
         &ew::ew_copy2::DEF,
+        &ew::cast_two_bf16::DEF,
+        &ew::cast_two_f16::DEF,
         &ew::ew_mul_backward::DEF,
         &ew::bias_act::DEF,
         &ew::bias_act_backward::DEF,

@@ -9,23 +9,26 @@
 //! `graphed::train::train_step`'s step; `Tf32` is the same step with the vendor
 //! BLAS's products opted in to TF32 (products the DSL kernels run stay full `f32`).
 //!
-//! One step of `L` layers in 16 bits is `2L + 4` launches (`f16`: `2L + 6`) and `3L − 1`
-//! library calls (MLP-M, `L = 5`: 14 and 14; it was `5L + 2`, 27, before the epilogues wrote
-//! the 16-bit copies), in order:
+//! One step of `L` layers in 16 bits is `2L + 3` launches (`f16`: `2L + 5`) and `3L − 1`
+//! library calls (MLP-M, `L = 5`: 13 and 14; it was `5L + 2`, 27, before the launches below
+//! wrote the 16-bit copies), in order:
 //! the casts of the weights (one for all) and of the input in one launch ([`cast_two`]);
-//! per layer a 16-bit product into
-//! `f32`, then its bias and activation in place, which (but for the logits) also writes the
-//! activation's 16-bit copy ([`gemm_epilogue_cast`]); the loss and its gradient `dz`; `dz`'s
-//! 16-bit copy (for `f16` times the loss scale in the same launch,
-//! [`LossScaler::scale_cast`]); per layer backward the weight gradient as a 16-bit product
-//! into the `f32` gradients and (but the first) the input gradient as a product, then one
-//! launch with its activation gate, the gated `dz`'s 16-bit copy and this layer's bias
-//! gradient (row sums of its `f32` `dz`, as [`gemm_row_sums`] adds them); the first
-//! layer's bias gradient; then (`f16`) the unscale-and-check, AdamW, and (`f16`) the scale
-//! update. Every fused launch gives bitwise what its separate launches gave.
+//! per layer a 16-bit product into `f32`, then its bias and activation in place, which (but
+//! for the logits) also writes the activation's 16-bit copy ([`gemm_epilogue_cast`]); the
+//! loss and its gradient `dz` with `dz`'s 16-bit copy, for `f16` times the loss scale
+//! ([`softmax_cross_entropy_cast`]; past [`NARROW_CLASSES`] classes the loss, then the
+//! scale and cast, [`LossScaler::scale_cast`], one launch more); per layer backward the
+//! weight gradient as a 16-bit product into the `f32` gradients and (but the first) the
+//! input gradient as a product, then one launch with its activation gate, the gated `dz`'s
+//! 16-bit copy and this layer's bias gradient (row sums of its `f32` `dz`, as
+//! [`gemm_row_sums`] adds them); the first layer's bias gradient; then (`f16`) the
+//! unscale-and-check, AdamW, and (`f16`) the scale update. Every fused launch gives bitwise
+//! what its separate launches gave.
 
 use graphed_kernels::elementwise::{cast_two, Act};
-use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
+use graphed_kernels::loss::{
+    softmax_cross_entropy_cast, softmax_cross_entropy_scaled, xent_workspace_len, NARROW_CLASSES,
+};
 use graphed_kernels::matmul::{
     gemm_epilogue, gemm_epilogue_cast, gemm_row_sums, matmul_half, ColumnSums, Epilogue, Gemm,
 };
@@ -88,8 +91,8 @@ pub const SCALER: ScalerConfig = ScalerConfig {
 
 /// One training update at `precision`: forward, mean softmax cross-entropy, backward and
 /// AdamW (PyTorch's defaults, weight decay 0.01) on the fp32 master state of `model`,
-/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 14
-/// launches and 14 cuBLAS products per step, `f16` 16 and 14).
+/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 13
+/// launches and 14 cuBLAS products per step, `f16` 15 and 14).
 #[graphed]
 pub fn mixed_train_step(
     cx: &mut Step,
@@ -163,22 +166,26 @@ fn update_16<H: Element>(
     let mut loss = cx.output::<f32>(1)?;
     let mut ws = cx.workspace::<f32>(xent_workspace_len(rows, classes).max(1))?;
     let mut dz = cx.workspace::<f32>(rows * classes)?;
-    softmax_cross_entropy_scaled(
-        cx,
-        &acts[last],
-        labels,
-        &mut loss,
-        &mut dz,
-        &mut ws,
-        1.0 / rows as f32,
-    )?;
     let mut scaler = LossScaler::from_state(SCALER, m.scale.clone(), m.good_steps.clone())?;
     // `dz` is f32 (the bias gradients sum it); its 16-bit copy `dz16` feeds the products.
     let mut dz16 = cx.workspace::<H>(dz.len())?;
-    if scaled {
-        scaler.scale_cast(cx, &mut dz, &mut dz16)?;
+    let grad_scale = 1.0 / rows as f32;
+    if classes <= NARROW_CLASSES {
+        // The loss, its gradient, the loss scale and the copy in one launch.
+        let scale = scaled.then(|| scaler.scale_buffer());
+        let logits = &acts[last];
+        let (l, g) = (&mut loss, &mut dz);
+        softmax_cross_entropy_cast(
+            cx, logits, labels, l, g, &mut dz16, &mut ws, grad_scale, scale,
+        )?;
     } else {
-        cast(cx, &dz, &mut dz16)?;
+        let logits = &acts[last];
+        softmax_cross_entropy_scaled(cx, logits, labels, &mut loss, &mut dz, &mut ws, grad_scale)?;
+        if scaled {
+            scaler.scale_cast(cx, &mut dz, &mut dz16)?;
+        } else {
+            cast(cx, &dz, &mut dz16)?;
+        }
     }
 
     // Backward, last layer first.

@@ -5,7 +5,7 @@
 //! length. Activations are selected by a `u32` code ([`Act::code`]), a uniform branch.
 
 use graphed_macros::kernel;
-use graphed_runtime::{Buffer, Grid, IntoScalarArg, Launch, Result};
+use graphed_runtime::{bf16, f16, Buffer, DType, Element, Grid, IntoScalarArg, Launch, Result};
 
 use crate::helpers::{activate, activate_backward};
 use crate::shape::{expect_len, groups, u32_of};
@@ -544,4 +544,81 @@ pub fn bias_act_backward<C: Launch + ?Sized>(
         dx,
         db,
     )
+}
+
+/// Two casts in one launch, once per 16-bit type: `a16 = a` and `b16 = b` rounded.
+macro_rules! cast_two_kernel {
+    ($t:ident, $(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        pub fn $name(a: &[f32], b: &[f32], a16: &mut [$t], b16: &mut [$t]) {
+            let na = a.len();
+            let n = na + b.len();
+            let stride = global_size().x;
+            let mut i = global_id().x;
+            while i < n {
+                if i < na {
+                    a16[i] = a[i] as $t;
+                } else {
+                    b16[i - na] = b[i - na] as $t;
+                }
+                i += stride;
+            }
+        }
+    };
+}
+
+cast_two_kernel!(
+    bf16,
+    /// `a16[i] = a[i]` and `b16[j] = b[j]` rounded to `bf16` (to nearest even, NaN quietened,
+    /// as `graphed_runtime::cast::cast`): a grid-stride loop over both, `a` first.
+    cast_two_bf16
+);
+cast_two_kernel!(
+    f16,
+    /// [`cast_two_bf16`](mod@cast_two_bf16) rounding to `f16` (overflow to ±∞).
+    cast_two_f16
+);
+
+/// `a16 ← a` and `b16 ← b` rounded to `H` (`bf16` or `f16`) in one launch: bitwise the same
+/// as two calls of `graphed_runtime::cast::cast` (e.g. a mixed-precision step's weights and
+/// its input), but that on wgpu an `f16` NaN is the driver's (WGSL stores `f16` slices as
+/// `f16`, which keeps no NaN payload). Any element offsets; `a16` and `b16` must not overlap.
+///
+/// # Errors
+/// [`Error::Shape`](graphed_runtime::Error::Shape) when a copy's length differs from its
+/// source's or the two lengths together pass a `u32`;
+/// [`Error::Launch`](graphed_runtime::Error::Launch) for a type other than `bf16` and `f16`.
+pub fn cast_two<C: Launch + ?Sized, H: Element>(
+    cx: &C,
+    a: &Buffer<f32>,
+    a16: &mut Buffer<H>,
+    b: &Buffer<f32>,
+    b16: &mut Buffer<H>,
+) -> Result<()> {
+    let op = "cast_two";
+    expect_len(op, "a16", a16.len(), a.len())?;
+    expect_len(op, "b16", b16.len(), b.len())?;
+    let n = a.len().saturating_add(b.len());
+    u32_of("cast_two elements", n)?;
+    let g = Grid::workgroups(groups(n));
+    match H::DTYPE {
+        DType::BF16 => {
+            let mut x = Buffer::<bf16>::try_from_view(a16.raw_view())?;
+            let mut y = Buffer::<bf16>::try_from_view(b16.raw_view())?;
+            cast_two_bf16::launch(cx, g, a, b, &mut x, &mut y)
+        }
+        DType::F16 => {
+            let mut x = Buffer::<f16>::try_from_view(a16.raw_view())?;
+            let mut y = Buffer::<f16>::try_from_view(b16.raw_view())?;
+            cast_two_f16::launch(cx, g, a, b, &mut x, &mut y)
+        }
+        other => Err(graphed_runtime::Error::Launch {
+            kernel: op,
+            reason: format!(
+                "16-bit copies of `{}`; it takes `bf16` or `f16`",
+                other.name()
+            ),
+        }),
+    }
 }

@@ -9,7 +9,10 @@
 //! order ([`crate::reduce_subgroup`]), so the losses and gradients are bitwise the same.
 
 use graphed_macros::{device, kernel};
-use graphed_runtime::{BackendKind, Buffer, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
+use graphed_runtime::{
+    bf16, f16, BackendKind, Buffer, DType, Element, Error, Grid, IntoScalarArg, Launch, Result,
+    ScalarArg,
+};
 
 use crate::reduce::{tree_wg, SINGLE_PASS_MAX};
 use crate::reduce_subgroup::{launch_all, on_subgroups, tree_sg};
@@ -121,6 +124,80 @@ loss_kernels!(
     softmax_xent_narrow_sg,
     softmax_xent_wide_sg,
     mse_pass_sg
+);
+
+/// The narrow cross-entropy that also writes its gradient's 16-bit copy, once per way of
+/// summing over a workgroup (`$tree`) and 16-bit type (`$t`).
+macro_rules! xent_cast_kernel {
+    ($tree:ident, $t:ident, $(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name(
+            classes: u32,
+            lscale: f32,
+            gscale: f32,
+            scaled: bool,
+            logits: &[f32],
+            labels: &[u32],
+            scale: &[f32],
+            dlogits: &mut [f32],
+            dlogits16: &mut [$t],
+            out: &mut [f32],
+        ) {
+            let s = shared::<f32, 256>();
+            let t = local_id().x;
+            let first = global_id().x;
+            let stride = global_size().x;
+            let acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
+            // This invocation's own rows again (it wrote them: no barrier needed): times the
+            // loss scale, as `scaler::scale_by`, and rounded.
+            let mut r = first;
+            while r < labels.len() {
+                for j in 0..classes {
+                    let at = r * classes + j;
+                    let mut v = dlogits[at];
+                    if scaled {
+                        v = v * scale[0];
+                        dlogits[at] = v;
+                    }
+                    dlogits16[at] = v as $t;
+                }
+                r += stride;
+            }
+            let total = $tree(0u32, acc, s, t);
+            partial(t, total, lscale, out, workgroup_id().x);
+        }
+    };
+}
+
+xent_cast_kernel!(
+    tree_wg,
+    bf16,
+    /// [`softmax_xent_narrow`](mod@softmax_xent_narrow), then its gradient times `scale[0]`
+    /// (when `scaled`) and `dlogits16` its copy rounded to `bf16`: bitwise the loss, then
+    /// `scaler::scale_by`, then `graphed_runtime::cast::cast`, in one launch.
+    softmax_xent_narrow_cast_bf16
+);
+xent_cast_kernel!(
+    tree_wg,
+    f16,
+    /// [`softmax_xent_narrow_cast_bf16`](mod@softmax_xent_narrow_cast_bf16) rounding to `f16`.
+    softmax_xent_narrow_cast_f16
+);
+xent_cast_kernel!(
+    tree_sg,
+    bf16,
+    /// [`softmax_xent_narrow_cast_bf16`](mod@softmax_xent_narrow_cast_bf16) with the sums'
+    /// first levels on subgroups (the same bits).
+    softmax_xent_narrow_cast_sg_bf16
+);
+xent_cast_kernel!(
+    tree_sg,
+    f16,
+    /// [`softmax_xent_narrow_cast_f16`](mod@softmax_xent_narrow_cast_f16) with the sums'
+    /// first levels on subgroups (the same bits).
+    softmax_xent_narrow_cast_sg_f16
 );
 
 /// One invocation's rows `first, first + stride, …` of a narrow cross-entropy: their
@@ -369,6 +446,92 @@ pub fn softmax_cross_entropy_scaled<C: Launch + ?Sized>(
             (false, true) => {
                 softmax_xent_wide_sg::launch(cx, grid, c, ls, gs, logits, y, dlogits, out)
             }
+        }
+    })
+}
+
+/// [`softmax_cross_entropy_scaled`] over rows of at most [`NARROW_CLASSES`] classes that also
+/// multiplies the gradient by `scale[0]` (when `scale` is given; a loss scale) and writes its
+/// copy rounded to `H` (`bf16` or `f16`) into `dlogits16`: bitwise the loss, then
+/// `scaler::LossScaler::scale`, then `graphed_runtime::cast::cast` (but that on wgpu an `f16`
+/// NaN is the driver's), in one launch (two where the loss needs `ws`).
+///
+/// # Errors
+/// As [`softmax_cross_entropy_scaled`]; [`Error::Shape`] also for rows of more than
+/// [`NARROW_CLASSES`] classes (run the loss, then the scale and the cast) and a `dlogits16`
+/// or `scale` of the wrong length; [`Error::Launch`] for a type other than `bf16` and `f16`.
+#[allow(clippy::too_many_arguments)]
+pub fn softmax_cross_entropy_cast<C: Launch + ?Sized, H: Element>(
+    cx: &C,
+    logits: &Buffer<f32>,
+    labels: &Buffer<u32>,
+    loss: &mut Buffer<f32>,
+    dlogits: &mut Buffer<f32>,
+    dlogits16: &mut Buffer<H>,
+    ws: &mut Buffer<f32>,
+    grad_scale: impl IntoScalarArg<f32>,
+    scale: Option<&Buffer<f32>>,
+) -> Result<()> {
+    let op = "softmax_cross_entropy_cast";
+    let rows = labels.len();
+    expect_len(op, "loss", loss.len(), 1)?;
+    if rows == 0 || logits.len() % rows != 0 {
+        return Err(Error::Shape(format!(
+            "{op}: {} logits are not {rows} rows",
+            logits.len()
+        )));
+    }
+    let classes = logits.len() / rows;
+    if classes > NARROW_CLASSES {
+        return Err(Error::Shape(format!(
+            "{op}: rows of {classes} classes; at most {NARROW_CLASSES}"
+        )));
+    }
+    expect_len(op, "dlogits", dlogits.len(), logits.len())?;
+    expect_len(op, "dlogits16", dlogits16.len(), logits.len())?;
+    if let Some(s) = scale {
+        expect_len(op, "scale", s.len(), 1)?;
+    }
+    u32_of("logits", logits.len())?;
+    let (ls, gs) = (1.0 / rows as f32, grad_scale.into_scalar_arg());
+    let g = xent_groups(rows, classes);
+    let grid = Grid::workgroups(g);
+    let (c, y, sg) = (classes as u32, labels, on_subgroups(cx));
+    // Without a scale, `scale` is bound to the logits (never read).
+    let (scaled, sc) = (scale.is_some(), scale.unwrap_or(logits));
+    into_loss(cx, op, g, loss, ws, |out| {
+        macro_rules! run {
+            ($t:ident, $wg:ident, $sg:ident) => {{
+                let mut h = Buffer::<$t>::try_from_view(dlogits16.raw_view())?;
+                if sg {
+                    $sg::launch(
+                        cx, grid, c, ls, gs, scaled, logits, y, sc, dlogits, &mut h, out,
+                    )
+                } else {
+                    $wg::launch(
+                        cx, grid, c, ls, gs, scaled, logits, y, sc, dlogits, &mut h, out,
+                    )
+                }
+            }};
+        }
+        match H::DTYPE {
+            DType::BF16 => run!(
+                bf16,
+                softmax_xent_narrow_cast_bf16,
+                softmax_xent_narrow_cast_sg_bf16
+            ),
+            DType::F16 => run!(
+                f16,
+                softmax_xent_narrow_cast_f16,
+                softmax_xent_narrow_cast_sg_f16
+            ),
+            other => Err(Error::Launch {
+                kernel: "softmax_cross_entropy_cast",
+                reason: format!(
+                    "a 16-bit copy of `{}`; it takes `bf16` or `f16`",
+                    other.name()
+                ),
+            }),
         }
     })
 }

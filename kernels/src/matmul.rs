@@ -19,11 +19,13 @@
 
 use graphed_macros::{device, kernel};
 use graphed_runtime::blas::{Math, Sgemm};
-use graphed_runtime::{Buffer, Element, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
+use graphed_runtime::{
+    bf16, f16, Buffer, DType, Element, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg,
+};
 
 use crate::elementwise::Act;
 use crate::helpers::{activate, activate_backward};
-use crate::shape::{expect_len, expect_product, groups};
+use crate::shape::{expect_len, expect_product, groups, u32_of};
 
 /// Element `(r, kk)` of `op(X)`, `X` stored `rows × k` (`k × rows` when `t`), or 0 outside
 /// `rows` rows and the `k` range ending at `k1`: one element of a tile load.
@@ -399,16 +401,261 @@ pub fn gemm_row_sums(m: u32, k: u32, ta: bool, accumulate: bool, a: &[f32], db: 
     let stride = global_size().x;
     let mut r = global_id().x;
     while r < m {
-        let mut d = 0.0;
-        for kk in 0..k {
-            if ta {
-                d += a[kk * m + r];
-            } else {
-                d += a[r * k + kk];
+        store(row_sum(m, k, ta, a, r), r, accumulate, db);
+        r += stride;
+    }
+}
+
+/// `Σ_k op(A)[r, k]` in increasing `k` from 0 (`A` stored `k × m` when `ta`, else `m × k`):
+/// one row sum of [`gemm_row_sums`](mod@gemm_row_sums), shared with the 16-bit epilogues'
+/// bias gradients so both add alike.
+#[device]
+fn row_sum(m: u32, k: u32, ta: bool, a: &[f32], r: u32) -> f32 {
+    let mut d = 0.0;
+    for kk in 0..k {
+        if ta {
+            d += a[kk * m + r];
+        } else {
+            d += a[r * k + kk];
+        }
+    }
+    d
+}
+
+/// The epilogue kernels of a mixed-precision step, once per 16-bit type `$t`: the in-place
+/// epilogue of [`gemm_epilogue`](mod@gemm_epilogue) that also writes each result rounded to
+/// `$t` (the next product's operand), and the same with a bias gradient's row sums beside it.
+macro_rules! epilogue_cast_kernels {
+    ($t:ident, $span:ident, $(#[$doc:meta])* $cast:ident, $(#[$sdoc:meta])* $sums:ident) => {
+        /// Elements `first, first + stride, …` of `c`: `c ← epilogue(c)` as
+        /// [`gemm_epilogue`](mod@gemm_epilogue), and `c16` the result rounded to the 16-bit type.
+        /// (Its plain Rust form is unused: the kernels' host form writes 16-bit slices
+        /// through its own.)
+        #[allow(dead_code)]
+        #[device]
+        #[allow(clippy::too_many_arguments)]
+        fn $span(
+            first: u32,
+            stride: u32,
+            n: u32,
+            has_bias: bool,
+            act: u32,
+            gate: u32,
+            bias: &[f32],
+            aux: &[f32],
+            c: &mut [f32],
+            c16: &mut [$t],
+        ) {
+            let len = c.len();
+            let mut idx = first;
+            while idx < len {
+                let v = epilogue(c[idx], idx, idx % n, has_bias, act, gate, bias, aux);
+                c[idx] = v;
+                c16[idx] = v as $t;
+                idx += stride;
             }
         }
-        store(d, r, accumulate, db);
-        r += stride;
+
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $cast(
+            n: u32,
+            has_bias: bool,
+            act: u32,
+            gate: u32,
+            bias: &[f32],
+            aux: &[f32],
+            c: &mut [f32],
+            c16: &mut [$t],
+        ) {
+            $span(global_id().x, global_size().x, n, has_bias, act, gate, bias, aux, c, c16);
+        }
+
+        $(#[$sdoc])*
+        #[kernel(workgroup = 256)]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $sums(
+            n: u32,
+            has_bias: bool,
+            act: u32,
+            gate: u32,
+            sum_groups: u32,
+            m: u32,
+            k: u32,
+            accumulate: bool,
+            bias: &[f32],
+            aux: &[f32],
+            a: &[f32],
+            c: &mut [f32],
+            c16: &mut [$t],
+            db: &mut [f32],
+        ) {
+            // Two jobs side by side, split by workgroup (a uniform branch): the first
+            // `sum_groups` workgroups sum, the others run the epilogue.
+            if workgroup_id().x < sum_groups {
+                let stride = sum_groups * 256u32;
+                let mut r = global_id().x;
+                while r < m {
+                    store(row_sum(m, k, true, a, r), r, accumulate, db);
+                    r += stride;
+                }
+            } else {
+                let first = global_id().x - sum_groups * 256u32;
+                let stride = global_size().x - sum_groups * 256u32;
+                $span(first, stride, n, has_bias, act, gate, bias, aux, c, c16);
+            }
+        }
+    };
+}
+
+epilogue_cast_kernels!(
+    bf16,
+    epilogue_span_bf16,
+    /// `c ← gate(act(c + bias))` in place as [`gemm_epilogue`](mod@gemm_epilogue) (same
+    /// arguments), and `c16[i] = c[i]` rounded to `bf16` (to nearest even, as
+    /// `graphed_runtime::cast::cast`): the epilogue and the cast of a layer's output in one
+    /// launch. A grid-stride loop.
+    gemm_epilogue_cast_bf16,
+    /// Two launches' work in one: the workgroups from `sum_groups` on run
+    /// [`gemm_epilogue_cast_bf16`](mod@gemm_epilogue_cast_bf16) over `c` (grid-stride over
+    /// themselves), and the first `sum_groups` write `db[r] = Σ_kk a[kk·m + r]` for `r < m`,
+    /// `kk < k` (plus `db[r]` when `accumulate`) as [`gemm_row_sums`](mod@gemm_row_sums)
+    /// with `ta`: a layer's bias gradient from its `dY` beside the gate of the layer below.
+    gemm_epilogue_cast_sums_bf16
+);
+epilogue_cast_kernels!(
+    f16,
+    epilogue_span_f16,
+    /// [`gemm_epilogue_cast_bf16`](mod@gemm_epilogue_cast_bf16) rounding to `f16`.
+    gemm_epilogue_cast_f16,
+    /// [`gemm_epilogue_cast_sums_bf16`](mod@gemm_epilogue_cast_sums_bf16) rounding to `f16`.
+    gemm_epilogue_cast_sums_f16
+);
+
+/// The bias gradient a [`gemm_epilogue_cast`] launch also writes: `db[r] = Σ_kk a[kk·m + r]`
+/// over `a` stored `k × m` (`m = db.len()`; a layer's `dY`, `batch × out`), in increasing
+/// `kk`, plus `db` when `accumulate` — bitwise [`gemm_row_sums`](mod@gemm_row_sums) with `ta`.
+pub struct ColumnSums<'a> {
+    /// The matrix whose columns are summed.
+    pub a: &'a Buffer<f32>,
+    /// The sums, one per column of `a`.
+    pub db: &'a mut Buffer<f32>,
+    /// Adds into `db` instead of overwriting it (a constant or a per-step scalar).
+    pub accumulate: ScalarArg<bool>,
+}
+
+/// `C ← epi(C)` in place over a row-major `C` of `cols` columns, as the
+/// [`gemm_epilogue`](mod@gemm_epilogue) launch after a vendor product, and `c16` (`bf16` or
+/// `f16`, `C`'s length) `C`'s result rounded to nearest even: bitwise the same as that launch
+/// followed by `graphed_runtime::cast::cast(C → c16)`, in one launch (but that on wgpu an
+/// `f16` NaN is the driver's: WGSL stores `f16` slices as `f16`). With `sums`, the same
+/// launch also writes those column sums (of a matrix other than `C`), bitwise as a
+/// [`gemm_row_sums`](mod@gemm_row_sums) launch. The epilogue cannot accumulate.
+///
+/// # Errors
+/// [`Error::Shape`] for lengths that do not fit `cols` (`C` not whole rows, `c16` of another
+/// length, a bias of other than `cols` elements, a gate of other than `C`'s, sums over a
+/// matrix that is not whole rows of `db.len()`) or sizes past a `u32`; [`Error::Launch`] for
+/// a 16-bit type other than `bf16` and `f16`, an accumulating epilogue, or one with neither
+/// a bias nor a gate and no sums (nothing to bind its unused inputs to: an activation alone
+/// is [`crate::elementwise::unary`] then the cast).
+pub fn gemm_epilogue_cast<C: Launch + ?Sized, H: Element>(
+    cx: &C,
+    cols: usize,
+    epi: &Epilogue<'_>,
+    c: &mut Buffer<f32>,
+    c16: &mut Buffer<H>,
+    sums: Option<ColumnSums<'_>>,
+) -> Result<()> {
+    let op = "gemm_epilogue_cast";
+    let len = c.len();
+    if cols == 0 || len % cols != 0 {
+        return Err(Error::Shape(format!(
+            "{op}: {len} elements are not rows of {cols}"
+        )));
+    }
+    u32_of("gemm_epilogue_cast elements", len)?;
+    expect_len(op, "c16", c16.len(), len)?;
+    if let Some(bias) = epi.bias {
+        expect_len(op, "bias", bias.len(), cols)?;
+    }
+    if let Some((_, aux)) = epi.gate {
+        expect_len(op, "gate", aux.len(), len)?;
+    }
+    let refuse = |reason: String| Err(Error::Launch { kernel: op, reason });
+    if let Some(acc) = epi.accumulate {
+        if !matches!(acc.erase(), graphed_runtime::ErasedScalar::Const(_, 0)) {
+            return refuse("the epilogue cannot accumulate into C".into());
+        }
+    }
+    // Unused inputs are bound to one that is given (never read).
+    let Some(any) = epi
+        .bias
+        .or(epi.gate.map(|(_, x)| x))
+        .or(sums.as_ref().map(|s| s.a))
+    else {
+        return refuse("an epilogue with neither a bias nor a gate".into());
+    };
+    let (bias, aux) = (epi.bias.unwrap_or(any), epi.gate.map_or(any, |(_, x)| x));
+    let (n, has_bias, act) = (cols as u32, epi.bias.is_some(), epi.act.code());
+    let gate = epi.gate.map_or(0, |(g, _)| g.code());
+    let cells = groups(len);
+    macro_rules! run {
+        ($t:ident, $cast:ident, $sums:ident) => {{
+            let mut h = Buffer::<$t>::try_from_view(c16.raw_view())?;
+            match sums {
+                None => $cast::launch(
+                    cx,
+                    Grid::workgroups(cells),
+                    n,
+                    has_bias,
+                    act,
+                    gate,
+                    bias,
+                    aux,
+                    c,
+                    &mut h,
+                ),
+                Some(s) => {
+                    let m = s.db.len();
+                    if m == 0 || s.a.len() % m != 0 {
+                        return Err(Error::Shape(format!(
+                            "{op}: sums of {} elements are not rows of {m}",
+                            s.a.len()
+                        )));
+                    }
+                    u32_of("gemm_epilogue_cast sums", s.a.len())?;
+                    let rows = groups(m);
+                    $sums::launch(
+                        cx,
+                        Grid::workgroups(rows + cells),
+                        n,
+                        has_bias,
+                        act,
+                        gate,
+                        rows,
+                        m as u32,
+                        (s.a.len() / m) as u32,
+                        s.accumulate,
+                        bias,
+                        aux,
+                        s.a,
+                        c,
+                        &mut h,
+                        s.db,
+                    )
+                }
+            }
+        }};
+    }
+    match H::DTYPE {
+        DType::BF16 => run!(bf16, gemm_epilogue_cast_bf16, gemm_epilogue_cast_sums_bf16),
+        DType::F16 => run!(f16, gemm_epilogue_cast_f16, gemm_epilogue_cast_sums_f16),
+        other => refuse(format!(
+            "a 16-bit copy of `{}`; it takes `bf16` or `f16`",
+            other.name()
+        )),
     }
 }
 

@@ -5,7 +5,8 @@
 //!
 //! Per step, in order (each one launch):
 //! 1. [`LossScaler::scale`]: the loss gradient (e.g. `dlogits`) times the scale `S`, read from
-//!    device memory, before the backward pass;
+//!    device memory, before the backward pass ([`LossScaler::scale_cast`]: and its 16-bit copy
+//!    for a mixed-precision backward pass, in the same launch);
 //! 2. [`LossScaler::unscale`]: every gradient times `1/S` (exact: `S` is a power of two),
 //!    and, where any is `±∞` or NaN, the optimizer counter's `skip` word set
 //!    ([`crate::optim`]: the update that follows then changes nothing, its step count
@@ -19,7 +20,7 @@
 //! `#[state]` buffers; the constants (`ScalerConfig`) are kernel arguments.
 
 use graphed_macros::kernel;
-use graphed_runtime::{Buffer, Device, Error, Grid, Launch, Result};
+use graphed_runtime::{bf16, f16, Buffer, DType, Device, Element, Error, Grid, Launch, Result};
 
 use crate::optim::COUNTER_WORDS;
 use crate::shape::{expect_len, groups};
@@ -35,6 +36,38 @@ pub fn scale_by(scale: &[f32], y: &mut [f32]) {
         i += stride;
     }
 }
+
+/// `y ← y · scale[0]` and its copy rounded to a 16-bit type, once per type: the loss
+/// gradient scaled and cast for the first 16-bit product of the backward pass in one launch.
+macro_rules! scale_by_cast_kernel {
+    ($t:ident, $(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        pub fn $name(scale: &[f32], y: &mut [f32], y16: &mut [$t]) {
+            let s = scale[0];
+            let stride = global_size().x;
+            let mut i = global_id().x;
+            while i < y.len() {
+                let v = y[i] * s;
+                y[i] = v;
+                y16[i] = v as $t;
+                i += stride;
+            }
+        }
+    };
+}
+
+scale_by_cast_kernel!(
+    bf16,
+    /// `y ← y · scale[0]` as [`scale_by`](mod@scale_by), and `y16[i] = y[i]` rounded to `bf16`
+    /// (to nearest even, as `graphed_runtime::cast::cast`).
+    scale_by_cast_bf16
+);
+scale_by_cast_kernel!(
+    f16,
+    /// [`scale_by_cast_bf16`](mod@scale_by_cast_bf16) rounding to `f16` (overflow to ±∞).
+    scale_by_cast_f16
+);
 
 /// `g ← g / scale[0]` (times the reciprocal); where any result is not finite, sets
 /// `count[2]` (the optimizer counter's skip word) to 1.
@@ -171,6 +204,42 @@ impl LossScaler {
     pub fn scale<C: Launch + ?Sized>(&self, cx: &C, dloss: &mut Buffer<f32>) -> Result<()> {
         let g = Grid::workgroups(groups(dloss.len()));
         scale_by::launch(cx, g, &self.scale, dloss)
+    }
+
+    /// Multiplies the loss gradient `dloss` by the scale and writes its 16-bit copy `dloss16`
+    /// (`bf16` or `f16`, the same length): bitwise [`LossScaler::scale`] followed by
+    /// `graphed_runtime::cast::cast(dloss → dloss16)`, in one launch (but that on wgpu an
+    /// `f16` NaN is the driver's: WGSL stores `f16` slices as `f16`).
+    ///
+    /// # Errors
+    /// [`Error::Shape`] when the lengths differ; [`Error::Launch`] for a 16-bit type other
+    /// than `bf16` and `f16`.
+    pub fn scale_cast<C: Launch + ?Sized, H: Element>(
+        &self,
+        cx: &C,
+        dloss: &mut Buffer<f32>,
+        dloss16: &mut Buffer<H>,
+    ) -> Result<()> {
+        let op = "LossScaler::scale_cast";
+        expect_len(op, "dloss16", dloss16.len(), dloss.len())?;
+        let g = Grid::workgroups(groups(dloss.len()));
+        match H::DTYPE {
+            DType::BF16 => {
+                let mut h = Buffer::<bf16>::try_from_view(dloss16.raw_view())?;
+                scale_by_cast_bf16::launch(cx, g, &self.scale, dloss, &mut h)
+            }
+            DType::F16 => {
+                let mut h = Buffer::<f16>::try_from_view(dloss16.raw_view())?;
+                scale_by_cast_f16::launch(cx, g, &self.scale, dloss, &mut h)
+            }
+            other => Err(Error::Launch {
+                kernel: op,
+                reason: format!(
+                    "a 16-bit copy of `{}`; it takes `bf16` or `f16`",
+                    other.name()
+                ),
+            }),
+        }
     }
 
     /// Divides every gradient by the scale and sets the skip word of the optimizer counter

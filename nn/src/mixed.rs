@@ -9,17 +9,29 @@
 //! `graphed::train::train_step`'s step; `Tf32` is the same step with the vendor
 //! BLAS's products opted in to TF32 (products the DSL kernels run stay full `f32`).
 //!
-//! One step of `L` layers in 16 bits, each one launch or library call:
-//! casts of the weights (one for all) and of the input; per layer a 16-bit product into
-//! `f32`, its bias and activation in place, and (but the logits) a cast of the activation;
-//! the loss and its gradient (times the scale for `f16`); per layer backward a cast of `dz`,
-//! the weight gradient as a 16-bit product into the `f32` gradients, the bias gradient as row
-//! sums of the `f32` `dz`, and (but the first) the input gradient as a product and its
-//! activation gate; then (`f16`) the unscale-and-check, AdamW, and (`f16`) the scale update.
+//! One step of `L` layers in 16 bits is `2L + 3` launches (`f16`: `2L + 5`) and `3L − 1`
+//! library calls (MLP-M, `L = 5`: 13 and 14; it was `5L + 2`, 27, before the launches below
+//! wrote the 16-bit copies), in order:
+//! the casts of the weights (one for all) and of the input in one launch ([`cast_two`]);
+//! per layer a 16-bit product into `f32`, then its bias and activation in place, which (but
+//! for the logits) also writes the activation's 16-bit copy ([`gemm_epilogue_cast`]); the
+//! loss and its gradient `dz` with `dz`'s 16-bit copy, for `f16` times the loss scale
+//! ([`softmax_cross_entropy_cast`]; past [`NARROW_CLASSES`] classes the loss, then the
+//! scale and cast, [`LossScaler::scale_cast`], one launch more); per layer backward the
+//! weight gradient as a 16-bit product into the `f32` gradients and (but the first) the
+//! input gradient as a product, then one launch with its activation gate, the gated `dz`'s
+//! 16-bit copy and this layer's bias gradient (row sums of its `f32` `dz`, as
+//! [`gemm_row_sums`] adds them); the first layer's bias gradient; then (`f16`) the
+//! unscale-and-check, AdamW, and (`f16`) the scale update. Every fused launch gives bitwise
+//! what its separate launches gave.
 
-use graphed_kernels::elementwise::Act;
-use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
-use graphed_kernels::matmul::{gemm_epilogue, gemm_row_sums, matmul_half, Gemm};
+use graphed_kernels::elementwise::{cast_two, Act};
+use graphed_kernels::loss::{
+    softmax_cross_entropy_cast, softmax_cross_entropy_scaled, xent_workspace_len, NARROW_CLASSES,
+};
+use graphed_kernels::matmul::{
+    gemm_epilogue, gemm_epilogue_cast, gemm_row_sums, matmul_half, ColumnSums, Epilogue, Gemm,
+};
 use graphed_kernels::optim::AdamW;
 use graphed_kernels::scaler::{LossScaler, ScalerConfig};
 use graphed_kernels::shape::groups;
@@ -79,7 +91,8 @@ pub const SCALER: ScalerConfig = ScalerConfig {
 
 /// One training update at `precision`: forward, mean softmax cross-entropy, backward and
 /// AdamW (PyTorch's defaults, weight decay 0.01) on the fp32 master state of `model`,
-/// recorded as one plan per precision (module docs for the launches).
+/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 13
+/// launches and 14 cuBLAS products per step, `f16` 15 and 14).
 #[graphed]
 pub fn mixed_train_step(
     cx: &mut Step,
@@ -119,11 +132,10 @@ fn update_16<H: Element>(
     let last = layers.len() - 1;
     let classes = *sizes.last().expect("an MLP has layers");
 
-    // 16-bit copies of the weights (all at once) and of the input.
+    // 16-bit copies of the weights (all at once) and of the input, in one launch.
     let mut p16 = cx.workspace::<H>(m.params.len())?;
-    cast(cx, &m.params, &mut p16)?;
     let mut x16 = cx.workspace::<H>(x.len())?;
-    cast(cx, x, &mut x16)?;
+    cast_two(cx, &m.params, &mut p16, x, &mut x16)?;
     let w16 = |l: usize| -> Result<Buffer<H>> {
         let (w, _) = mlp.offsets(l);
         let layer = layers[l];
@@ -139,11 +151,14 @@ fn update_16<H: Element>(
         let g = Gemm::nt(rows, layer.outputs, layer.inputs);
         matmul_half(cx, g, input, &w16(l)?, &mut z, false)?;
         let (_, b) = mlp.weight_and_bias(l)?;
-        epilogue(cx, layer.outputs, Some(&b), layer.act, None, &mut z)?;
         if l < last {
+            // Bias, activation and the 16-bit copy (the next layer's operand) in one launch.
             let mut z16 = cx.workspace::<H>(z.len())?;
-            cast(cx, &z, &mut z16)?;
+            let epi = Epilogue::bias_act(&b, layer.act);
+            gemm_epilogue_cast(cx, layer.outputs, &epi, &mut z, &mut z16, None)?;
             acts16.push(z16);
+        } else {
+            epilogue(cx, layer.outputs, Some(&b), layer.act, None, &mut z)?;
         }
         acts.push(z);
     }
@@ -151,47 +166,62 @@ fn update_16<H: Element>(
     let mut loss = cx.output::<f32>(1)?;
     let mut ws = cx.workspace::<f32>(xent_workspace_len(rows, classes).max(1))?;
     let mut dz = cx.workspace::<f32>(rows * classes)?;
-    softmax_cross_entropy_scaled(
-        cx,
-        &acts[last],
-        labels,
-        &mut loss,
-        &mut dz,
-        &mut ws,
-        1.0 / rows as f32,
-    )?;
     let mut scaler = LossScaler::from_state(SCALER, m.scale.clone(), m.good_steps.clone())?;
-    if scaled {
-        scaler.scale(cx, &mut dz)?;
+    // `dz` is f32 (the bias gradients sum it); its 16-bit copy `dz16` feeds the products.
+    let mut dz16 = cx.workspace::<H>(dz.len())?;
+    let grad_scale = 1.0 / rows as f32;
+    if classes <= NARROW_CLASSES {
+        // The loss, its gradient, the loss scale and the copy in one launch.
+        let scale = scaled.then(|| scaler.scale_buffer());
+        let logits = &acts[last];
+        let (l, g) = (&mut loss, &mut dz);
+        softmax_cross_entropy_cast(
+            cx, logits, labels, l, g, &mut dz16, &mut ws, grad_scale, scale,
+        )?;
+    } else {
+        let logits = &acts[last];
+        softmax_cross_entropy_scaled(cx, logits, labels, &mut loss, &mut dz, &mut ws, grad_scale)?;
+        if scaled {
+            scaler.scale_cast(cx, &mut dz, &mut dz16)?;
+        } else {
+            cast(cx, &dz, &mut dz16)?;
+        }
     }
 
-    // Backward, last layer first: `dz` is f32; its 16-bit copy feeds the products.
+    // Backward, last layer first.
     for l in (0..layers.len()).rev() {
         let layer = layers[l];
-        let mut dz16 = cx.workspace::<H>(dz.len())?;
-        cast(cx, &dz, &mut dz16)?;
         let input = if l == 0 { &x16 } else { &acts16[l - 1] };
         let (mut dw, mut db) = mlp.weight_and_bias_grads(l)?;
         let g = Gemm::tn(layer.outputs, layer.inputs, rows);
         matmul_half(cx, g, &dz16, input, &mut dw, false)?;
-        let sums = Grid::workgroups(groups(layer.outputs));
-        gemm_row_sums::launch(
-            cx,
-            sums,
-            layer.outputs as u32,
-            rows as u32,
-            true,
-            false,
-            &dz,
-            &mut db,
-        )?;
         if l > 0 {
             let mut dx = cx.workspace::<f32>(rows * layer.inputs)?;
             let g = Gemm::nn(rows, layer.inputs, layer.outputs);
             matmul_half(cx, g, &dz16, &w16(l)?, &mut dx, false)?;
-            let gate = (layers[l - 1].act, &acts[l - 1]);
-            epilogue(cx, layer.inputs, None, Act::Identity, Some(gate), &mut dx)?;
-            dz = dx;
+            // The gate of the layer below, its 16-bit copy and this layer's bias gradient
+            // (row sums of the f32 `dz`) in one launch.
+            let mut dx16 = cx.workspace::<H>(dx.len())?;
+            let epi = Epilogue::none().gate(layers[l - 1].act, &acts[l - 1]);
+            let sums = ColumnSums {
+                a: &dz,
+                db: &mut db,
+                accumulate: false.into(),
+            };
+            gemm_epilogue_cast(cx, layer.inputs, &epi, &mut dx, &mut dx16, Some(sums))?;
+            (dz, dz16) = (dx, dx16);
+        } else {
+            let sums = Grid::workgroups(groups(layer.outputs));
+            gemm_row_sums::launch(
+                cx,
+                sums,
+                layer.outputs as u32,
+                rows as u32,
+                true,
+                false,
+                &dz,
+                &mut db,
+            )?;
         }
     }
 

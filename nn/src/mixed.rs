@@ -9,8 +9,8 @@
 //! `graphed::train::train_step`'s step; `Tf32` is the same step with the vendor
 //! BLAS's products opted in to TF32 (products the DSL kernels run stay full `f32`).
 //!
-//! One step of `L` layers in 16 bits is `2L + 3` launches (`f16`: `2L + 5`) and `3L − 1`
-//! library calls (MLP-M, `L = 5`: 13 and 14; it was `5L + 2`, 27, before the launches below
+//! One step of `L` layers in 16 bits is `3L + 2` launches (`f16`: `3L + 4`) and `3L − 1`
+//! library calls (MLP-M, `L = 5`: 17 and 14; it was `5L + 2`, 27, before the launches below
 //! wrote the 16-bit copies), in order:
 //! the casts of the weights (one for all) and of the input in one launch ([`cast_two`]);
 //! per layer a 16-bit product into `f32`, then its bias and activation in place, which (but
@@ -18,19 +18,20 @@
 //! loss and its gradient `dz` with `dz`'s 16-bit copy, for `f16` times the loss scale
 //! ([`softmax_cross_entropy_cast`]; past [`NARROW_CLASSES`] classes the loss, then the
 //! scale and cast, [`LossScaler::scale_cast`], one launch more); per layer backward the
-//! weight gradient as a 16-bit product into the `f32` gradients and (but the first) the
-//! input gradient as a product, then one launch with its activation gate, the gated `dz`'s
-//! 16-bit copy and this layer's bias gradient (row sums of its `f32` `dz`, as
-//! [`gemm_row_sums`] adds them); the first layer's bias gradient; then (`f16`) the
-//! unscale-and-check, AdamW, and (`f16`) the scale update. Every fused launch gives bitwise
-//! what its separate launches gave.
+//! weight gradient as a 16-bit product into the `f32` gradients, the bias gradient (row
+//! sums of the `f32` `dz`, [`gemm_row_sums`]: its own launch, which the graph runs beside
+//! the products; folded into the gate launch below it waited for the input-gradient
+//! product, and the H200 step was 2% slower) and (but the first) the input gradient as a
+//! product, then one launch with its activation gate and the gated `dz`'s 16-bit copy;
+//! then (`f16`) the unscale-and-check, AdamW, and (`f16`) the scale update. Every fused
+//! launch gives bitwise what its separate launches gave.
 
 use graphed_kernels::elementwise::{cast_two, Act};
 use graphed_kernels::loss::{
     softmax_cross_entropy_cast, softmax_cross_entropy_scaled, xent_workspace_len, NARROW_CLASSES,
 };
 use graphed_kernels::matmul::{
-    gemm_epilogue, gemm_epilogue_cast, gemm_row_sums, matmul_half, ColumnSums, Epilogue, Gemm,
+    gemm_epilogue, gemm_epilogue_cast, gemm_row_sums, matmul_half, Epilogue, Gemm,
 };
 use graphed_kernels::optim::AdamW;
 use graphed_kernels::scaler::{LossScaler, ScalerConfig};
@@ -91,8 +92,8 @@ pub const SCALER: ScalerConfig = ScalerConfig {
 
 /// One training update at `precision`: forward, mean softmax cross-entropy, backward and
 /// AdamW (PyTorch's defaults, weight decay 0.01) on the fp32 master state of `model`,
-/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 13
-/// launches and 14 cuBLAS products per step, `f16` 15 and 14).
+/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 17
+/// launches and 14 cuBLAS products per step, `f16` 19 and 14).
 #[graphed]
 pub fn mixed_train_step(
     cx: &mut Step,
@@ -195,33 +196,28 @@ fn update_16<H: Element>(
         let (mut dw, mut db) = mlp.weight_and_bias_grads(l)?;
         let g = Gemm::tn(layer.outputs, layer.inputs, rows);
         matmul_half(cx, g, &dz16, input, &mut dw, false)?;
+        // The bias gradient (row sums of the f32 `dz`) as its own launch: it depends on `dz`
+        // alone, so the graph runs it beside the two products.
+        let sums = Grid::workgroups(groups(layer.outputs));
+        gemm_row_sums::launch(
+            cx,
+            sums,
+            layer.outputs as u32,
+            rows as u32,
+            true,
+            false,
+            &dz,
+            &mut db,
+        )?;
         if l > 0 {
             let mut dx = cx.workspace::<f32>(rows * layer.inputs)?;
             let g = Gemm::nn(rows, layer.inputs, layer.outputs);
             matmul_half(cx, g, &dz16, &w16(l)?, &mut dx, false)?;
-            // The gate of the layer below, its 16-bit copy and this layer's bias gradient
-            // (row sums of the f32 `dz`) in one launch.
+            // The gate of the layer below and its 16-bit copy in one launch.
             let mut dx16 = cx.workspace::<H>(dx.len())?;
             let epi = Epilogue::none().gate(layers[l - 1].act, &acts[l - 1]);
-            let sums = ColumnSums {
-                a: &dz,
-                db: &mut db,
-                accumulate: false.into(),
-            };
-            gemm_epilogue_cast(cx, layer.inputs, &epi, &mut dx, &mut dx16, Some(sums))?;
+            gemm_epilogue_cast(cx, layer.inputs, &epi, &mut dx, &mut dx16, None)?;
             (dz, dz16) = (dx, dx16);
-        } else {
-            let sums = Grid::workgroups(groups(layer.outputs));
-            gemm_row_sums::launch(
-                cx,
-                sums,
-                layer.outputs as u32,
-                rows as u32,
-                true,
-                false,
-                &dz,
-                &mut db,
-            )?;
         }
     }
 

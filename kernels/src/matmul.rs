@@ -409,10 +409,12 @@ pub fn matmul_t32(
         }
         if t > 0 {
             // Whole steps have a constant trip count (unrolled by GPU compilers); only the
-            // last, partial step of `k` loops over what it holds, as in `matmul_t16`.
+            // last, partial step of `k` loops over what it holds, as in `matmul_t16`. (The
+            // test is `matmul_t16`'s: with `steps == 64` LLVM merges the two loops into the
+            // partial one, never unrolled whole.)
             let k0 = kz + (t - 1) * 64;
             let steps = min(64u32, k1 - k0);
-            if steps == 64 {
+            if k0 + 64 <= k1 {
                 for kk in 0..64u32 {
                     let o = kk * 33;
                     let mut av = [0.0f32; 2];
@@ -428,7 +430,7 @@ pub fn matmul_t32(
                     }
                 }
             } else {
-                for kk in 0..steps {
+                for kk in 0..(k1 - k0) {
                     let o = kk * 33;
                     let mut av = [0.0f32; 2];
                     let mut bv = [0.0f32; 2];

@@ -839,7 +839,7 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
                 sampler.step(step, x, i % timesteps).unwrap();
                 i += 1;
             },
-            &sync,
+            sync,
         )
     };
     let row = |variant: &str, (us, lo, hi, cpu): (f64, f64, f64, f64), record_ms| Row {
@@ -910,8 +910,8 @@ fn product_chain(
 /// Products per `tiles` step.
 const TILE_REPS: usize = 10;
 
-/// Workload `tiles`: each product of the MLP-S step (and MLP-M's narrow ones) with 16×16 and
-/// 64×64 tiles, split-K's fill rule on and off, replayed as a chain of [`TILE_REPS`]
+/// Workload `tiles`: each product of the MLP-S step (and MLP-M's narrow ones) with 16×16,
+/// 32×32 and 64×64 tiles, split-K's fill rule on and off, replayed as a chain of [`TILE_REPS`]
 /// launches; µs per product = µs/step ÷ reps (one node's launch latency included). The data
 /// for choosing a product's tiling by measurement.
 fn tiles_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Result<()> {
@@ -943,7 +943,7 @@ fn tiles_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Re
         };
         let a = dev.upload(&fill(1, g0.m * g0.k))?;
         let b = dev.upload(&fill(2, g0.k * g0.n))?;
-        for (tile, tname) in [(Tile::T16, "t16"), (Tile::T64, "t64")] {
+        for (tile, tname) in [(Tile::T16, "t16"), (Tile::T32, "t32"), (Tile::T64, "t64")] {
             for (split, sname) in [(Split::Auto, "fill"), (Split::Bounded, "whole")] {
                 let g = Gemm { tile, split, ..g0 };
                 let mut c = dev.alloc::<f32>(g.m * g.n)?;

@@ -3,16 +3,18 @@
 //! derivative (for backward passes), accumulation into `C`, and the row sums of `op(A)` (a
 //! layer's bias gradient) in the same launch.
 //!
-//! Two tilings, both staging `A` and `B` through workgroup memory, each step's global loads
+//! Three tilings, all staging `A` and `B` through workgroup memory, each step's global loads
 //! issued into registers before the previous step's arithmetic:
 //!
 //! - [`matmul_t64`]: 64×64 tiles of `C`, `k` in steps of 16, 256 invocations each computing a
 //!   4×4 block of adjacent rows and columns; for large products.
 //! - [`matmul_t16`]: 16×16 tiles, one element per invocation, `k` in steps of 64; more
 //!   workgroups for small products, where 64×64 tiles would leave most of a big GPU idle.
+//! - [`matmul_t32`]: 32×32 tiles, a 2×2 block per invocation, `k` in steps of 64; for small
+//!   products too (chosen explicitly, [`Tile::T32`]).
 //!
 //! Every element of `C` is `Σ_k op(A)[r, k]·op(B)[k, c]` accumulated in increasing `k` in one
-//! invocation with `fma`, so both tilings and every backend add in the same order. `fma` is
+//! invocation with `fma`, so every tiling and every backend add in the same order. `fma` is
 //! one instruction on GPUs (the CUDA backend compiles with `--fmad=false`, so a plain
 //! `acc += a * b` would be a multiply and an add); the host computes it fused (`mul_add`),
 //! while WGSL lets an implementation round twice, so backends agree within tolerances.
@@ -321,6 +323,158 @@ pub fn matmul_t16(
         if col < n {
             let idx = row * n + col;
             let v = epilogue(acc, idx, col, has_bias, act, gate, bias, aux);
+            store(v, zc + idx, accumulate, c);
+        }
+    }
+}
+
+/// `C = op(A)·op(B)` on 32×32 tiles, 256 invocations each computing a 2×2 block (rows
+/// `ty + 16i`, columns `tx + 16j`), `k` in steps of 64 through workgroup memory with the
+/// register prefetch of [`matmul_t64`]: as many steps as [`matmul_t16`] (the step count, each
+/// step waiting on a global load, is what small products pay for) but four outputs per
+/// invocation, four independent `fma` chains, each workgroup-memory value read for two of
+/// them, a quarter of the workgroups (the fill rule splits `k` further instead). Parameters,
+/// epilogue, split-K layers and row sums as in [`matmul_t64`]; each element is the same sum
+/// in the same order (increasing `k` from 0 within its part, one `fma` per term).
+///
+/// Its two tiles take 16,896 bytes of workgroup memory: past WebGPU's default minimum of
+/// 16 KiB (desktop adapters offer 32 KiB or more; on one that does not, the wgpu backend
+/// refuses the launch with [`Error::Limit`]).
+#[kernel(workgroup = 256)]
+pub fn matmul_t32(
+    m: u32,
+    n: u32,
+    k: u32,
+    kc: u32,
+    ta: bool,
+    tb: bool,
+    has_bias: bool,
+    act: u32,
+    gate: u32,
+    accumulate: bool,
+    has_db: bool,
+    a: &[f32],
+    b: &[f32],
+    bias: &[f32],
+    aux: &[f32],
+    c: &mut [f32],
+    db: &mut [f32],
+) {
+    // 64 values of k × 32 rows (columns), row stride 33: both the stores of a tile load
+    // (consecutive invocations along k, or along rows) and the reads fall in distinct banks.
+    let sa = shared::<f32, 2112>();
+    let sb = shared::<f32, 2112>();
+    let tid = local_id().x;
+    let tx = tid % 16;
+    let ty = tid / 16;
+    let row0 = workgroup_id().y * 32;
+    let col0 = workgroup_id().x * 32;
+    // Element q of this invocation's share of a 32×64 tile, as in `matmul_t64`: 8 each.
+    let ra = if ta { tid % 32 } else { tid / 64 };
+    let ka = if ta { tid / 32 } else { tid % 64 };
+    let dra = if ta { 0u32 } else { 4u32 };
+    let dka = if ta { 8u32 } else { 0u32 };
+    let cb = if tb { tid / 64 } else { tid % 32 };
+    let kb = if tb { tid % 64 } else { tid / 32 };
+    let dcb = if tb { 4u32 } else { 0u32 };
+    let dkb = if tb { 0u32 } else { 8u32 };
+    // Registers, as every index below is a constant of an unrolled loop: the next tile's
+    // share, the 2×2 block (row `i`, column `j` at `acc[i * 2 + j]`) and its rows' sums.
+    let mut pa = [0.0f32; 8];
+    let mut pb = [0.0f32; 8];
+    let mut acc = [0.0f32; 4];
+    let mut d = [0.0f32; 2];
+    let sums = has_db && workgroup_id().x == 0 && tx == 0;
+    // This launch's part of `k`, as in `matmul_t64`.
+    let z = workgroup_id().z;
+    let kz = z * kc;
+    let k1 = min(k, kz + kc);
+    let zc = z * m * n;
+    let zd = z * m;
+    let tiles = (k1 - kz + 63) / 64;
+    for t in 0..(tiles + 1) {
+        if t > 0 {
+            for q in 0..8u32 {
+                sa[(ka + q * dka) * 33 + ra + q * dra] = pa[q];
+                sb[(kb + q * dkb) * 33 + cb + q * dcb] = pb[q];
+            }
+            barrier();
+        }
+        if t < tiles {
+            let k0 = kz + t * 64;
+            for q in 0..8u32 {
+                pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
+                pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
+            }
+        }
+        if t > 0 {
+            // Whole steps have a constant trip count (unrolled by GPU compilers); only the
+            // last, partial step of `k` loops over what it holds, as in `matmul_t16`. (The
+            // test is `matmul_t16`'s: with `steps == 64` LLVM merges the two loops into the
+            // partial one, never unrolled whole.)
+            let k0 = kz + (t - 1) * 64;
+            let steps = min(64u32, k1 - k0);
+            if k0 + 64 <= k1 {
+                for kk in 0..64u32 {
+                    let o = kk * 33;
+                    let mut av = [0.0f32; 2];
+                    let mut bv = [0.0f32; 2];
+                    for i in 0..2u32 {
+                        av[i] = sa[o + ty + 16 * i];
+                        bv[i] = sb[o + tx + 16 * i];
+                    }
+                    for i in 0..2u32 {
+                        for j in 0..2u32 {
+                            acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
+                        }
+                    }
+                }
+            } else {
+                for kk in 0..(k1 - k0) {
+                    let o = kk * 33;
+                    let mut av = [0.0f32; 2];
+                    let mut bv = [0.0f32; 2];
+                    for i in 0..2u32 {
+                        av[i] = sa[o + ty + 16 * i];
+                        bv[i] = sb[o + tx + 16 * i];
+                    }
+                    for i in 0..2u32 {
+                        for j in 0..2u32 {
+                            acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
+                        }
+                    }
+                }
+            }
+            if sums {
+                for kk in 0..steps {
+                    for i in 0..2u32 {
+                        d[i] += sa[kk * 33 + ty + 16 * i];
+                    }
+                }
+            }
+            barrier();
+        }
+    }
+    if sums {
+        for i in 0..2u32 {
+            let row = row0 + ty + 16 * i;
+            if row < m {
+                store(d[i], zd + row, accumulate, db);
+            }
+        }
+    }
+    // The epilogue once, looped over the four elements (as in `matmul_t64`): the block goes
+    // through the tile memory, free after the last step's barrier, each invocation reading
+    // back only its own values, so a loop that is not unrolled can reach them.
+    for e in 0..4u32 {
+        sa[e * 256 + tid] = acc[e];
+    }
+    for e in 0..4u32 {
+        let row = row0 + ty + 16 * (e / 2);
+        let col = col0 + tx + 16 * (e % 2);
+        if row < m && col < n {
+            let idx = row * n + col;
+            let v = epilogue(sa[e * 256 + tid], idx, col, has_bias, act, gate, bias, aux);
             store(v, zc + idx, accumulate, c);
         }
     }
@@ -712,6 +866,20 @@ pub enum Tile {
     T16,
     /// 64×64 tiles ([`matmul_t64`]).
     T64,
+    /// 32×32 tiles, 2×2 per invocation ([`matmul_t32`]); never chosen by [`Tile::Auto`].
+    T32,
+}
+
+impl Tile {
+    /// The side of a resolved tiling's square tile of `C` (64 for the unresolved kinds, which
+    /// [`Gemm::resolved_tile`] never returns).
+    fn side(self) -> usize {
+        match self {
+            Tile::T16 => 16,
+            Tile::T32 => 32,
+            Tile::T64 | Tile::Auto | Tile::Vendor => 64,
+        }
+    }
 }
 
 /// The shape of a product `C[m × n] = op(A)·op(B)` with inner dimension `k`.
@@ -794,11 +962,7 @@ impl Gemm {
 
     /// Output tiles of the tiling this product resolves to (workgroups of one layer).
     pub fn tiles(&self) -> usize {
-        let t = if self.resolved_tile() == Tile::T16 {
-            16
-        } else {
-            64
-        };
+        let t = self.resolved_tile().side();
         self.n.div_ceil(t).max(1) * self.m.div_ceil(t).max(1)
     }
 
@@ -959,8 +1123,8 @@ pub fn matmul_half<C: Launch + ?Sized, I: Element, O: Element>(
 /// a device whose vendor BLAS is on ([`Launch::gemm`]: cuBLAS on CUDA), the product goes there, followed by one [`gemm_epilogue`](mod@gemm_epilogue)
 /// launch when there is a bias, activation or gate (and one [`gemm_row_sums`](mod@gemm_row_sums)
 /// launch for [`matmul_row_sums`]); an epilogue that both transforms and accumulates stays
-/// with the DSL kernel. Everywhere else it is one launch of [`matmul_t64`] or
-/// [`matmul_t16`].
+/// with the DSL kernel. Everywhere else it is one launch of [`matmul_t64`], [`matmul_t16`] or
+/// [`matmul_t32`].
 pub fn matmul<C: Launch + ?Sized>(
     cx: &C,
     g: Gemm,
@@ -1016,7 +1180,7 @@ fn launch<C: Launch + ?Sized>(
         db
     };
     let tile = g.resolved_tile();
-    let t = if tile == Tile::T16 { 16 } else { 64 };
+    let t = tile.side();
     let (gx, gy) = (g.n.div_ceil(t), g.m.div_ceil(t));
     if gx > 65535 || gy > 65535 {
         return Err(Error::Shape(format!(
@@ -1047,6 +1211,27 @@ fn launch<C: Launch + ?Sized>(
     let (m, n, k) = (g.m as u32, g.n as u32, g.k as u32);
     match tile {
         Tile::T64 => matmul_t64::launch(
+            cx,
+            grid,
+            m,
+            n,
+            k,
+            k,
+            g.ta,
+            g.tb,
+            epi.bias.is_some(),
+            epi.act.code(),
+            gate,
+            accumulate,
+            has_db,
+            a,
+            b,
+            bias,
+            aux,
+            c,
+            db,
+        ),
+        Tile::T32 => matmul_t32::launch(
             cx,
             grid,
             m,
@@ -1136,6 +1321,11 @@ fn split_k<C: Launch + ?Sized>(
     let no = false;
     if tile == Tile::T64 {
         matmul_t64::launch(
+            cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, a, a, &mut pc,
+            &mut pd,
+        )?;
+    } else if tile == Tile::T32 {
+        matmul_t32::launch(
             cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, a, a, &mut pc,
             &mut pd,
         )?;

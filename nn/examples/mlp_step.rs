@@ -245,7 +245,7 @@ fn main() -> Result<()> {
                 if l == 0 && what.starts_with("dx") {
                     continue;
                 }
-                for tile in [Tile::T16, Tile::T64] {
+                for tile in [Tile::T16, Tile::T32, Tile::T64] {
                     let g = g.with_tile(tile);
                     let a = dev.upload(&data(g.m * g.k, 3))?;
                     let b = dev.upload(&data(g.k * g.n, 4))?;

@@ -1,7 +1,7 @@
 //! Matrix products: every transposition, both tilings, odd shapes, and the epilogue.
 
 use graphed_kernels::elementwise::Act;
-use graphed_kernels::matmul::{self, matmul_t16, matmul_t64, Epilogue, Gemm, Tile};
+use graphed_kernels::matmul::{self, matmul_t16, matmul_t32, matmul_t64, Epilogue, Gemm, Tile};
 
 use crate::common::{
     assert_array_indices_literal, assert_close, assert_close_floor, floats, on_every_backend,
@@ -66,6 +66,15 @@ fn every_transposition_and_tiling_on_odd_shapes() {
         (1, 17, 1000, Tile::T16),
         (17, 1, 1023, Tile::T16),
         (5, 4097, 3, Tile::T16),
+        // 32×32 tiles: one ragged tile, several in each direction, a whole and a partial step
+        // of k (64), a long k.
+        (1, 1, 1, Tile::T32),
+        (7, 63, 65, Tile::T32),
+        (65, 7, 63, Tile::T32),
+        (63, 65, 7, Tile::T32),
+        (70, 67, 129, Tile::T32),
+        (1, 17, 1000, Tile::T32),
+        (33, 1, 64, Tile::T32),
         (1, 1, 1, Tile::T64),
         (7, 63, 65, Tile::T64),
         (65, 7, 63, Tile::T64),
@@ -177,6 +186,113 @@ fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
 }
 
 #[test]
+fn t32_epilogues_on_every_transposition() {
+    // Every activation as a forward epilogue (bias + act) and as a gate, overwriting and
+    // accumulating with the row sums, on every transposition: one ragged tile with a partial
+    // step of k, and 3×5 tiles (several rows of workgroups, only the first column summing)
+    // with a whole and a partial step.
+    let mut r = rng("t32_epilogues_on_every_transposition");
+    let acts = [Act::Identity, Act::Relu, Act::Gelu, Act::Tanh, Act::Sigmoid];
+    on_every_backend(|dev| {
+        for (s, &(m, n, k)) in [(7, 31, 33), (70, 130, 100)].iter().enumerate() {
+            for (l, (ta, tb)) in [(false, false), (false, true), (true, false), (true, true)]
+                .into_iter()
+                .enumerate()
+            {
+                let act = acts[(l + 3 * s) % acts.len()];
+                let g = gemm(m, n, k, ta, tb, Tile::T32);
+                let a_host = floats(&mut r, m * k, -1.0, 1.0);
+                let b_host = floats(&mut r, k * n, -1.0, 1.0);
+                let bias_host = floats(&mut r, n, -1.0, 1.0);
+                let aux_host = floats(&mut r, m * n, -3.0, 3.0);
+                let c0 = floats(&mut r, m * n, -1.0, 1.0);
+                let db0 = floats(&mut r, m, -1.0, 1.0);
+                let a = dev.upload(&a_host).unwrap();
+                let b = dev.upload(&b_host).unwrap();
+                let bias = dev.upload(&bias_host).unwrap();
+                let aux = dev.upload(&aux_host).unwrap();
+                let prod = reference(g, &a_host, &b_host);
+                let row_sums: Vec<f64> = (0..m)
+                    .map(|row| {
+                        (0..k)
+                            .map(|kk| {
+                                if ta {
+                                    a_host[kk * m + row]
+                                } else {
+                                    a_host[row * k + kk]
+                                }
+                            })
+                            .map(f64::from)
+                            .sum()
+                    })
+                    .collect();
+                let mut c = poisoned(dev, m * n);
+                matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::bias_act(&bias, act)).unwrap();
+                let want: Vec<f64> = (0..m * n)
+                    .map(|i| act.eval_f64(prod[i] + f64::from(bias_host[i % n])))
+                    .collect();
+                let case = format!("{} bias+{act:?}", shapes(g));
+                assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
+                for accumulate in [false, true] {
+                    let mut c = dev.upload(&c0).unwrap();
+                    let mut db = dev.upload(&db0).unwrap();
+                    if !accumulate {
+                        c.fill(f32::NAN).unwrap();
+                        db.fill(f32::NAN).unwrap();
+                    }
+                    let epi = Epilogue::none().gate(act, &aux).accumulate(accumulate);
+                    matmul::matmul_row_sums(dev, g, &a, &b, &mut c, &mut db, &epi).unwrap();
+                    let keep = if accumulate { 1.0 } else { 0.0 };
+                    let want: Vec<f64> = (0..m * n)
+                        .map(|i| {
+                            prod[i] * act.derivative_f64(f64::from(aux_host[i]))
+                                + keep * f64::from(c0[i])
+                        })
+                        .collect();
+                    let want_db: Vec<f64> = (0..m)
+                        .map(|i| row_sums[i] + keep * f64::from(db0[i]))
+                        .collect();
+                    let case = format!("{} gate {act:?} accumulate={accumulate}", shapes(g));
+                    assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
+                    assert_close(
+                        &format!("{case} row sums"),
+                        &db.to_host().unwrap(),
+                        &want_db,
+                        TOL,
+                    );
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn t32_sums_like_t16() {
+    // The same sum in the same order (increasing k from 0, one fma per term) on both tilings:
+    // on the host, bitwise the same products.
+    let mut r = rng("t32_sums_like_t16");
+    let dev = graphed_runtime::Device::open(graphed_runtime::BackendKind::Host).unwrap();
+    let (m, n, k) = (37, 45, 150);
+    let a = dev.upload(&floats(&mut r, m * k, -1.0, 1.0)).unwrap();
+    let b = dev.upload(&floats(&mut r, k * n, -1.0, 1.0)).unwrap();
+    for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+        let run = |tile| {
+            let mut c = poisoned(&dev, m * n);
+            let g = gemm(m, n, k, ta, tb, tile);
+            matmul::matmul(&dev, g, &a, &b, &mut c, &Epilogue::none()).unwrap();
+            c.to_host().unwrap()
+        };
+        let (t16, t32) = (run(Tile::T16), run(Tile::T32));
+        assert!(
+            t16.iter()
+                .zip(&t32)
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            "ta={ta} tb={tb}: t32 differs from t16"
+        );
+    }
+}
+
+#[test]
 fn automatic_tiling() {
     // 64×64 tiles from 64 of them up; 16×16 below, where 64×64 tiles would idle a big GPU.
     assert_eq!(Gemm::nn(512, 512, 3).resolved_tile(), Tile::T64);
@@ -187,6 +303,11 @@ fn automatic_tiling() {
         Gemm::nn(512, 512, 3).with_tile(Tile::T16).resolved_tile(),
         Tile::T16
     );
+    // 32×32 tiles only when asked for; their tiles count for the fill rule.
+    let g = Gemm::nt(64, 256, 784).with_tile(Tile::T32);
+    assert_eq!(g.resolved_tile(), Tile::T32);
+    assert_eq!(g.tiles(), 16);
+    assert_eq!(g.split_parts(Some(132)), 5);
 }
 
 #[test]
@@ -277,6 +398,7 @@ fn tile_kernels_index_their_arrays_by_constants_only() {
     // unrolled loops make every index of the tiles' register arrays a literal.
     assert_array_indices_literal("matmul_t64", matmul_t64::CUDA, matmul_t64::WGSL, 4);
     assert_array_indices_literal("matmul_t16", matmul_t16::CUDA, matmul_t16::WGSL, 2);
+    assert_array_indices_literal("matmul_t32", matmul_t32::CUDA, matmul_t32::WGSL, 6);
 }
 
 #[test]
@@ -292,6 +414,7 @@ fn tile_kernels_emit_their_epilogue_once_per_row_pair_and_keep_their_k_loops() {
     };
     assert_eq!(calls(matmul_t64::CUDA), 2, "{}", matmul_t64::CUDA);
     assert_eq!(calls(matmul_t16::CUDA), 1, "{}", matmul_t16::CUDA);
+    assert_eq!(calls(matmul_t32::CUDA), 1, "{}", matmul_t32::CUDA);
     // The whole-step loop `for kk in 0..16` (t64) / `0..64` (t16): its end is a literal.
     let k_loop = |src: &str, end: &str| {
         src.lines()
@@ -299,6 +422,7 @@ fn tile_kernels_emit_their_epilogue_once_per_row_pair_and_keep_their_k_loops() {
     };
     assert!(k_loop(matmul_t64::CUDA, "16u"), "{}", matmul_t64::CUDA);
     assert!(k_loop(matmul_t16::CUDA, "64u"), "{}", matmul_t16::CUDA);
+    assert!(k_loop(matmul_t32::CUDA, "64u"), "{}", matmul_t32::CUDA);
 }
 
 #[test]
@@ -364,6 +488,8 @@ fn split_products_match_one_pass_and_the_oracle() {
             (33, 20, 300, Tile::T16, 2),
             (5, 70, 513, Tile::T64, 3),
             (1, 1, 200, Tile::T16, 4),
+            (7, 9, 700, Tile::T32, 4),
+            (70, 33, 300, Tile::T32, 2),
         ] {
             let a_host = floats(&mut r, m * k, -1.0, 1.0);
             let b_host = floats(&mut r, k * n, -1.0, 1.0);

@@ -25,6 +25,7 @@ fn all() -> Vec<&'static KernelDef> {
         &graphed_kernels::reduce_subgroup::reduce_rows_sg::DEF,
         &matmul::matmul_t64::DEF,
         &matmul::matmul_t16::DEF,
+        &matmul::matmul_t32::DEF,
         &matmul::gemm_epilogue::DEF,
         &matmul::gemm_row_sums::DEF,
         &matmul::gemm_epilogue_cast_bf16::DEF,

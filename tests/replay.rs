@@ -113,13 +113,26 @@ fn scalars_that_repeat_change_alone_or_return_replay_as_eager() {
         let mut eag = DeepStep::new(dev).unwrap();
         let x = floats(&mut r, n, -2.0, 2.0);
         let (a, b, c, d) = (0.03f32, 0.2f32, -0.4f32, 0.011f32);
-        let pattern = [(a, b), (a, b), (a, b), (a, c), (d, c), (d, c), (a, b), (d, b), (a, b)];
+        let pattern = [
+            (a, b),
+            (a, b),
+            (a, b),
+            (a, c),
+            (d, c),
+            (d, c),
+            (a, b),
+            (d, b),
+            (a, b),
+        ];
         for (i, &(lr, s)) in pattern.iter().enumerate() {
             let (y1, s1) = rep.call(&mut w_rep, &x[..], lr, s).unwrap();
             let (y1, s1) = (y1.to_host().unwrap(), s1.to_host().unwrap());
             let (y2, s2) = eag.eager(&mut w_eag, &x[..], lr, s).unwrap();
             let (y2, s2) = (y2.to_host().unwrap(), s2.to_host().unwrap());
-            assert!(bitwise_eq(&y1, &y2), "outputs differ at call {i} ({lr}, {s})");
+            assert!(
+                bitwise_eq(&y1, &y2),
+                "outputs differ at call {i} ({lr}, {s})"
+            );
             assert!(bitwise_eq(&s1, &s2), "sums differ at call {i} ({lr}, {s})");
             assert!(bitwise_eq(
                 &w_rep.to_host().unwrap(),
@@ -127,7 +140,11 @@ fn scalars_that_repeat_change_alone_or_return_replay_as_eager() {
             ));
         }
         let s = rep.stats();
-        assert_eq!((s.recordings, s.replays), (1, pattern.len() as u64), "{s:?}");
+        assert_eq!(
+            (s.recordings, s.replays),
+            (1, pattern.len() as u64),
+            "{s:?}"
+        );
     });
 }
 

@@ -727,9 +727,9 @@ impl Graphed {
                 }
                 // The backend keeps what it was last given; a failed replay forgets the cache
                 // (its words may or may not have been written), so the next one sends all.
-                let replayed = rec
-                    .recording
-                    .replay_with_inputs(self.device.backend(), &copies, &rec.scratch);
+                let replayed =
+                    rec.recording
+                        .replay_with_inputs(self.device.backend(), &copies, &rec.scratch);
                 if let Err(e) = replayed {
                     rec.scalar_last.iter_mut().for_each(|b| *b = None);
                     return Err(e);

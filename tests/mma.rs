@@ -228,6 +228,8 @@ fn kernels_validate_and_compile() {
         &graphed::kernels::matmul_mma::matmul_mma_occ2_f16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_lean_bf16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_lean_f16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_split_bf16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_split_f16::DEF,
     ];
     common::assert_wgsl_valid(&all);
     common::assert_cuda_compiles(&all);
@@ -242,7 +244,7 @@ fn kernels_validate_and_compile() {
     }
     // The two-workgroups-per-multiprocessor variants (occ2, lean) ask for it; the default
     // does not.
-    for k in &all[4..] {
+    for k in &all[4..8] {
         assert!(k.cuda.contains("__launch_bounds__(256, 2)"), "{}", k.name);
     }
     assert!(all[2].cuda.contains("__launch_bounds__(256)"));

@@ -23,9 +23,9 @@
 //! conflict-free, as are the stores of a tile stored with `k` inner; those of a transposed
 //! one (16 rows of one pair per half-group) meet two to a bank.
 //!
-//! Layer `z` of the grid sums the `k` range `[z·kc, (z + 1)·kc)` into copy `z` of `C` (the
-//! kernels' `kc`; one layer and `kc = k` but for a product split over `k`,
-//! [`MmaTile::SplitK`]). The variants of [`MmaTile`] are selected by [`matmul_mma_with`].
+//! A product split over `k` ([`MmaTile::SplitK`], the `matmul_mma_split_*` kernels) has
+//! layer `z` of its grid sum the range `[z·kc, (z + 1)·kc)` into copy `z` of `C` in a
+//! scratch buffer, then adds the copies in order. The variants of [`MmaTile`] are selected by [`matmul_mma_with`].
 //!
 //! Each element of `C` is the sum over `k` in steps of 16, in increasing order, of one call's
 //! contribution; within a call the order is the target's (see `graphed_lang::kernel::mma`):
@@ -192,11 +192,13 @@ macro_rules! matmul_mma_helpers {
 
 /// The product kernel over inputs of type `$t` (helpers from `matmul_mma_helpers!`), with
 /// `#[kernel]` arguments `$($kargs)*`; `$lean`: the tile stores' words are recomputed each
-/// step rather than kept in registers.
+/// step rather than kept in registers; `$split`: layer `z` of the grid sums the `k` range
+/// `[z·kc, (z + 1)·kc)` into copy `z` of `C` (else every workgroup sums all of `k`, `kc`
+/// unread).
 macro_rules! matmul_mma_kernel {
     (
         $(#[$doc:meta])* $name:ident, $t:ident, $load:ident, $frag_a:ident, $frag_b:ident,
-        [$($kargs:tt)*], $lean:literal
+        [$($kargs:tt)*], $lean:literal, $split:literal
     ) => {
         $(#[$doc])*
         #[kernel($($kargs)*)]
@@ -267,13 +269,20 @@ macro_rules! matmul_mma_kernel {
             let mut acc33 = [0.0f32; 4];
             // This workgroup's range of `k`: `[kb, ke)`, part `z` of `⌈k / kc⌉` (one part,
             // `kc = k`, but for a split product), written to `C`'s copy `z` in `c`.
-            let z = workgroup_id().z;
-            let kb = z * kc;
-            let mut ke = kb + kc;
-            if ke > k {
-                ke = k;
+            // Only the split kernels read `kc` and `z`: in the others the range is a constant
+            // `[0, k)`, which keeps their registers as they were.
+            let mut kb = 0u32;
+            let mut ke = k;
+            let mut base = 0u32;
+            if $split {
+                let z = workgroup_id().z;
+                kb = z * kc;
+                ke = kb + kc;
+                if ke > k {
+                    ke = k;
+                }
+                base = z * m * n;
             }
-            let base = z * m * n;
             let tiles = (ke - kb + 31) / 32;
             // The first step's words; each step then loads the next one's before its products.
             let first = !(inside && kb + 32 <= ke);
@@ -397,6 +406,7 @@ matmul_mma_kernel!(
     frag_a_bf16,
     frag_b_bf16,
     [workgroup = 256],
+    false,
     false
 );
 matmul_mma_kernel!(
@@ -407,6 +417,7 @@ matmul_mma_kernel!(
     frag_a_f16,
     frag_b_f16,
     [workgroup = 256],
+    false,
     false
 );
 matmul_mma_kernel!(
@@ -419,6 +430,7 @@ matmul_mma_kernel!(
     frag_a_bf16,
     frag_b_bf16,
     [workgroup = 256, min_workgroups = 2],
+    false,
     false
 );
 matmul_mma_kernel!(
@@ -429,6 +441,7 @@ matmul_mma_kernel!(
     frag_a_f16,
     frag_b_f16,
     [workgroup = 256, min_workgroups = 2],
+    false,
     false
 );
 
@@ -442,7 +455,8 @@ matmul_mma_kernel!(
     frag_a_bf16,
     frag_b_bf16,
     [workgroup = 256, min_workgroups = 2],
-    true
+    true,
+    false
 );
 matmul_mma_kernel!(
     /// [`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16) of `f16` inputs.
@@ -452,6 +466,32 @@ matmul_mma_kernel!(
     frag_a_f16,
     frag_b_f16,
     [workgroup = 256, min_workgroups = 2],
+    true,
+    false
+);
+
+matmul_mma_kernel!(
+    /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) over part `z` of `k`, `[z·kc, (z + 1)·kc)`,
+    /// into copy `z` of `C` (`c` holds `⌈k/kc⌉` of them) for layer `z` of the grid: the first
+    /// pass of [`MmaTile::SplitK`].
+    matmul_mma_split_bf16,
+    bf16,
+    load_bf16,
+    frag_a_bf16,
+    frag_b_bf16,
+    [workgroup = 256],
+    false,
+    true
+);
+matmul_mma_kernel!(
+    /// [`matmul_mma_split_bf16`](mod@matmul_mma_split_bf16) of `f16` inputs.
+    matmul_mma_split_f16,
+    f16,
+    load_f16,
+    frag_a_f16,
+    frag_b_f16,
+    [workgroup = 256],
+    false,
     true
 );
 
@@ -624,6 +664,8 @@ pub fn matmul_mma_with<C: Launch + ?Sized, T: Element>(
                 matmul_mma_occ2_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
             } else if lean {
                 matmul_mma_lean_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            } else if parts > 1 {
+                matmul_mma_split_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
             } else {
                 matmul_mma_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
             }
@@ -635,6 +677,8 @@ pub fn matmul_mma_with<C: Launch + ?Sized, T: Element>(
                 matmul_mma_occ2_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
             } else if lean {
                 matmul_mma_lean_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            } else if parts > 1 {
+                matmul_mma_split_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
             } else {
                 matmul_mma_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
             }

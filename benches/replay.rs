@@ -839,7 +839,7 @@ fn sampler_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()
                 sampler.step(step, x, i % timesteps).unwrap();
                 i += 1;
             },
-            &sync,
+            sync,
         )
     };
     let row = |variant: &str, (us, lo, hi, cpu): (f64, f64, f64, f64), record_ms| Row {

@@ -1181,6 +1181,33 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
     Ok(())
 }
 
+/// The device, launching eagerly, with one scratch buffer handed out again and again, so a
+/// split product's timing (`MmaTile::SplitK`) has no allocation in it, as in a recording
+/// (whose workspace is allocated once).
+struct ReusedScratch<'a> {
+    dev: &'a Device,
+    scratch: Buffer<f32>,
+}
+
+impl Launch for ReusedScratch<'_> {
+    fn launch(
+        &self,
+        kernel: &'static graphed::KernelDef,
+        grid: Grid,
+        args: &[graphed::KernelArg],
+    ) -> graphed::Result<()> {
+        self.dev.launch(kernel, grid, args)
+    }
+
+    fn scratch(&self, len: usize) -> graphed::Result<Buffer<f32>> {
+        self.scratch.slice(0..len)
+    }
+
+    fn backend_kind(&self) -> Option<BackendKind> {
+        Some(self.dev.kind())
+    }
+}
+
 /// Workload `mma`: the kernel library's tensor-core product (`matmul_mma`, on the kernel
 /// language's `mma_m16n8k16`) beside cuBLAS's (`matmul_half`, `cublasGemmEx`) on the bf16
 /// products of an MLP-L training step (`mixed-L`: batch 4096, 4096-wide layers, 10 classes):
@@ -1190,7 +1217,7 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
 /// products' magnitude before timing.
 fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
     use graphed::kernels::matmul::{matmul_half, Gemm};
-    use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm};
+    use graphed::kernels::matmul_mma::{matmul_mma_with, MmaGemm, MmaTile};
     if dev.kind() != BackendKind::Cuda {
         eprintln!(
             "workload mma runs on CUDA only (beside cuBLAS); skipped on {}",
@@ -1223,30 +1250,42 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
         let mut c_dsl = dev.alloc::<f32>(m * n)?;
         let mut c_blas = dev.alloc::<f32>(m * n)?;
         let g = MmaGemm { m, n, k, ta, tb };
+        // Enough for any split (at most k / 256 parts).
+        let cx = ReusedScratch {
+            dev,
+            scratch: dev.alloc::<f32>(m * n * (k / 256).max(1))?,
+        };
         let gb = match (ta, tb) {
             (false, true) => Gemm::nt(m, n, k),
             (true, false) => Gemm::tn(m, n, k),
             _ => Gemm::nn(m, n, k),
         };
-        matmul_mma(dev, g, &a, &b, &mut c_dsl, false)?;
         matmul_half(dev, gb, &a, &b, &mut c_blas, false)?;
-        let (x, y) = (c_dsl.to_host()?, c_blas.to_host()?);
-        let worst = x
-            .iter()
-            .zip(&y)
-            .map(|(p, q)| (p - q).abs() as f64 / (k as f64).sqrt().max(1.0))
-            .fold(0.0f64, f64::max);
+        let y = c_blas.to_host()?;
+        // The largest |dsl - cublas| / sqrt(k) per variant, checked before any timing.
+        let mut worst = Vec::new();
+        for tile in MmaTile::ALL {
+            matmul_mma_with(&cx, tile, g, &a, &b, &mut c_dsl, false)?;
+            let x = c_dsl.to_host()?;
+            let w = x
+                .iter()
+                .zip(&y)
+                .map(|(p, q)| (p - q).abs() as f64 / (k as f64).sqrt().max(1.0))
+                .fold(0.0f64, f64::max);
+            worst.push(format!("{} {w:.2e}", tile.name()));
+        }
         let flops = 2.0 * (m * n * k) as f64;
         let mut line = format!("{name:<18} m {m:>5} n {n:>5} k {k:>5}:");
-        for (variant, which) in [("dsl-mma", 0), ("cublas-bf16", 1)] {
+        let variants = MmaTile::ALL
+            .iter()
+            .map(|&t| (format!("dsl-mma-{}", t.name()), Some(t)))
+            .chain([("cublas-bf16".to_string(), None)]);
+        for (variant, tile) in variants {
             let (us, lo, hi, cpu) = measure(
                 steps,
-                || {
-                    if which == 0 {
-                        matmul_mma(dev, g, &a, &b, &mut c_dsl, false).unwrap()
-                    } else {
-                        matmul_half(dev, gb, &a, &b, &mut c_blas, false).unwrap()
-                    }
+                || match tile {
+                    Some(t) => matmul_mma_with(&cx, t, g, &a, &b, &mut c_dsl, false).unwrap(),
+                    None => matmul_half(dev, gb, &a, &b, &mut c_blas, false).unwrap(),
                 },
                 sync,
             );
@@ -1255,7 +1294,7 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
             rows.push(Row {
                 workload: format!("mma {name}"),
                 backend: dev.kind().to_string(),
-                variant: variant.into(),
+                variant,
                 n: m * n * k,
                 us_step: us,
                 spread: (lo, hi),
@@ -1264,7 +1303,12 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
                 record_ms: None,
             });
         }
-        writeln!(line, "  (largest |dsl - cublas| / sqrt(k): {worst:.2e})").unwrap();
+        writeln!(
+            line,
+            "  (largest |dsl - cublas| / sqrt(k): {})",
+            worst.join(", ")
+        )
+        .unwrap();
         summary.push_str(&line);
     }
     eprint!("{summary}");

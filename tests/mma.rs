@@ -12,7 +12,7 @@
 mod common;
 
 use common::{on_every_backend, rng};
-use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm};
+use graphed::kernels::matmul_mma::{matmul_mma, matmul_mma_with, MmaGemm, MmaTile};
 use graphed::prelude::*;
 use graphed::testing::{floats, poisoned};
 use graphed::BackendKind;
@@ -224,6 +224,12 @@ fn kernels_validate_and_compile() {
         &mma_once_f16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_bf16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_f16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_occ2_bf16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_occ2_f16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_lean_bf16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_lean_f16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_split_bf16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_split_f16::DEF,
     ];
     common::assert_wgsl_valid(&all);
     common::assert_cuda_compiles(&all);
@@ -236,6 +242,15 @@ fn kernels_validate_and_compile() {
         );
         assert!(k.wgsl.contains("var<workgroup> gd_mma"), "{}", k.name);
     }
+    // The two-workgroups-per-multiprocessor variants (occ2, lean) ask for it; the default
+    // does not.
+    for k in &all[4..8] {
+        assert!(k.cuda.contains("__launch_bounds__(256, 2)"), "{}", k.name);
+    }
+    assert!(all[2].cuda.contains("__launch_bounds__(256)"));
+    let sum = [&graphed::kernels::matmul_mma::matmul_mma_split_sum::DEF];
+    common::assert_wgsl_valid(&sum);
+    common::assert_cuda_compiles(&sum);
 }
 
 // ------------------------------------------------------------------ the tiled product
@@ -275,8 +290,8 @@ fn tiled<T: graphed::Element>(from: impl Fn(f32) -> T + Copy, back: impl Fn(T) -
     tiled_cases("matmul_mma", SHAPES, LAYER, from, back);
 }
 
-/// `matmul_mma` on every backend for each shape and `(ta, tb)`, with and without
-/// `accumulate`, against the `f64` oracle.
+/// `matmul_mma_with` of every [`MmaTile`] on every backend for each shape and `(ta, tb)`,
+/// with and without `accumulate`, against the `f64` oracle.
 fn tiled_cases<T: graphed::Element>(
     seed: &str,
     shapes: &[(usize, usize, usize)],
@@ -305,14 +320,17 @@ fn tiled_cases<T: graphed::Element>(
                 let db = dev
                     .upload(&b.iter().map(|&v| from(v)).collect::<Vec<T>>())
                     .unwrap();
-                for accumulate in [false, true] {
+                for (tile, accumulate) in MmaTile::ALL
+                    .into_iter()
+                    .flat_map(|t| [(t, false), (t, true)])
+                {
                     let mut dc = if accumulate {
                         dev.upload(&c0).unwrap()
                     } else {
                         poisoned(dev, m * n)
                     };
                     let g = MmaGemm { m, n, k, ta, tb };
-                    matmul_mma(dev, g, &da, &db, &mut dc, accumulate).unwrap();
+                    matmul_mma_with(dev, tile, g, &da, &db, &mut dc, accumulate).unwrap();
                     let got = dc.to_host().unwrap();
                     let tol = (k as f64 + 16.0) * TOL_MMA / 16.0;
                     for i in 0..m * n {
@@ -321,7 +339,7 @@ fn tiled_cases<T: graphed::Element>(
                         let bound = tol * (scale[i] + base.abs()) + 1e-30;
                         assert!(
                             err <= bound,
-                            "[{}] {m}×{n}×{k} ta {ta} tb {tb} accumulate {accumulate}: element {i} got {} want {}, error {err:e} > {bound:e}",
+                            "[{}] {tile:?} {m}×{n}×{k} ta {ta} tb {tb} accumulate {accumulate}: element {i} got {} want {}, error {err:e} > {bound:e}",
                             dev.kind(),
                             got[i],
                             want[i] + base
@@ -358,6 +376,20 @@ fn tiled_whole_tiles_and_ragged_edges_match_the_oracle() {
     );
 }
 
+/// Products that `MmaTile::SplitK` splits over `k` (1 tile and 2 parts, 2 tiles and 3
+/// parts with a ragged last one, 1 whole tile and 2 unchecked parts), every variant, with
+/// and without `accumulate`.
+#[test]
+fn split_k_products_match_the_oracle() {
+    tiled_cases(
+        "matmul_mma_split",
+        &[(40, 10, 600), (130, 7, 777), (128, 128, 512)],
+        LAYER,
+        bf16::from_f32,
+        bf16::to_f32,
+    );
+}
+
 /// The host and wgpu run the same portable form in the same order: bitwise equal products,
 /// on edge tiles (checked loads) and on whole ones (unchecked).
 #[test]
@@ -370,7 +402,13 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
         return;
     }
     let mut rng = rng("matmul_mma_bitwise");
-    for (m, n, k, ta, tb) in [(70, 45, 129, false, true), (128, 128, 64, true, false)] {
+    // The last two split over `k` under `MmaTile::SplitK` (2 and 3 parts).
+    for (m, n, k, ta, tb) in [
+        (70, 45, 129, false, true),
+        (128, 128, 64, true, false),
+        (40, 10, 600, false, true),
+        (130, 7, 777, true, false),
+    ] {
         let a: Vec<bf16> = floats(&mut rng, m * k, -1.0, 1.0)
             .into_iter()
             .map(bf16::from_f32)
@@ -379,21 +417,31 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
             .into_iter()
             .map(bf16::from_f32)
             .collect();
-        let outs: Vec<Vec<f32>> = devs
-            .iter()
-            .map(|dev| {
+        // Every variant bitwise equal on every device; the 128×128 ones also to each other
+        // (a split product sums in another order).
+        let mut first: Option<Vec<f32>> = None;
+        for tile in MmaTile::ALL {
+            if tile == MmaTile::SplitK {
+                first = None;
+            }
+            for dev in &devs {
                 let da = dev.upload(&a).unwrap();
                 let db = dev.upload(&b).unwrap();
                 let mut dc = poisoned(dev, m * n);
                 let g = MmaGemm { m, n, k, ta, tb };
-                matmul_mma(dev, g, &da, &db, &mut dc, false).unwrap();
-                dc.to_host().unwrap()
-            })
-            .collect();
-        assert!(
-            common::bitwise_eq(&outs[0], &outs[1]),
-            "{m}×{n}×{k} ta {ta} tb {tb}: host and wgpu differ"
-        );
+                matmul_mma_with(dev, tile, g, &da, &db, &mut dc, false).unwrap();
+                let out = dc.to_host().unwrap();
+                match &first {
+                    None => first = Some(out),
+                    Some(f) => assert!(
+                        common::bitwise_eq(f, &out),
+                        "{m}×{n}×{k} ta {ta} tb {tb}: {tile:?} on {} differs from the default on {}",
+                        dev.kind(),
+                        devs[0].kind()
+                    ),
+                }
+            }
+        }
     }
 }
 

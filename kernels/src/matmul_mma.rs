@@ -23,6 +23,10 @@
 //! conflict-free, as are the stores of a tile stored with `k` inner; those of a transposed
 //! one (16 rows of one pair per half-group) meet two to a bank.
 //!
+//! A product split over `k` ([`MmaTile::SplitK`], the `matmul_mma_split_*` kernels) has
+//! layer `z` of its grid sum the range `[z·kc, (z + 1)·kc)` into copy `z` of `C` in a
+//! scratch buffer, then adds the copies in order. The variants of [`MmaTile`] are selected by [`matmul_mma_with`].
+//!
 //! Each element of `C` is the sum over `k` in steps of 16, in increasing order, of one call's
 //! contribution; within a call the order is the target's (see `graphed_lang::kernel::mma`):
 //! the host and wgpu agree bitwise, CUDA's tensor cores within the tolerance stated there.
@@ -62,31 +66,42 @@ fn tile_share(trans: bool, tid: u32) -> [u32; 4] {
 }
 
 /// Stores `acc` (an `mma_m16n8k16` accumulator of the 16×8 block at `row`, `col` of `C`, the
-/// invocation's `g`, `t`) into `c` (`m × n`), elements outside `C` dropped.
+/// invocation's `g`, `t`) into the `m × n` matrix at `base` of `c`, elements outside `C`
+/// dropped.
+#[allow(clippy::too_many_arguments)]
 #[device]
-fn store_block(c: &mut [f32], acc: [f32; 4], row: u32, col: u32, m: u32, n: u32, accumulate: bool) {
+fn store_block(
+    c: &mut [f32],
+    base: u32,
+    acc: [f32; 4],
+    row: u32,
+    col: u32,
+    m: u32,
+    n: u32,
+    accumulate: bool,
+) {
     for e in 0..4u32 {
         let r = row + 8 * (e / 2);
         let cc = col + e % 2;
         if r < m && cc < n {
             if accumulate {
-                c[r * n + cc] += acc[e];
+                c[base + r * n + cc] += acc[e];
             } else {
-                c[r * n + cc] = acc[e];
+                c[base + r * n + cc] = acc[e];
             }
         }
     }
 }
 
-/// The product kernel over inputs of type `$t`.
-macro_rules! matmul_mma_kernel {
-    ($(#[$doc:meta])* $name:ident, $t:ident, $load:ident, $frag_a:ident, $frag_b:ident) => {
+/// The product's helpers over inputs of type `$t`: a tile's loads and the fragments.
+macro_rules! matmul_mma_helpers {
+    ($t:ident, $load:ident, $frag_a:ident, $frag_b:ident) => {
         /// This invocation's 8 words (pairs of adjacent-`k` elements, the lower `k` in the low
         /// half) of the 128 × 32 tile at row `r0`, `k` `k0` of a `rows × k` matrix `x` stored
         /// row-major (`trans`: `x` holds its transpose, `k × rows`), by its share `sh`
-        /// (`tile_share`). `checked`: elements outside the matrix are zero (else the tile is
-        /// known to lie inside it).
-        #[allow(dead_code)]
+        /// (`tile_share`). `checked`: elements outside the matrix, or at `k ≥ kend`, are zero
+        /// (else the tile is known to lie inside both).
+        #[allow(dead_code, clippy::too_many_arguments)]
         #[device]
         fn $load(
             x: &[$t],
@@ -96,6 +111,7 @@ macro_rules! matmul_mma_kernel {
             k0: u32,
             rows: u32,
             k: u32,
+            kend: u32,
             checked: bool,
         ) -> [u32; 8] {
             let mut v = [0u32; 8];
@@ -105,14 +121,14 @@ macro_rules! matmul_mma_kernel {
                     let kk = k0 + 2 * (sh[1] + sh[3] * q);
                     let mut lo = 0u32;
                     let mut hi = 0u32;
-                    if r < rows && kk < k {
+                    if r < rows && kk < kend {
                         if trans {
                             lo = x[kk * rows + r].to_bits();
                         } else {
                             lo = x[r * k + kk].to_bits();
                         }
                     }
-                    if r < rows && kk + 1 < k {
+                    if r < rows && kk + 1 < kend {
                         if trans {
                             hi = x[(kk + 1) * rows + r].to_bits();
                         } else {
@@ -171,13 +187,26 @@ macro_rules! matmul_mma_kernel {
             f[3] = $t::from_bits(w1 >> 16u32);
             f
         }
+    };
+}
 
+/// The product kernel over inputs of type `$t` (helpers from `matmul_mma_helpers!`), with
+/// `#[kernel]` arguments `$($kargs)*`; `$lean`: the tile stores' words are recomputed each
+/// step rather than kept in registers; `$split`: layer `z` of the grid sums the `k` range
+/// `[z·kc, (z + 1)·kc)` into copy `z` of `C` (else every workgroup sums all of `k`, `kc`
+/// unread).
+macro_rules! matmul_mma_kernel {
+    (
+        $(#[$doc:meta])* $name:ident, $t:ident, $load:ident, $frag_a:ident, $frag_b:ident,
+        [$($kargs:tt)*], $lean:literal, $split:literal
+    ) => {
         $(#[$doc])*
-        #[kernel(workgroup = 256)]
+        #[kernel($($kargs)*)]
         pub fn $name(
             m: u32,
             n: u32,
             k: u32,
+            kc: u32,
             ta: bool,
             tb: bool,
             accumulate: bool,
@@ -238,11 +267,27 @@ macro_rules! matmul_mma_kernel {
             let mut acc31 = [0.0f32; 4];
             let mut acc32 = [0.0f32; 4];
             let mut acc33 = [0.0f32; 4];
-            let tiles = (k + 31) / 32;
+            // This workgroup's range of `k`: `[kb, ke)`, part `z` of `⌈k / kc⌉` (one part,
+            // `kc = k`, but for a split product), written to `C`'s copy `z` in `c`.
+            // Only the split kernels read `kc` and `z`: in the others the range is a constant
+            // `[0, k)`, which keeps their registers as they were.
+            let mut kb = 0u32;
+            let mut ke = k;
+            let mut base = 0u32;
+            if $split {
+                let z = workgroup_id().z;
+                kb = z * kc;
+                ke = kb + kc;
+                if ke > k {
+                    ke = k;
+                }
+                base = z * m * n;
+            }
+            let tiles = (ke - kb + 31) / 32;
             // The first step's words; each step then loads the next one's before its products.
-            let first = !(inside && 32 <= k);
-            let ra0 = $load(a, ta, sha, row0, 0u32, m, k, first);
-            let rb0 = $load(b, !tb, shb, col0, 0u32, n, k, first);
+            let first = !(inside && kb + 32 <= ke);
+            let ra0 = $load(a, ta, sha, row0, kb, m, k, ke, first);
+            let rb0 = $load(b, !tb, shb, col0, kb, n, k, ke, first);
             let mut ra = [0u32; 8];
             let mut rb = [0u32; 8];
             for q in 0..8u32 {
@@ -253,15 +298,21 @@ macro_rules! matmul_mma_kernel {
                 // The previous step's products have read the tiles.
                 barrier();
                 for q in 0..8u32 {
-                    sa[pa[q]] = ra[q];
-                    sb[pb[q]] = rb[q];
+                    if $lean {
+                        // Recomputed each step: 16 fewer registers held across the loop.
+                        sa[tile_word(sha[0] + sha[2] * q, sha[1] + sha[3] * q)] = ra[q];
+                        sb[tile_word(shb[0] + shb[2] * q, shb[1] + shb[3] * q)] = rb[q];
+                    } else {
+                        sa[pa[q]] = ra[q];
+                        sb[pb[q]] = rb[q];
+                    }
                 }
                 barrier();
                 if step + 1 < tiles {
-                    let k1 = (step + 1) * 32;
-                    let checked = !(inside && k1 + 32 <= k);
-                    let na = $load(a, ta, sha, row0, k1, m, k, checked);
-                    let nb = $load(b, !tb, shb, col0, k1, n, k, checked);
+                    let k1 = kb + (step + 1) * 32;
+                    let checked = !(inside && k1 + 32 <= ke);
+                    let na = $load(a, ta, sha, row0, k1, m, k, ke, checked);
+                    let nb = $load(b, !tb, shb, col0, k1, n, k, ke, checked);
                     for q in 0..8u32 {
                         ra[q] = na[q];
                         rb[q] = nb[q];
@@ -322,34 +373,41 @@ macro_rules! matmul_mma_kernel {
             }
             let r = row0 + wr + g;
             let cl = col0 + wc + 2 * t;
-            store_block(c, acc00, r, cl, m, n, accumulate);
-            store_block(c, acc01, r, cl + 8, m, n, accumulate);
-            store_block(c, acc02, r, cl + 16, m, n, accumulate);
-            store_block(c, acc03, r, cl + 24, m, n, accumulate);
-            store_block(c, acc10, r + 16, cl, m, n, accumulate);
-            store_block(c, acc11, r + 16, cl + 8, m, n, accumulate);
-            store_block(c, acc12, r + 16, cl + 16, m, n, accumulate);
-            store_block(c, acc13, r + 16, cl + 24, m, n, accumulate);
-            store_block(c, acc20, r + 32, cl, m, n, accumulate);
-            store_block(c, acc21, r + 32, cl + 8, m, n, accumulate);
-            store_block(c, acc22, r + 32, cl + 16, m, n, accumulate);
-            store_block(c, acc23, r + 32, cl + 24, m, n, accumulate);
-            store_block(c, acc30, r + 48, cl, m, n, accumulate);
-            store_block(c, acc31, r + 48, cl + 8, m, n, accumulate);
-            store_block(c, acc32, r + 48, cl + 16, m, n, accumulate);
-            store_block(c, acc33, r + 48, cl + 24, m, n, accumulate);
+            store_block(c, base, acc00, r, cl, m, n, accumulate);
+            store_block(c, base, acc01, r, cl + 8, m, n, accumulate);
+            store_block(c, base, acc02, r, cl + 16, m, n, accumulate);
+            store_block(c, base, acc03, r, cl + 24, m, n, accumulate);
+            store_block(c, base, acc10, r + 16, cl, m, n, accumulate);
+            store_block(c, base, acc11, r + 16, cl + 8, m, n, accumulate);
+            store_block(c, base, acc12, r + 16, cl + 16, m, n, accumulate);
+            store_block(c, base, acc13, r + 16, cl + 24, m, n, accumulate);
+            store_block(c, base, acc20, r + 32, cl, m, n, accumulate);
+            store_block(c, base, acc21, r + 32, cl + 8, m, n, accumulate);
+            store_block(c, base, acc22, r + 32, cl + 16, m, n, accumulate);
+            store_block(c, base, acc23, r + 32, cl + 24, m, n, accumulate);
+            store_block(c, base, acc30, r + 48, cl, m, n, accumulate);
+            store_block(c, base, acc31, r + 48, cl + 8, m, n, accumulate);
+            store_block(c, base, acc32, r + 48, cl + 16, m, n, accumulate);
+            store_block(c, base, acc33, r + 48, cl + 24, m, n, accumulate);
         }
     };
 }
 
+matmul_mma_helpers!(bf16, load_bf16, frag_a_bf16, frag_b_bf16);
+matmul_mma_helpers!(f16, load_f16, frag_a_f16, frag_b_f16);
+
 matmul_mma_kernel!(
     /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` inputs on 128×128 tiles of
-    /// `mma_m16n8k16` (see the module docs); a grid of `⌈n/128⌉ × ⌈m/128⌉` workgroups.
+    /// `mma_m16n8k16` (see the module docs); a grid of `⌈n/128⌉ × ⌈m/128⌉ × ⌈k/kc⌉`
+    /// workgroups.
     matmul_mma_bf16,
     bf16,
     load_bf16,
     frag_a_bf16,
-    frag_b_bf16
+    frag_b_bf16,
+    [workgroup = 256],
+    false,
+    false
 );
 matmul_mma_kernel!(
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) of `f16` inputs.
@@ -357,8 +415,169 @@ matmul_mma_kernel!(
     f16,
     load_f16,
     frag_a_f16,
-    frag_b_f16
+    frag_b_f16,
+    [workgroup = 256],
+    false,
+    false
 );
+matmul_mma_kernel!(
+    /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) with its CUDA form bounded to two workgroups
+    /// per multiprocessor (`__launch_bounds__(256, 2)`: at most 128 registers per invocation,
+    /// what does not fit spilled); the same results on every backend. [`MmaTile::T128Occ2`].
+    matmul_mma_occ2_bf16,
+    bf16,
+    load_bf16,
+    frag_a_bf16,
+    frag_b_bf16,
+    [workgroup = 256, min_workgroups = 2],
+    false,
+    false
+);
+matmul_mma_kernel!(
+    /// [`matmul_mma_occ2_bf16`](mod@matmul_mma_occ2_bf16) of `f16` inputs.
+    matmul_mma_occ2_f16,
+    f16,
+    load_f16,
+    frag_a_f16,
+    frag_b_f16,
+    [workgroup = 256, min_workgroups = 2],
+    false,
+    false
+);
+
+matmul_mma_kernel!(
+    /// [`matmul_mma_occ2_bf16`](mod@matmul_mma_occ2_bf16) with the tile stores' words
+    /// recomputed each step instead of held in 16 registers; the same results on every
+    /// backend. [`MmaTile::T128Lean`].
+    matmul_mma_lean_bf16,
+    bf16,
+    load_bf16,
+    frag_a_bf16,
+    frag_b_bf16,
+    [workgroup = 256, min_workgroups = 2],
+    true,
+    false
+);
+matmul_mma_kernel!(
+    /// [`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16) of `f16` inputs.
+    matmul_mma_lean_f16,
+    f16,
+    load_f16,
+    frag_a_f16,
+    frag_b_f16,
+    [workgroup = 256, min_workgroups = 2],
+    true,
+    false
+);
+
+matmul_mma_kernel!(
+    /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) over part `z` of `k`, `[z·kc, (z + 1)·kc)`,
+    /// into copy `z` of `C` (`c` holds `⌈k/kc⌉` of them) for layer `z` of the grid: the first
+    /// pass of [`MmaTile::SplitK`].
+    matmul_mma_split_bf16,
+    bf16,
+    load_bf16,
+    frag_a_bf16,
+    frag_b_bf16,
+    [workgroup = 256],
+    false,
+    true
+);
+matmul_mma_kernel!(
+    /// [`matmul_mma_split_bf16`](mod@matmul_mma_split_bf16) of `f16` inputs.
+    matmul_mma_split_f16,
+    f16,
+    load_f16,
+    frag_a_f16,
+    frag_b_f16,
+    [workgroup = 256],
+    false,
+    true
+);
+
+/// The second pass of a product split over `k` ([`MmaTile::SplitK`]): `c[i]` is
+/// `Σ_z p[z·len + i]` in increasing `z` (plus `c[i]`, first, when `accumulate`).
+#[kernel(workgroup = 256)]
+pub fn matmul_mma_split_sum(len: u32, parts: u32, accumulate: bool, p: &[f32], c: &mut [f32]) {
+    let i = global_id().x;
+    if i < len {
+        let mut v = 0.0f32;
+        if accumulate {
+            v = c[i];
+        }
+        for z in 0..parts {
+            v += p[z * len + i];
+        }
+        c[i] = v;
+    }
+}
+
+/// Workgroups a split product aims for: two per multiprocessor of an H200 (132).
+const SPLIT_TARGET: usize = 264;
+
+/// The least `k` per part of a split product (eight steps of 32).
+const SPLIT_MIN_K: usize = 256;
+
+/// `k` per part of [`MmaTile::SplitK`] for `g`, a multiple of 32 (or `g.k` itself: one part,
+/// no split), so that the tiles times the parts come near [`SPLIT_TARGET`] without a part
+/// of less than [`SPLIT_MIN_K`] and the parts' copies of `C` fit `u32` indices.
+fn split_kc(g: MmaGemm) -> usize {
+    let tiles = g.m.div_ceil(TILE).max(1) * g.n.div_ceil(TILE).max(1);
+    let want = SPLIT_TARGET.div_ceil(tiles).min(g.k / SPLIT_MIN_K);
+    if want < 2 {
+        return g.k;
+    }
+    let kc = g.k.div_ceil(want).div_ceil(32) * 32;
+    let parts = g.k.div_ceil(kc);
+    if parts < 2 || parts * g.m * g.n > u32::MAX as usize {
+        return g.k;
+    }
+    kc
+}
+
+/// Which kernel [`matmul_mma_with`] launches. The 128×128 variants compute the same product
+/// with the same tiles and summation order (so the same bits on the host and wgpu) and differ
+/// only in how the CUDA form is compiled; [`MmaTile::SplitK`] sums its parts in a second pass,
+/// so its bits differ from theirs when it splits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MmaTile {
+    /// 128×128 tiles, eight MMA groups of 64×32 ([`matmul_mma_bf16`](mod@matmul_mma_bf16)).
+    #[default]
+    T128,
+    /// [`MmaTile::T128`] bounded to two workgroups per multiprocessor on CUDA
+    /// ([`matmul_mma_occ2_bf16`](mod@matmul_mma_occ2_bf16)).
+    T128Occ2,
+    /// [`MmaTile::T128Occ2`] with fewer registers held across the `k` loop
+    /// ([`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16)).
+    T128Lean,
+    /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
+    /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and
+    /// [`matmul_mma_split_sum`](mod@matmul_mma_split_sum) adds the parts in order (so a
+    /// narrow product such as 4096×10×4096, 32 tiles, fills the multiprocessors); products of
+    /// many tiles, or a short `k`, are not split (one launch of [`MmaTile::T128`]).
+    SplitK,
+}
+
+impl MmaTile {
+    /// Every variant, the default first.
+    pub const ALL: [MmaTile; 4] = [
+        MmaTile::T128,
+        MmaTile::T128Occ2,
+        MmaTile::T128Lean,
+        MmaTile::SplitK,
+    ];
+
+    /// The variant's short name (`t128`, `t128-occ2`, `t128-lean`, `splitk`), as the bench
+    /// prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MmaTile::T128 => "t128",
+            MmaTile::T128Occ2 => "t128-occ2",
+            MmaTile::T128Lean => "t128-lean",
+            MmaTile::SplitK => "splitk",
+        }
+    }
+}
 
 /// The shape of a product: `C` is `m × n`, the sum runs over `k`; `ta`: `A` is stored `k × m`
 /// (else `m × k`), `tb`: `B` is stored `n × k` (else `k × n`). All row-major.
@@ -377,7 +596,8 @@ pub struct MmaGemm {
 }
 
 /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` or `f16` inputs into `f32`: one
-/// launch of [`matmul_mma_bf16`](mod@matmul_mma_bf16) or [`matmul_mma_f16`](mod@matmul_mma_f16).
+/// launch of [`matmul_mma_bf16`](mod@matmul_mma_bf16) or [`matmul_mma_f16`](mod@matmul_mma_f16)
+/// ([`matmul_mma_with`] of [`MmaTile::T128`]).
 ///
 /// # Errors
 /// [`Error::Shape`] when the lengths do not make the product, a size does not fit in a `u32`,
@@ -385,6 +605,22 @@ pub struct MmaGemm {
 /// type other than `bf16` and `f16`; the launch's errors.
 pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     cx: &C,
+    g: MmaGemm,
+    a: &Buffer<T>,
+    b: &Buffer<T>,
+    c: &mut Buffer<f32>,
+    accumulate: bool,
+) -> Result<()> {
+    matmul_mma_with(cx, MmaTile::T128, g, a, b, c, accumulate)
+}
+
+/// [`matmul_mma`] by the kernel variant `tile`.
+///
+/// # Errors
+/// Those of [`matmul_mma`].
+pub fn matmul_mma_with<C: Launch + ?Sized, T: Element>(
+    cx: &C,
+    tile: MmaTile,
     g: MmaGemm,
     a: &Buffer<T>,
     b: &Buffer<T>,
@@ -400,25 +636,74 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             g.m, g.n
         )));
     }
-    let grid = Grid::workgroups_2d(gx.max(1) as u32, gy.max(1) as u32);
-    let (m, n, k) = (g.m as u32, g.n as u32, g.k as u32);
+    let kc = match tile {
+        MmaTile::SplitK => split_kc(g),
+        _ => g.k,
+    };
+    let parts = if kc < g.k { g.k.div_ceil(kc) } else { 1 };
+    let grid = Grid::workgroups_3d(gx.max(1) as u32, gy.max(1) as u32, parts as u32);
+    let (m, n, k, kcu) = (g.m as u32, g.n as u32, g.k as u32, kc as u32);
+    let (ta, tb) = (g.ta, g.tb);
+    let occ2 = tile == MmaTile::T128Occ2;
+    let lean = tile == MmaTile::T128Lean;
+    // A split product's parts go to a scratch copy of `C` each (never accumulated there).
+    let mut scratch = if parts > 1 {
+        Some(cx.scratch(parts * g.m * g.n)?)
+    } else {
+        None
+    };
+    let (out, acc) = match scratch.as_mut() {
+        Some(p) => (p, false),
+        None => (&mut *c, accumulate),
+    };
     match T::DTYPE {
         DType::BF16 => {
             let a = Buffer::<bf16>::try_from_view(a.raw_view())?;
             let b = Buffer::<bf16>::try_from_view(b.raw_view())?;
-            matmul_mma_bf16::launch(cx, grid, m, n, k, g.ta, g.tb, accumulate, &a, &b, c)
+            if occ2 {
+                matmul_mma_occ2_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            } else if lean {
+                matmul_mma_lean_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            } else if parts > 1 {
+                matmul_mma_split_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            } else {
+                matmul_mma_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            }
         }
         DType::F16 => {
             let a = Buffer::<f16>::try_from_view(a.raw_view())?;
             let b = Buffer::<f16>::try_from_view(b.raw_view())?;
-            matmul_mma_f16::launch(cx, grid, m, n, k, g.ta, g.tb, accumulate, &a, &b, c)
+            if occ2 {
+                matmul_mma_occ2_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            } else if lean {
+                matmul_mma_lean_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            } else if parts > 1 {
+                matmul_mma_split_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            } else {
+                matmul_mma_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
+            }
         }
-        other => Err(Error::Launch {
-            kernel: op,
-            reason: format!(
-                "inputs of `{}`; the tensor-core product takes `bf16` or `f16`",
-                other.name()
-            ),
-        }),
+        other => {
+            return Err(Error::Launch {
+                kernel: op,
+                reason: format!(
+                    "inputs of `{}`; the tensor-core product takes `bf16` or `f16`",
+                    other.name()
+                ),
+            })
+        }
     }
+    if let Some(p) = scratch {
+        let len = g.m * g.n;
+        matmul_mma_split_sum::launch(
+            cx,
+            Grid::workgroups(len.div_ceil(256) as u32),
+            len as u32,
+            parts as u32,
+            accumulate,
+            &p,
+            c,
+        )?;
+    }
+    Ok(())
 }

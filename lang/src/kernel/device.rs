@@ -1038,6 +1038,7 @@ fn finish_device(
         params: Vec::new(),
         shared: Vec::new(),
         workgroup: [1, 1, 1],
+        min_workgroups: 0,
         body: Vec::new(),
         has_barrier: false,
         has_subgroup: false,

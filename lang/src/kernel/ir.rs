@@ -114,6 +114,9 @@ pub struct Kernel {
     /// Per-invocation arrays, indexed by `Place::Array` and `Stmt::Array`.
     pub arrays: Vec<LocalArray>,
     pub workgroup: [u32; 3],
+    /// `#[kernel(min_workgroups = N)]`: workgroups per multiprocessor the CUDA form's
+    /// `__launch_bounds__` asks for (0: not given).
+    pub min_workgroups: u32,
     pub body: Vec<Stmt>,
     pub has_barrier: bool,
     /// Uses a subgroup operation (`subgroup_add`, a shuffle, `subgroup_size()`, …).

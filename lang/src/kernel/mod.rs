@@ -123,6 +123,7 @@ pub fn lower_with(
         shared,
         arrays,
         workgroup: kargs.workgroup,
+        min_workgroups: kargs.min_workgroups,
         body,
         has_barrier,
         has_subgroup,

@@ -7,10 +7,14 @@ use syn::spanned::Spanned;
 use super::ir::{Param, ParamKind, Ty};
 use crate::kernel::Errors;
 
-/// Arguments of `#[kernel(workgroup = 256)]`, `(16, 16)` or `(4, 4, 4)`.
+/// Arguments of `#[kernel(workgroup = 256)]`, `(16, 16)` or `(4, 4, 4)`, optionally
+/// `min_workgroups = 2`.
 pub struct KernelArgs {
     /// Invocations per workgroup in x, y and z (unset ones are 1).
     pub workgroup: [u32; 3],
+    /// Workgroups the CUDA form asks to fit on one multiprocessor at once (the second
+    /// argument of `__launch_bounds__`, which caps registers per invocation); 0 when not given.
+    pub min_workgroups: u32,
 }
 
 /// Parses `#[kernel(...)]`'s arguments; a mistake is recorded and the default (64) kept.
@@ -20,6 +24,7 @@ pub fn args(tokens: TokenStream, errors: &mut Errors) -> KernelArgs {
     // Whether a `workgroup` argument was written at all, valid or not: a bad one is reported
     // once, not again as "missing".
     let mut seen = false;
+    let mut min_workgroups = 0u32;
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("workgroup") {
             if seen {
@@ -32,9 +37,19 @@ pub fn args(tokens: TokenStream, errors: &mut Errors) -> KernelArgs {
             let value: syn::Expr = stream.parse()?;
             workgroup = Some(workgroup_shape(&value)?);
             Ok(())
+        } else if meta.path.is_ident("min_workgroups") {
+            let lit: syn::LitInt = meta.value()?.parse()?;
+            min_workgroups = lit
+                .base10_parse::<u32>()
+                .ok()
+                .filter(|&v| (1..=32).contains(&v))
+                .ok_or_else(|| {
+                    syn::Error::new(lit.span(), "`min_workgroups` is an integer from 1 to 32")
+                })?;
+            Ok(())
         } else {
             Err(meta.error(format!(
-                "unknown `#[kernel]` argument; the only one is `workgroup`: {usage}"
+                "unknown `#[kernel]` argument; they are `workgroup` and `min_workgroups`: {usage}"
             )))
         }
     });
@@ -49,7 +64,10 @@ pub fn args(tokens: TokenStream, errors: &mut Errors) -> KernelArgs {
         }
         [1, 1, 1]
     });
-    KernelArgs { workgroup }
+    KernelArgs {
+        workgroup,
+        min_workgroups,
+    }
 }
 
 /// Most invocations in one workgroup: CUDA's block limit (also Vulkan's common minimum).

@@ -204,9 +204,33 @@ fn workgroup_arguments() {
         (quote!(workgroup), "needs a shape"),
         (quote!(workgroup = 64, workgroup = 64), "given twice"),
         (quote!(threads = 64), "unknown `#[kernel]` argument"),
+        (quote!(workgroup = 64, min_workgroups = 0), "from 1 to 32"),
+        (
+            quote!(workgroup = 64, min_workgroups = x),
+            "expected integer literal",
+        ),
     ] {
         assert_one_error(&errors(args, body.clone()), msg);
     }
+}
+
+/// `min_workgroups = N` becomes `__launch_bounds__(threads, N)` in the CUDA form; without it
+/// the bound is the threads alone.
+#[test]
+fn min_workgroups_reaches_the_launch_bounds() {
+    let body = quote! {
+        fn k(y: &mut [f32]) {
+            y[0u32] = 1.0;
+        }
+    };
+    let k = lower(quote!(workgroup = 256, min_workgroups = 2), body.clone()).unwrap();
+    assert_eq!(k.min_workgroups, 2);
+    let cuda = super::emit::cuda::emit(&k);
+    assert!(cuda.contains("__launch_bounds__(256, 2)"), "{cuda}");
+    let k = lower(quote!(workgroup = 64), body).unwrap();
+    assert_eq!(k.min_workgroups, 0);
+    let cuda = super::emit::cuda::emit(&k);
+    assert!(cuda.contains("__launch_bounds__(64)"), "{cuda}");
 }
 
 #[test]

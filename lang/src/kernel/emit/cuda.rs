@@ -123,9 +123,13 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         params.push("gd_u32* __restrict__ gd_fault".to_string());
     }
     let threads: u32 = k.workgroup.iter().product();
+    let bounds = match k.min_workgroups {
+        0 => threads.to_string(),
+        w => format!("{threads}, {w}"),
+    };
     writeln!(
         head,
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {}({}) {{",
+        "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({}) {{",
         k.name,
         params.join(", ")
     )

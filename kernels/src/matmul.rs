@@ -22,7 +22,8 @@
 use graphed_macros::{device, kernel};
 use graphed_runtime::blas::{Math, Sgemm};
 use graphed_runtime::{
-    bf16, f16, Buffer, DType, Element, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg,
+    bf16, f16, BackendKind, Buffer, DType, Element, Error, Grid, IntoScalarArg, Launch, Result,
+    ScalarArg,
 };
 
 use crate::elementwise::Act;
@@ -850,13 +851,23 @@ pub enum Split {
 /// (531 vs 802 µs).
 pub const VENDOR_MIN_MACS: usize = 1 << 26;
 
+/// Under [`Tile::Auto`], a product that would take [`Tile::T16`] takes [`Tile::T32`] on CUDA
+/// where `C` has at least this many elements. The two sum every element in the same order
+/// (the same bits), so the choice is speed alone. Measured on the H200 (BENCHMARKS.md,
+/// `tiles` workload, µs per product in a replayed chain): MLP-S's weight gradient
+/// 256×784×64 (200,704 elements) 4.99 on T32 against 6.68 on T16; its 256×256×64 (65,536)
+/// 3.87 against 3.37, and every product of 16,384 elements or fewer slower on T32. Not on
+/// wgpu: T32's 16,896 bytes of workgroup memory pass WebGPU's default limit of 16 KiB.
+pub const T32_MIN_OUTPUTS: usize = 1 << 17;
+
 /// Which implementation and tiling a product uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Tile {
     /// The device's vendor BLAS for products of at least [`VENDOR_MIN_MACS`] multiply-adds,
     /// where the device has one and the epilogue allows (cuBLAS on CUDA: see [`matmul`]);
     /// otherwise [`Tile::T64`] when the product has at least 64 tiles of 64×64, else
-    /// [`Tile::T16`].
+    /// [`Tile::T16`] — or, on CUDA, [`Tile::T32`] for at least [`T32_MIN_OUTPUTS`] elements
+    /// of `C` (the two give the same bits).
     #[default]
     Auto,
     /// The device's vendor BLAS at any size where it has one and the epilogue allows;
@@ -866,7 +877,8 @@ pub enum Tile {
     T16,
     /// 64×64 tiles ([`matmul_t64`]).
     T64,
-    /// 32×32 tiles, 2×2 per invocation ([`matmul_t32`]); never chosen by [`Tile::Auto`].
+    /// 32×32 tiles, 2×2 per invocation ([`matmul_t32`]); chosen by [`Tile::Auto`] on CUDA
+    /// only (see [`T32_MIN_OUTPUTS`]).
     T32,
 }
 
@@ -1025,7 +1037,25 @@ impl Gemm {
         }
     }
 
-    /// The tiling a launch of this product uses ([`Tile::Auto`] resolved).
+    /// The tiling a launch of this product uses on `backend` ([`Tile::Auto`] resolved; the
+    /// vendor route decided before): [`Gemm::resolved_tile`], but [`Tile::T32`] on CUDA for
+    /// a product of [`Tile::Auto`] that would take [`Tile::T16`] with at least
+    /// [`T32_MIN_OUTPUTS`] elements of `C`.
+    pub fn resolved_tile_for(&self, backend: Option<BackendKind>) -> Tile {
+        let tile = self.resolved_tile();
+        if self.tile == Tile::Auto
+            && tile == Tile::T16
+            && self.m.saturating_mul(self.n) >= T32_MIN_OUTPUTS
+            && backend == Some(BackendKind::Cuda)
+        {
+            Tile::T32
+        } else {
+            tile
+        }
+    }
+
+    /// The tiling a launch of this product uses on a backend other than CUDA ([`Tile::Auto`]
+    /// resolved; see [`Gemm::resolved_tile_for`]).
     pub fn resolved_tile(&self) -> Tile {
         match self.tile {
             Tile::Auto | Tile::Vendor => {
@@ -1178,6 +1208,11 @@ fn launch<C: Launch + ?Sized>(
         }
     } else {
         db
+    };
+    // Same bits either way: T32 where it was measured faster (`T32_MIN_OUTPUTS`).
+    let g = Gemm {
+        tile: g.resolved_tile_for(cx.backend_kind()),
+        ..g
     };
     let tile = g.resolved_tile();
     let t = tile.side();

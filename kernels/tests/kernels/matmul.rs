@@ -303,11 +303,64 @@ fn automatic_tiling() {
         Gemm::nn(512, 512, 3).with_tile(Tile::T16).resolved_tile(),
         Tile::T16
     );
-    // 32×32 tiles only when asked for; their tiles count for the fill rule.
+    // 32×32 tiles when asked for, and under `Auto` on CUDA from T32_MIN_OUTPUTS elements of
+    // C where 16×16 tiles would be chosen (MLP-S's 256×784 weight gradient, not its 256×256).
+    use graphed_runtime::BackendKind;
+    let dw1 = Gemm::tn(256, 784, 64);
+    assert_eq!(dw1.resolved_tile_for(Some(BackendKind::Cuda)), Tile::T32);
+    assert_eq!(dw1.resolved_tile_for(Some(BackendKind::Wgpu)), Tile::T16);
+    assert_eq!(dw1.resolved_tile_for(None), Tile::T16);
+    assert_eq!(
+        dw1.with_tile(Tile::T16)
+            .resolved_tile_for(Some(BackendKind::Cuda)),
+        Tile::T16
+    );
+    assert_eq!(
+        Gemm::tn(256, 256, 64).resolved_tile_for(Some(BackendKind::Cuda)),
+        Tile::T16
+    );
+    assert_eq!(
+        Gemm::nn(512, 512, 3).resolved_tile_for(Some(BackendKind::Cuda)),
+        Tile::T64
+    );
+    // Their tiles count for the fill rule.
     let g = Gemm::nt(64, 256, 784).with_tile(Tile::T32);
     assert_eq!(g.resolved_tile(), Tile::T32);
     assert_eq!(g.tiles(), 16);
     assert_eq!(g.split_parts(Some(132)), 5);
+}
+
+/// `Auto` may take 32×32 tiles where it would take 16×16 (on CUDA): the two give the same
+/// bits, so the choice never changes a result. Checked on every backend for the shape the
+/// rule moves, with an epilogue and accumulation.
+#[test]
+fn t32_and_t16_give_the_same_bits_where_auto_may_choose_either() {
+    on_every_backend(|dev| {
+        let mut r = rng("t32_t16_bits");
+        let g = Gemm::tn(256, 784, 64);
+        let a = dev.upload(&floats(&mut r, g.m * g.k, -1.0, 1.0)).unwrap();
+        let b = dev.upload(&floats(&mut r, g.k * g.n, -1.0, 1.0)).unwrap();
+        let bias = dev.upload(&floats(&mut r, g.n, -0.5, 0.5)).unwrap();
+        let c0 = floats(&mut r, g.m * g.n, -1.0, 1.0);
+        let mut out = Vec::new();
+        for tile in [Tile::Auto, Tile::T16, Tile::T32] {
+            let mut c = dev.upload(&c0).unwrap();
+            let epi = Epilogue::bias_act(&bias, Act::Tanh).accumulate(true);
+            matmul::matmul(dev, g.with_tile(tile), &a, &b, &mut c, &epi).unwrap();
+            out.push(c.to_host().unwrap());
+        }
+        for (i, name) in [(1, "T16"), (2, "T32")] {
+            assert!(
+                out[0]
+                    .iter()
+                    .zip(&out[i])
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{}: Auto and {name} differ",
+                dev.kind()
+            );
+        }
+        assert_ne!(out[0], c0, "the product changed nothing");
+    });
 }
 
 #[test]

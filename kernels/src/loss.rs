@@ -379,6 +379,25 @@ pub fn mse_workspace_len(n: usize) -> usize {
     crate::reduce::workspace_len(n)
 }
 
+/// The rows and classes of a cross-entropy over `logits` (`rows × classes`, one label per
+/// row) into a one-element `loss`, or [`Error::Shape`] naming `op`.
+fn xent_shape(
+    op: &str,
+    logits: &Buffer<f32>,
+    labels: &Buffer<u32>,
+    loss: &Buffer<f32>,
+) -> Result<(usize, usize)> {
+    let rows = labels.len();
+    expect_len(op, "loss", loss.len(), 1)?;
+    if rows == 0 || logits.len() % rows != 0 {
+        return Err(Error::Shape(format!(
+            "{op}: {} logits are not {rows} rows",
+            logits.len()
+        )));
+    }
+    Ok((rows, logits.len() / rows))
+}
+
 /// Mean softmax cross-entropy of `logits` (row-major `labels.len() × classes`) against class
 /// indices `labels`, into `loss[0]`, and its gradient with respect to the logits into
 /// `dlogits` (`(softmax − onehot) / rows`), in one pass. `ws` holds partial sums of large
@@ -410,15 +429,7 @@ pub fn softmax_cross_entropy_scaled<C: Launch + ?Sized>(
     grad_scale: impl IntoScalarArg<f32>,
 ) -> Result<()> {
     let op = "softmax_cross_entropy";
-    let rows = labels.len();
-    expect_len(op, "loss", loss.len(), 1)?;
-    if rows == 0 || logits.len() % rows != 0 {
-        return Err(Error::Shape(format!(
-            "{op}: {} logits are not {rows} rows",
-            logits.len()
-        )));
-    }
-    let classes = logits.len() / rows;
+    let (rows, classes) = xent_shape(op, logits, labels, loss)?;
     expect_len(op, "dlogits", dlogits.len(), logits.len())?;
     u32_of("logits", logits.len())?;
     let lscale = 1.0 / rows as f32;
@@ -473,15 +484,7 @@ pub fn softmax_cross_entropy_cast<C: Launch + ?Sized, H: Element>(
     scale: Option<&Buffer<f32>>,
 ) -> Result<()> {
     let op = "softmax_cross_entropy_cast";
-    let rows = labels.len();
-    expect_len(op, "loss", loss.len(), 1)?;
-    if rows == 0 || logits.len() % rows != 0 {
-        return Err(Error::Shape(format!(
-            "{op}: {} logits are not {rows} rows",
-            logits.len()
-        )));
-    }
-    let classes = logits.len() / rows;
+    let (rows, classes) = xent_shape(op, logits, labels, loss)?;
     if classes > NARROW_CLASSES {
         return Err(Error::Shape(format!(
             "{op}: rows of {classes} classes; at most {NARROW_CLASSES}"

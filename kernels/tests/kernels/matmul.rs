@@ -102,6 +102,68 @@ fn every_transposition_and_tiling_on_odd_shapes() {
     });
 }
 
+/// One epilogue case of product `g` with activation `act` on `dev`: bias + act forward, then
+/// the gate overwriting and accumulating with the row sums of `op(A)`, against the f64 oracle.
+fn epilogue_case(dev: &graphed_runtime::Device, r: &mut impl rand::Rng, g: Gemm, act: Act) {
+    let (m, n, k, ta) = (g.m, g.n, g.k, g.ta);
+    let a_host = floats(r, m * k, -1.0, 1.0);
+    let b_host = floats(r, k * n, -1.0, 1.0);
+    let bias_host = floats(r, n, -1.0, 1.0);
+    let aux_host = floats(r, m * n, -3.0, 3.0);
+    let c0 = floats(r, m * n, -1.0, 1.0);
+    let db0 = floats(r, m, -1.0, 1.0);
+    let a = dev.upload(&a_host).unwrap();
+    let b = dev.upload(&b_host).unwrap();
+    let bias = dev.upload(&bias_host).unwrap();
+    let aux = dev.upload(&aux_host).unwrap();
+    let prod = reference(g, &a_host, &b_host);
+    let a_at = |row: usize, kk: usize| {
+        if ta {
+            a_host[kk * m + row]
+        } else {
+            a_host[row * k + kk]
+        }
+    };
+    let row_sums: Vec<f64> = (0..m)
+        .map(|row| (0..k).map(|kk| a_at(row, kk) as f64).sum())
+        .collect();
+
+    // Forward: act(op(A)·op(B) + bias).
+    let mut c = poisoned(dev, m * n);
+    matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::bias_act(&bias, act)).unwrap();
+    let want: Vec<f64> = (0..m * n)
+        .map(|i| act.eval_f64(prod[i] + bias_host[i % n] as f64))
+        .collect();
+    let case = format!("{} bias+{act:?}", shapes(g));
+    assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
+
+    // Backward: (op(A)·op(B)) ⊙ act′(aux), overwriting or accumulating, with the
+    // row sums of op(A) beside it.
+    for accumulate in [false, true] {
+        let mut c = dev.upload(&c0).unwrap();
+        let mut db = dev.upload(&db0).unwrap();
+        if !accumulate {
+            c.fill(f32::NAN).unwrap();
+            db.fill(f32::NAN).unwrap();
+        }
+        let epi = Epilogue::none().gate(act, &aux).accumulate(accumulate);
+        matmul::matmul_row_sums(dev, g, &a, &b, &mut c, &mut db, &epi).unwrap();
+        let keep = if accumulate { 1.0 } else { 0.0 };
+        let want: Vec<f64> = (0..m * n)
+            .map(|i| prod[i] * act.derivative_f64(aux_host[i] as f64) + keep * c0[i] as f64)
+            .collect();
+        let want_db: Vec<f64> = (0..m).map(|i| row_sums[i] + keep * db0[i] as f64).collect();
+        let case = format!("{} gate {act:?} accumulate={accumulate}", shapes(g));
+        assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
+        assert_close(
+            &format!("{case} row sums"),
+            &db.to_host().unwrap(),
+            &want_db,
+            TOL,
+        );
+    }
+}
+
 #[test]
 fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
     let mut r = rng("epilogue_bias_activation_gate_accumulate_and_row_sums");
@@ -121,65 +183,7 @@ fn epilogue_bias_activation_gate_accumulate_and_row_sums() {
             for (i, act) in acts.into_iter().enumerate() {
                 let (tile, ta, tb) = layouts[(i + 2 * s) % layouts.len()];
                 let g = gemm(m, n, k, ta, tb, tile);
-                let a_host = floats(&mut r, m * k, -1.0, 1.0);
-                let b_host = floats(&mut r, k * n, -1.0, 1.0);
-                let bias_host = floats(&mut r, n, -1.0, 1.0);
-                let aux_host = floats(&mut r, m * n, -3.0, 3.0);
-                let c0 = floats(&mut r, m * n, -1.0, 1.0);
-                let db0 = floats(&mut r, m, -1.0, 1.0);
-                let a = dev.upload(&a_host).unwrap();
-                let b = dev.upload(&b_host).unwrap();
-                let bias = dev.upload(&bias_host).unwrap();
-                let aux = dev.upload(&aux_host).unwrap();
-                let prod = reference(g, &a_host, &b_host);
-                let a_at = |row: usize, kk: usize| {
-                    if ta {
-                        a_host[kk * m + row]
-                    } else {
-                        a_host[row * k + kk]
-                    }
-                };
-                let row_sums: Vec<f64> = (0..m)
-                    .map(|row| (0..k).map(|kk| a_at(row, kk) as f64).sum())
-                    .collect();
-
-                // Forward: act(op(A)·op(B) + bias).
-                let mut c = poisoned(dev, m * n);
-                matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::bias_act(&bias, act)).unwrap();
-                let want: Vec<f64> = (0..m * n)
-                    .map(|i| act.eval_f64(prod[i] + bias_host[i % n] as f64))
-                    .collect();
-                let case = format!("{} bias+{act:?}", shapes(g));
-                assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
-
-                // Backward: (op(A)·op(B)) ⊙ act′(aux), overwriting or accumulating, with the
-                // row sums of op(A) beside it.
-                for accumulate in [false, true] {
-                    let mut c = dev.upload(&c0).unwrap();
-                    let mut db = dev.upload(&db0).unwrap();
-                    if !accumulate {
-                        c.fill(f32::NAN).unwrap();
-                        db.fill(f32::NAN).unwrap();
-                    }
-                    let epi = Epilogue::none().gate(act, &aux).accumulate(accumulate);
-                    matmul::matmul_row_sums(dev, g, &a, &b, &mut c, &mut db, &epi).unwrap();
-                    let keep = if accumulate { 1.0 } else { 0.0 };
-                    let want: Vec<f64> = (0..m * n)
-                        .map(|i| {
-                            prod[i] * act.derivative_f64(aux_host[i] as f64) + keep * c0[i] as f64
-                        })
-                        .collect();
-                    let want_db: Vec<f64> =
-                        (0..m).map(|i| row_sums[i] + keep * db0[i] as f64).collect();
-                    let case = format!("{} gate {act:?} accumulate={accumulate}", shapes(g));
-                    assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
-                    assert_close(
-                        &format!("{case} row sums"),
-                        &db.to_host().unwrap(),
-                        &want_db,
-                        TOL,
-                    );
-                }
+                epilogue_case(dev, &mut r, g, act);
             }
         }
     });
@@ -201,66 +205,7 @@ fn t32_epilogues_on_every_transposition() {
             {
                 let act = acts[(l + 3 * s) % acts.len()];
                 let g = gemm(m, n, k, ta, tb, Tile::T32);
-                let a_host = floats(&mut r, m * k, -1.0, 1.0);
-                let b_host = floats(&mut r, k * n, -1.0, 1.0);
-                let bias_host = floats(&mut r, n, -1.0, 1.0);
-                let aux_host = floats(&mut r, m * n, -3.0, 3.0);
-                let c0 = floats(&mut r, m * n, -1.0, 1.0);
-                let db0 = floats(&mut r, m, -1.0, 1.0);
-                let a = dev.upload(&a_host).unwrap();
-                let b = dev.upload(&b_host).unwrap();
-                let bias = dev.upload(&bias_host).unwrap();
-                let aux = dev.upload(&aux_host).unwrap();
-                let prod = reference(g, &a_host, &b_host);
-                let row_sums: Vec<f64> = (0..m)
-                    .map(|row| {
-                        (0..k)
-                            .map(|kk| {
-                                if ta {
-                                    a_host[kk * m + row]
-                                } else {
-                                    a_host[row * k + kk]
-                                }
-                            })
-                            .map(f64::from)
-                            .sum()
-                    })
-                    .collect();
-                let mut c = poisoned(dev, m * n);
-                matmul::matmul(dev, g, &a, &b, &mut c, &Epilogue::bias_act(&bias, act)).unwrap();
-                let want: Vec<f64> = (0..m * n)
-                    .map(|i| act.eval_f64(prod[i] + f64::from(bias_host[i % n])))
-                    .collect();
-                let case = format!("{} bias+{act:?}", shapes(g));
-                assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
-                for accumulate in [false, true] {
-                    let mut c = dev.upload(&c0).unwrap();
-                    let mut db = dev.upload(&db0).unwrap();
-                    if !accumulate {
-                        c.fill(f32::NAN).unwrap();
-                        db.fill(f32::NAN).unwrap();
-                    }
-                    let epi = Epilogue::none().gate(act, &aux).accumulate(accumulate);
-                    matmul::matmul_row_sums(dev, g, &a, &b, &mut c, &mut db, &epi).unwrap();
-                    let keep = if accumulate { 1.0 } else { 0.0 };
-                    let want: Vec<f64> = (0..m * n)
-                        .map(|i| {
-                            prod[i] * act.derivative_f64(f64::from(aux_host[i]))
-                                + keep * f64::from(c0[i])
-                        })
-                        .collect();
-                    let want_db: Vec<f64> = (0..m)
-                        .map(|i| row_sums[i] + keep * f64::from(db0[i]))
-                        .collect();
-                    let case = format!("{} gate {act:?} accumulate={accumulate}", shapes(g));
-                    assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
-                    assert_close(
-                        &format!("{case} row sums"),
-                        &db.to_host().unwrap(),
-                        &want_db,
-                        TOL,
-                    );
-                }
+                epilogue_case(dev, &mut r, g, act);
             }
         }
     });

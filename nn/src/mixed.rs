@@ -21,8 +21,9 @@
 //! weight gradient as a 16-bit product into the `f32` gradients, the bias gradient (row
 //! sums of the `f32` `dz`, [`gemm_row_sums`]: its own launch, which the graph runs beside
 //! the products; folded into the gate launch below it waited for the input-gradient
-//! product, and the H200 step was 2% slower) and (but the first) the input gradient as a
-//! product, then one launch with its activation gate and the gated `dz`'s 16-bit copy;
+//! product: bf16 MLP-M 249.2 µs on the H200 against 224.0 as its own launch) and (but the
+//! first) the input gradient as a product, then one launch with its activation gate and
+//! the gated `dz`'s 16-bit copy;
 //! then (`f16`) the unscale-and-check, AdamW, and (`f16`) the scale update. Every fused
 //! launch gives bitwise what its separate launches gave.
 

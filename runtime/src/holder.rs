@@ -718,9 +718,15 @@ impl Graphed {
                 let copies: Vec<(&RawView, &RawView)> =
                     copies.iter().map(|(s, d)| (s, d)).collect();
                 rec.scratch.clear();
-                for (slot, uses) in rec.scalar_uses.iter().enumerate() {
-                    let bits = args.scalars[slot].bits();
-                    if rec.scalar_last[slot] != Some(bits) {
+                for ((uses, last), scalar) in rec
+                    .scalar_uses
+                    .iter()
+                    .zip(&mut rec.scalar_last)
+                    .zip(&args.scalars)
+                {
+                    let bits = scalar.bits();
+                    if *last != Some(bits) {
+                        *last = Some(bits);
                         rec.scratch
                             .extend(uses.iter().map(|&(launch, word)| (launch, word, bits)));
                     }
@@ -733,9 +739,6 @@ impl Graphed {
                 if let Err(e) = replayed {
                     rec.scalar_last.iter_mut().for_each(|b| *b = None);
                     return Err(e);
-                }
-                for (slot, last) in rec.scalar_last.iter_mut().enumerate() {
-                    *last = Some(args.scalars[slot].bits());
                 }
                 rec.replays += 1;
                 self.stats.replays += 1;

@@ -302,9 +302,10 @@ fn steps_for(kind: BackendKind, n: usize, quick: bool) -> usize {
     }
 }
 
-/// The replay variants measured: `replay` (the default: the plan's dependency graph) and, on
-/// CUDA, `replay-serial` (one chain, `Config::concurrent_ops` false) and `replay+pdl`
-/// (programmatic dependent launch on Hopper, `Config::programmatic_launch`).
+/// The replay variants measured: `replay` (the default: the plan's dependency graph,
+/// programmatic edges on chain links, `Programmatic::Chains`) and, on CUDA, `replay-serial`
+/// (one chain, `Config::concurrent_ops` false), `replay-nopdl` (no programmatic edges) and
+/// `replay+pdl` (every kernel-to-kernel edge programmatic, `Programmatic::On`).
 fn replay_variants(kind: BackendKind) -> Vec<(&'static str, graphed::Config)> {
     let mut v = vec![("replay", graphed::Config::default())];
     if kind == BackendKind::Cuda {
@@ -315,13 +316,18 @@ fn replay_variants(kind: BackendKind) -> Vec<(&'static str, graphed::Config)> {
                 ..graphed::Config::default()
             },
         ));
-        v.push((
-            "replay+pdl",
-            graphed::Config {
-                programmatic_launch: true,
-                ..graphed::Config::default()
-            },
-        ));
+        for (name, programmatic_launch) in [
+            ("replay-nopdl", graphed::Programmatic::Off),
+            ("replay+pdl", graphed::Programmatic::On),
+        ] {
+            v.push((
+                name,
+                graphed::Config {
+                    programmatic_launch,
+                    ..graphed::Config::default()
+                },
+            ));
+        }
     }
     v
 }

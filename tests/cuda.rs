@@ -6,7 +6,7 @@ mod common;
 
 use common::{bitwise_eq, floats, rng};
 use graphed::prelude::*;
-use graphed::{BackendKind, Required};
+use graphed::{BackendKind, Programmatic, Required};
 
 #[kernel(workgroup = 128)]
 pub fn scale_add(a: f32, x: &[f32], y: &mut [f32]) {
@@ -179,9 +179,14 @@ fn graph_edges(holder: &graphed::Graphed, what: &str) -> usize {
 #[test]
 fn the_graph_has_the_plans_edges_and_replays_like_eager_in_every_mode() {
     let Some(dev) = cuda() else { return };
-    for (concurrent_ops, programmatic_launch) in [(false, false), (true, false), (true, true)] {
+    for (concurrent_ops, programmatic_launch) in [
+        (false, Programmatic::Off),
+        (true, Programmatic::Off),
+        (true, Programmatic::Chains),
+        (true, Programmatic::On),
+    ] {
         let what =
-            format!("concurrent_ops={concurrent_ops} programmatic_launch={programmatic_launch}");
+            format!("concurrent_ops={concurrent_ops} programmatic_launch={programmatic_launch:?}");
         let mut r = rng(&what);
         let n = 4096;
         let w0 = floats(&mut r, n * deep::LAYERS, -1.0, 1.0);

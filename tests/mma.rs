@@ -445,6 +445,67 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
     }
 }
 
+/// `MmaTile::Auto` (what `matmul_mma` takes) resolves by shape and backend, and gives
+/// bitwise what the variant it resolves to gives: split over `k` for a product of one tile
+/// with a long `k`, the lean 128×128 kernel on CUDA and the portable one elsewhere for a
+/// product of many tiles.
+#[test]
+fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
+    let mut rng = rng("matmul_mma_auto");
+    let narrow = MmaGemm {
+        m: 40,
+        n: 10,
+        k: 600,
+        ta: false,
+        tb: true,
+    };
+    let wide = MmaGemm {
+        m: 300,
+        n: 280,
+        k: 96,
+        ta: true,
+        tb: false,
+    };
+    on_every_backend(|dev| {
+        let kind = Some(dev.kind());
+        let square = if dev.kind() == BackendKind::Cuda {
+            MmaTile::T128Lean
+        } else {
+            MmaTile::T128
+        };
+        for (g, want) in [(narrow, MmaTile::SplitK), (wide, square)] {
+            assert_eq!(
+                MmaTile::Auto.resolved_for(g, kind),
+                want,
+                "{g:?} on {kind:?}"
+            );
+            assert_eq!(want.resolved_for(g, kind), want);
+            let a: Vec<bf16> = floats(&mut rng, g.m * g.k, -1.0, 1.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let b: Vec<bf16> = floats(&mut rng, g.k * g.n, -1.0, 1.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+            let mut auto = poisoned(dev, g.m * g.n);
+            matmul_mma(dev, g, &da, &db, &mut auto, false).unwrap();
+            let mut chosen = poisoned(dev, g.m * g.n);
+            matmul_mma_with(dev, want, g, &da, &db, &mut chosen, false).unwrap();
+            let (auto, chosen) = (auto.to_host().unwrap(), chosen.to_host().unwrap());
+            assert!(
+                auto.iter().all(|v| v.is_finite()),
+                "{g:?} on {kind:?}: poison left"
+            );
+            assert!(
+                common::bitwise_eq(&auto, &chosen),
+                "{g:?} on {kind:?}: Auto differs from {want:?}"
+            );
+        }
+    });
+}
+
 /// Shapes that make no product are errors, not panics.
 #[test]
 fn mismatched_lengths_are_errors() {

@@ -32,7 +32,9 @@
 //! the host and wgpu agree bitwise, CUDA's tensor cores within the tolerance stated there.
 
 use graphed_macros::{device, kernel};
-use graphed_runtime::{bf16, f16, Buffer, DType, Element, Error, Grid, Launch, Result};
+use graphed_runtime::{
+    bf16, f16, BackendKind, Buffer, DType, Element, Error, Grid, Launch, Result,
+};
 
 use crate::shape::expect_product;
 
@@ -541,8 +543,11 @@ fn split_kc(g: MmaGemm) -> usize {
 /// so its bits differ from theirs when it splits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MmaTile {
-    /// 128×128 tiles, eight MMA groups of 64×32 ([`matmul_mma_bf16`](mod@matmul_mma_bf16)).
+    /// The variant measured fastest for the product on its backend (see
+    /// [`MmaTile::resolved_for`]).
     #[default]
+    Auto,
+    /// 128×128 tiles, eight MMA groups of 64×32 ([`matmul_mma_bf16`](mod@matmul_mma_bf16)).
     T128,
     /// [`MmaTile::T128`] bounded to two workgroups per multiprocessor on CUDA
     /// ([`matmul_mma_occ2_bf16`](mod@matmul_mma_occ2_bf16)).
@@ -559,7 +564,22 @@ pub enum MmaTile {
 }
 
 impl MmaTile {
-    /// Every variant, the default first.
+    /// The variant [`MmaTile::Auto`] takes for `g` on `backend` (any other variant is itself).
+    /// Measured on the H200 (BENCHMARKS.md, session of 2026-12-02): a product of few tiles
+    /// that [`MmaTile::SplitK`] splits over `k` runs 2.8–2.9× faster split (4096×10×4096:
+    /// 88.6 against 248.9 µs); otherwise [`MmaTile::T128Lean`] runs 1.5–1.6× faster than
+    /// [`MmaTile::T128`] on CUDA (4096³: 1268.5 against 1907.7 µs). Elsewhere the 128×128
+    /// variants are one portable form, and [`MmaTile::T128`] stands for them.
+    pub fn resolved_for(self, g: MmaGemm, backend: Option<BackendKind>) -> MmaTile {
+        match self {
+            MmaTile::Auto if split_kc(g) < g.k => MmaTile::SplitK,
+            MmaTile::Auto if backend == Some(BackendKind::Cuda) => MmaTile::T128Lean,
+            MmaTile::Auto => MmaTile::T128,
+            other => other,
+        }
+    }
+
+    /// Every variant but [`MmaTile::Auto`], [`MmaTile::T128`] first.
     pub const ALL: [MmaTile; 4] = [
         MmaTile::T128,
         MmaTile::T128Occ2,
@@ -567,10 +587,11 @@ impl MmaTile {
         MmaTile::SplitK,
     ];
 
-    /// The variant's short name (`t128`, `t128-occ2`, `t128-lean`, `splitk`), as the bench
+    /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `splitk`), as the bench
     /// prints it.
     pub fn name(self) -> &'static str {
         match self {
+            MmaTile::Auto => "auto",
             MmaTile::T128 => "t128",
             MmaTile::T128Occ2 => "t128-occ2",
             MmaTile::T128Lean => "t128-lean",
@@ -597,7 +618,7 @@ pub struct MmaGemm {
 
 /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` or `f16` inputs into `f32`: one
 /// launch of [`matmul_mma_bf16`](mod@matmul_mma_bf16) or [`matmul_mma_f16`](mod@matmul_mma_f16)
-/// ([`matmul_mma_with`] of [`MmaTile::T128`]).
+/// ([`matmul_mma_with`] of [`MmaTile::Auto`]: the variant measured fastest for the shape).
 ///
 /// # Errors
 /// [`Error::Shape`] when the lengths do not make the product, a size does not fit in a `u32`,
@@ -611,7 +632,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     c: &mut Buffer<f32>,
     accumulate: bool,
 ) -> Result<()> {
-    matmul_mma_with(cx, MmaTile::T128, g, a, b, c, accumulate)
+    matmul_mma_with(cx, MmaTile::Auto, g, a, b, c, accumulate)
 }
 
 /// [`matmul_mma`] by the kernel variant `tile`.
@@ -636,6 +657,7 @@ pub fn matmul_mma_with<C: Launch + ?Sized, T: Element>(
             g.m, g.n
         )));
     }
+    let tile = tile.resolved_for(g, cx.backend_kind());
     let kc = match tile {
         MmaTile::SplitK => split_kc(g),
         _ => g.k,

@@ -223,6 +223,49 @@ impl Dag {
     }
 }
 
+/// For each op, whether its one incoming edge is programmatic under `mode` (see
+/// [`Programmatic`](crate::Programmatic)): the op and its one predecessor both run a kernel
+/// (one graph node each), and for [`Programmatic::Chains`](crate::Programmatic::Chains) the
+/// predecessor has no other successor and at most `multiprocessors` workgroups. A plan lowered
+/// as one queue (`dag` none) has no programmatic edges.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn programmatic_links(
+    ops: &[Op],
+    dag: Option<&Dag>,
+    mode: crate::Programmatic,
+    multiprocessors: u32,
+) -> Vec<bool> {
+    use crate::Programmatic;
+    let mut links = vec![false; ops.len()];
+    let (Some(dag), false) = (dag, mode == Programmatic::Off) else {
+        return links;
+    };
+    let mut successors = vec![0usize; ops.len()];
+    for j in 0..ops.len() {
+        for &i in dag.preds(j) {
+            successors[i] += 1;
+        }
+    }
+    let one_wave = |op: &Op| match op {
+        Op::Launch { grid, .. } => {
+            grid.iter().map(|&g| u64::from(g)).product::<u64>() <= u64::from(multiprocessors)
+        }
+        _ => false,
+    };
+    for (j, op) in ops.iter().enumerate() {
+        let [i] = *dag.preds(j) else { continue };
+        links[j] = runs_kernel(op)
+            && runs_kernel(&ops[i])
+            && (mode == Programmatic::On || (successors[i] == 1 && one_wave(&ops[i])));
+    }
+    links
+}
+
+/// Whether `op` is one kernel node: a launch with workgroups (a zero grid is no node).
+fn runs_kernel(op: &Op) -> bool {
+    matches!(op, Op::Launch { grid, .. } if !grid.contains(&0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::Dag;
@@ -251,9 +294,14 @@ mod tests {
 
     /// A fill launch writing `y` (reads nothing).
     fn fill(y: &RawView) -> Op {
+        fill_on(y, [1, 1, 1])
+    }
+
+    /// A fill launch writing `y` over `grid` workgroups.
+    fn fill_on(y: &RawView, grid: [u32; 3]) -> Op {
         Op::Launch {
             kernel: &crate::builtin::fill_u32::DEF,
-            grid: [1, 1, 1],
+            grid,
             args: 0,
             bindings: vec![Binding {
                 view: y.clone(),
@@ -366,5 +414,73 @@ mod tests {
         assert!(Dag::chain(4).orders_all_of(&dag));
         assert!(!dag.orders_all_of(&Dag::chain(4)));
         assert!(dag.orders_all_of(&dag));
+    }
+
+    /// `Chains` makes an edge programmatic only on a link of a chain whose predecessor fits
+    /// in one wave; `On` wherever a kernel follows exactly one kernel; `Off` and a serial
+    /// lowering never. Copies and empty launches never take part.
+    #[test]
+    fn programmatic_edges_follow_the_mode() {
+        use super::programmatic_links;
+        use crate::Programmatic::{Chains, Off, On};
+        let dev = Device::host();
+        let (a, b, c, d) = (
+            whole(&dev, 8),
+            whole(&dev, 8),
+            whole(&dev, 8),
+            whole(&dev, 8),
+        );
+        let (a0, a1) = (view(&a, 0, 4), view(&a, 4, 4));
+        let read = |op: Op, v: &RawView| match op {
+            Op::Launch {
+                kernel,
+                grid,
+                args,
+                mut bindings,
+            } => {
+                bindings.push(Binding {
+                    view: v.clone(),
+                    write: false,
+                    word: 2,
+                });
+                Op::Launch {
+                    kernel,
+                    grid,
+                    args,
+                    bindings,
+                }
+            }
+            other => other,
+        };
+        let ops = vec![
+            fill_on(&a0, [4, 1, 1]),            // 0
+            read(fill_on(&b, [2, 2, 1]), &a0),  // 1: after 0, 0's only successor
+            read(fill_on(&c, [200, 1, 1]), &b), // 2: after 1 (1 fits in 4 workgroups)
+            read(fill_on(&d, [1, 1, 1]), &c),   // 3: after 2, but 2 has 200 workgroups
+            read(fill_on(&a1, [1, 1, 1]), &d),  // 4: after 3, which forks to 4 and 5
+            read(fill_on(&b, [1, 1, 1]), &d),   // 5: after 3 (1 and 2 are reached through 3)
+            copy(&a1, &c),                      // 6: a copy
+            read(fill_on(&d, [0, 1, 1]), &c),   // 7: an empty launch after the copy
+        ];
+        let dag = Dag::of(&ops);
+        assert_eq!(dag.preds(1), [0]);
+        assert_eq!(dag.preds(2), [1]);
+        assert_eq!(dag.preds(3), [2]);
+        assert_eq!(dag.preds(4), [3]);
+        let links = |mode, sms| programmatic_links(&ops, Some(&dag), mode, sms);
+        let chains = links(Chains, 4);
+        assert_eq!(
+            &chains[..5],
+            [false, true, true, false, false],
+            "{chains:?}"
+        );
+        assert!(!chains[6] && !chains[7], "{chains:?}");
+        // With one multiprocessor nothing fits in a wave but single workgroups.
+        assert_eq!(&links(Chains, 1)[..5], [false, false, false, false, false]);
+        let on = links(On, 4);
+        assert_eq!(&on[..5], [false, true, true, true, true], "{on:?}");
+        assert!(!on[6] && !on[7], "{on:?}");
+        assert!(links(Off, 4).iter().all(|&l| !l));
+        assert!(programmatic_links(&ops, None, On, 4).iter().all(|&l| !l));
     }
 }

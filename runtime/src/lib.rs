@@ -51,7 +51,8 @@ pub use dist::{Communicator, DataParallel, ReduceOp};
 pub use dtype::{bf16, f16, DType, Element, Scalar as ScalarValue};
 pub use error::{Error, FaultKind, KernelFault, Result};
 pub use holder::{
-    AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, StateKey, Stats,
+    AsInput, Body, CallArgs, CaptureKey, Config, Fallback, Graphed, InputArg, Out, Programmatic,
+    StateKey, Stats,
 };
 pub use kernel::{
     CheckedForm, ErasedScalar, Grid, HostFn, IntoScalarArg, KernelArg, KernelDef, Launch,

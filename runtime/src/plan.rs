@@ -132,7 +132,7 @@ pub struct Plan {
     /// Kernel-to-kernel edges may be programmatic where the backend has them
     /// ([`Config::programmatic_launch`](crate::Config::programmatic_launch)).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) programmatic: bool,
+    pub(crate) programmatic: crate::Programmatic,
 }
 
 /// One view of an op, with the argument word (launch block, word) holding its offset where

@@ -501,7 +501,7 @@ impl CudaBackend {
         arena_mem: &CudaMem,
         blas: Option<&Cublas>,
         dag: Option<&Dag>,
-        pdl: bool,
+        links: &[bool],
     ) -> std::result::Result<sys::CUgraph, (Error, bool)> {
         // Test hook: the first launch goes to a side stream and escapes the capture.
         let side = if crate::faults::take_capture_escape() {
@@ -556,11 +556,9 @@ impl CudaBackend {
                     deps.sort_unstable();
                     deps.dedup();
                     // A kernel after exactly one other kernel of ours may start before it ends
-                    // (our kernels wait for their predecessor grid before touching memory).
-                    let programmatic = pdl
-                        && deps.len() == 1
-                        && matches!(dag.preds(j), [i] if runs_kernel(&plan.ops[*i]) && tails[*i].len() == 1)
-                        && runs_kernel(op);
+                    // where `programmatic_links` chose so (our kernels in their PDL form wait
+                    // for their predecessor grid before touching memory).
+                    let programmatic = links[j] && deps.len() == 1;
                     set_capture_dependencies(self.stream.0, &mut deps, programmatic)?;
                 }
                 match op {
@@ -897,9 +895,26 @@ impl Backend for CudaBackend {
                 })
             }
         };
-        let pdl = plan.programmatic && self.programmatic_launch();
+        // The graph's edges are the plan's dependency edges (a plan lowered serially is one
+        // chain: the stream's own order).
+        let dag = (!plan.serial).then(|| plan.dag());
+        let mode = if self.programmatic_launch() {
+            plan.programmatic
+        } else {
+            crate::Programmatic::Off
+        };
+        let links =
+            crate::dag::programmatic_links(&plan.ops, dag.as_ref(), mode, self.multiprocessors);
+        // A kernel on either end of a programmatic edge loads its form with the PDL prologue
+        // (the one after waits for its predecessor; the one before lets it launch early).
+        let mut ends = links.clone();
+        if let Some(g) = &dag {
+            for j in (0..links.len()).filter(|&j| links[j]) {
+                ends[g.preds(j)[0]] = true;
+            }
+        }
         let mut functions = Vec::new();
-        for op in &plan.ops {
+        for (op, &pdl) in plan.ops.iter().zip(&ends) {
             if let Op::Launch { kernel, .. } = op {
                 functions.push(self.function(kernel, pdl)?);
             }
@@ -909,9 +924,6 @@ impl Backend for CudaBackend {
         unsafe { result::memcpy_htod_async(arena_mem.ptr, &arena, self.stream.0) }.map_err(err)?;
         self.sync(&mut g)?;
 
-        // The graph's edges are the plan's dependency edges (a plan lowered serially is one
-        // chain: the stream's own order).
-        let dag = (!plan.serial).then(|| plan.dag());
         // A capture that another thread's device-wide synchronisation invalidated (legal
         // for that thread, fatal for the capture) is retried a few times before the key
         // falls back to eager.
@@ -925,7 +937,7 @@ impl Backend for CudaBackend {
                 &arena_mem,
                 blas,
                 dag.as_ref(),
-                pdl,
+                &links,
             ) {
                 Ok(g) => break g,
                 Err((e, true)) if attempt < CAPTURE_ATTEMPTS => {
@@ -1073,11 +1085,6 @@ impl Backend for CudaBackend {
 /// edge more than needed, never one less.
 static NO_EMPTY_DEPENDENCIES: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
-
-/// Whether `op` becomes one of the plan's kernel nodes.
-fn runs_kernel(op: &Op) -> bool {
-    matches!(op, Op::Launch { grid, .. } if !grid.contains(&0))
-}
 
 /// Sets the nodes the next work captured on `stream` depends on (none: it starts the graph);
 /// `programmatic`: the one dependency is a programmatic edge from a kernel node (the next

@@ -460,9 +460,9 @@ fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
         tb: true,
     };
     let wide = MmaGemm {
-        m: 300,
-        n: 280,
-        k: 96,
+        m: 200,
+        n: 150,
+        k: 64,
         ta: true,
         tb: false,
     };

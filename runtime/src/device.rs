@@ -487,6 +487,17 @@ impl Device {
         len: usize,
         slot: Option<(u64, &'static str)>,
     ) -> Result<Arc<RawBuffer>> {
+        self.alloc_words(dtype, len, slot, false)
+    }
+
+    /// `alloc_owned`'s allocation; `scratch`: from the backend's scratch allocator.
+    fn alloc_words(
+        &self,
+        dtype: DType,
+        len: usize,
+        slot: Option<(u64, &'static str)>,
+        scratch: bool,
+    ) -> Result<Arc<RawBuffer>> {
         let words = crate::buffer::words_for(dtype, len);
         if crate::buffer::word_bytes(words).is_none() {
             return Err(Error::Limit {
@@ -502,7 +513,11 @@ impl Device {
                 bytes: Some(words as u64 * 4),
             });
         }
-        let mem = self.inner.backend.alloc(words)?;
+        let mem = if scratch {
+            self.inner.backend.alloc_scratch(words)?
+        } else {
+            self.inner.backend.alloc(words)?
+        };
         let data_bytes = len as u64 * dtype.size() as u64;
         Ok(Arc::new(RawBuffer::new(
             self.clone(),
@@ -855,7 +870,14 @@ impl Launch for Device {
     }
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
-        self.alloc(len)
+        if thread_records() {
+            return Err(Error::AllocationInRecording);
+        }
+        Ok(Buffer::from_raw(
+            self.alloc_words(DType::F32, len, None, true)?,
+            0,
+            len,
+        ))
     }
     fn library_subgroups(&self) -> Option<u32> {
         Device::library_subgroups(self)

@@ -311,7 +311,9 @@ pub trait Launch {
 
     /// A temporary of `len` elements for a library call's intermediate results (partial
     /// sums of a long product or reduction): a step's workspace, kept with its recording, or,
-    /// eagerly, a fresh allocation. Its contents are unspecified until written.
+    /// eagerly, memory allocated for the call (on CUDA in stream order from the driver's
+    /// memory pool, so that a call costs no allocation and no device-wide wait). Its contents
+    /// are unspecified until written.
     fn scratch(&self, len: usize) -> Result<crate::Buffer<f32>>;
 
     /// The subgroup size a library routine may write its kernels for

@@ -147,10 +147,20 @@ fn err(e: DriverError) -> Error {
     }
 }
 
-/// One device allocation (freed synchronously on drop, after the holder drained).
+/// One device allocation, freed on drop: synchronously (after the holder drained), or, for
+/// scratch memory, in the order of the stream's work (`StreamFree`).
 pub(crate) struct CudaMem {
     pub(crate) ptr: sys::CUdeviceptr,
     ctx: Arc<CudaContext>,
+    stream_free: Option<StreamFree>,
+}
+
+/// How scratch memory goes back: `cuMemFreeAsync` on the backend's stream, under the stream
+/// lock (so a free never lands inside another thread's capture), after the work queued
+/// before it.
+struct StreamFree {
+    stream: Stream,
+    lock: Arc<Mutex<Health>>,
 }
 
 // SAFETY: a device pointer is an address in the context's memory; every use goes through the
@@ -161,6 +171,17 @@ unsafe impl Sync for CudaMem {}
 
 impl Drop for CudaMem {
     fn drop(&mut self) {
+        if let Some(f) = &self.stream_free {
+            let _health = f.lock.lock().unwrap_or_else(|p| p.into_inner());
+            if let Ok(_bound) = Bound::to(&self.ctx) {
+                // SAFETY: `ptr` came from cuMemAllocAsync on this stream and is freed once,
+                // here, after the work queued before (which is all the work that used it).
+                unsafe {
+                    let _ = result::free_async(self.ptr, f.stream.0);
+                }
+            }
+            return;
+        }
         if let Ok(_bound) = Bound::to(&self.ctx) {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed once, here; the
             // lifecycle drained every stream that could still use it before releasing it.
@@ -327,6 +348,7 @@ impl CudaBackend {
         let mem = CudaMem {
             ptr: p,
             ctx: self.ctx.clone(),
+            stream_free: None,
         };
         // SAFETY: `p` is a fresh allocation of `bytes` bytes.
         unsafe { sys::cuMemsetD32Async(p, 0, words.max(1), self.stream.0) }
@@ -746,6 +768,27 @@ impl Backend for CudaBackend {
     fn alloc(&self, words: usize) -> Result<Memory> {
         let _g = self.enter()?;
         Ok(Memory::Cuda(self.raw_alloc(words)?))
+    }
+    /// In stream order from the device's memory pool (`cuMemAllocAsync`), freed the same way:
+    /// an eager product's split-K partials then cost no allocation and no device-wide
+    /// synchronisation per call, which `cuMemFree` would. Where the pool is unavailable, a
+    /// plain allocation.
+    fn alloc_scratch(&self, words: usize) -> Result<Memory> {
+        let _g = self.enter()?;
+        let bytes = words.max(1).saturating_mul(4);
+        // SAFETY: the context is bound and the stream lock held (no capture is under way on
+        // it from another thread; the caller records nothing, see `Device::scratch`).
+        match unsafe { result::malloc_async(self.stream.0, bytes) } {
+            Ok(p) => Ok(Memory::Cuda(CudaMem {
+                ptr: p,
+                ctx: self.ctx.clone(),
+                stream_free: Some(StreamFree {
+                    stream: Stream(self.stream.0),
+                    lock: self.lock.clone(),
+                }),
+            })),
+            Err(_) => Ok(Memory::Cuda(self.raw_alloc(words)?)),
+        }
     }
     fn write(&self, view: &RawView, data: &[u32]) -> Result<()> {
         if data.is_empty() {

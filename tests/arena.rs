@@ -7,26 +7,18 @@ mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use common::steps::{axpb, chain};
 use common::{bitwise_eq, floats, on_every_backend, rng};
 use graphed::prelude::*;
 use graphed::{Config, Device};
-
-/// y = a·x + 1
-#[kernel(workgroup = 64)]
-pub fn axpb(a: f32, x: &[f32], y: &mut [f32]) {
-    let i = global_id().x;
-    if i < y.len() {
-        y[i] = a * x[i] + 1.0;
-    }
-}
 
 /// Makes the next body of this input length panic (after its first launch), once. A length
 /// no other test uses: the tests of this file run at once.
 static PANIC_AT_LEN: AtomicUsize = AtomicUsize::new(0);
 const PANIC_LEN: usize = 77;
 
-/// `poison == 0`: x → a (ws, n) → b (ws, n) → c (ws, 2n, half used) → y, whose arena is 3n
-/// words (a and c share [0, 2n), b and y [2n, 3n)). `poison == 1`: a workspace of 3n words
+/// `poison == 0`: the chain of `common::steps::chain` (arena 3n words), panicking after a's
+/// launch where [`PANIC_AT_LEN`] asks. `poison == 1`: a workspace of 3n words
 /// filled with NaN, then a one-element output: every word of a 3n-word arena reads NaN after
 /// it, so a replay that reads a stale word of the shared arena shows.
 #[graphed]
@@ -39,23 +31,15 @@ fn keyed_step(cx: &mut Step, x: &Input<f32>, s: f32, #[key] poison: u32) -> Resu
         axpb::launch(cx, 1, s, x, &mut y)?;
         return Ok(y);
     }
-    let mut a = cx.workspace::<f32>(n)?;
-    axpb::launch(cx, n, s, x, &mut a)?;
-    if n > 0
-        && PANIC_AT_LEN
-            .compare_exchange(n, 0, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-    {
-        panic!("a body panics mid-recording");
-    }
-    let mut b = cx.workspace::<f32>(n)?;
-    axpb::launch(cx, n, 0.5, &a, &mut b)?;
-    let c = cx.workspace::<f32>(2 * n)?;
-    let mut c1 = c.slice(n..2 * n)?;
-    axpb::launch(cx, n, -1.5, &b, &mut c1)?;
-    let mut y = cx.output::<f32>(n)?;
-    axpb::launch(cx, n, 0.25, &c1, &mut y)?;
-    Ok(y)
+    chain(cx, x, s, |n| {
+        if n > 0
+            && PANIC_AT_LEN
+                .compare_exchange(n, 0, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            panic!("a body panics mid-recording");
+        }
+    })
 }
 
 /// A device of its own, so its byte counts see no other test's buffers.

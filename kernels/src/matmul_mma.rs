@@ -320,58 +320,39 @@ macro_rules! matmul_mma_kernel {
                         rb[q] = nb[q];
                     }
                 }
-                // The two 16-value halves of the step written out (not a loop), so the
-                // compiler may read the second's fragments during the first's products.
-                let blk = sw * 8;
-                let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk);
-                let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256);
-                let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512);
-                let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768);
-                let fb0 = $frag_b(sb, fb_at + blk);
-                let fb1 = $frag_b(sb, fb1_at + blk);
-                let fb2 = $frag_b(sb, fb_at + blk + 256);
-                let fb3 = $frag_b(sb, fb1_at + blk + 256);
-                mma_m16n8k16(&fa0, &fb0, &mut acc00);
-                mma_m16n8k16(&fa0, &fb1, &mut acc01);
-                mma_m16n8k16(&fa0, &fb2, &mut acc02);
-                mma_m16n8k16(&fa0, &fb3, &mut acc03);
-                mma_m16n8k16(&fa1, &fb0, &mut acc10);
-                mma_m16n8k16(&fa1, &fb1, &mut acc11);
-                mma_m16n8k16(&fa1, &fb2, &mut acc12);
-                mma_m16n8k16(&fa1, &fb3, &mut acc13);
-                mma_m16n8k16(&fa2, &fb0, &mut acc20);
-                mma_m16n8k16(&fa2, &fb1, &mut acc21);
-                mma_m16n8k16(&fa2, &fb2, &mut acc22);
-                mma_m16n8k16(&fa2, &fb3, &mut acc23);
-                mma_m16n8k16(&fa3, &fb0, &mut acc30);
-                mma_m16n8k16(&fa3, &fb1, &mut acc31);
-                mma_m16n8k16(&fa3, &fb2, &mut acc32);
-                mma_m16n8k16(&fa3, &fb3, &mut acc33);
-                let blk2 = (1 ^ sw) * 8;
-                let ha0 = $frag_a(sa, fa_at + blk2, fa8_at + blk2);
-                let ha1 = $frag_a(sa, fa_at + blk2 + 256, fa8_at + blk2 + 256);
-                let ha2 = $frag_a(sa, fa_at + blk2 + 512, fa8_at + blk2 + 512);
-                let ha3 = $frag_a(sa, fa_at + blk2 + 768, fa8_at + blk2 + 768);
-                let hb0 = $frag_b(sb, fb_at + blk2);
-                let hb1 = $frag_b(sb, fb1_at + blk2);
-                let hb2 = $frag_b(sb, fb_at + blk2 + 256);
-                let hb3 = $frag_b(sb, fb1_at + blk2 + 256);
-                mma_m16n8k16(&ha0, &hb0, &mut acc00);
-                mma_m16n8k16(&ha0, &hb1, &mut acc01);
-                mma_m16n8k16(&ha0, &hb2, &mut acc02);
-                mma_m16n8k16(&ha0, &hb3, &mut acc03);
-                mma_m16n8k16(&ha1, &hb0, &mut acc10);
-                mma_m16n8k16(&ha1, &hb1, &mut acc11);
-                mma_m16n8k16(&ha1, &hb2, &mut acc12);
-                mma_m16n8k16(&ha1, &hb3, &mut acc13);
-                mma_m16n8k16(&ha2, &hb0, &mut acc20);
-                mma_m16n8k16(&ha2, &hb1, &mut acc21);
-                mma_m16n8k16(&ha2, &hb2, &mut acc22);
-                mma_m16n8k16(&ha2, &hb3, &mut acc23);
-                mma_m16n8k16(&ha3, &hb0, &mut acc30);
-                mma_m16n8k16(&ha3, &hb1, &mut acc31);
-                mma_m16n8k16(&ha3, &hb2, &mut acc32);
-                mma_m16n8k16(&ha3, &hb3, &mut acc33);
+                // The two 16-value halves of the step, block `sw` then `1 ^ sw` of each
+                // fragment row. Indexing the array `blks` makes the front end write the loop
+                // out as two copies (a loop left to NVRTC stays a loop: 16 products a trip),
+                // so the compiler may read the second half's fragments during the first's
+                // products.
+                let blks = [sw * 8, (1 ^ sw) * 8];
+                for half in 0..2u32 {
+                    let blk = blks[half];
+                    let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk);
+                    let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256);
+                    let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512);
+                    let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768);
+                    let fb0 = $frag_b(sb, fb_at + blk);
+                    let fb1 = $frag_b(sb, fb1_at + blk);
+                    let fb2 = $frag_b(sb, fb_at + blk + 256);
+                    let fb3 = $frag_b(sb, fb1_at + blk + 256);
+                    mma_m16n8k16(&fa0, &fb0, &mut acc00);
+                    mma_m16n8k16(&fa0, &fb1, &mut acc01);
+                    mma_m16n8k16(&fa0, &fb2, &mut acc02);
+                    mma_m16n8k16(&fa0, &fb3, &mut acc03);
+                    mma_m16n8k16(&fa1, &fb0, &mut acc10);
+                    mma_m16n8k16(&fa1, &fb1, &mut acc11);
+                    mma_m16n8k16(&fa1, &fb2, &mut acc12);
+                    mma_m16n8k16(&fa1, &fb3, &mut acc13);
+                    mma_m16n8k16(&fa2, &fb0, &mut acc20);
+                    mma_m16n8k16(&fa2, &fb1, &mut acc21);
+                    mma_m16n8k16(&fa2, &fb2, &mut acc22);
+                    mma_m16n8k16(&fa2, &fb3, &mut acc23);
+                    mma_m16n8k16(&fa3, &fb0, &mut acc30);
+                    mma_m16n8k16(&fa3, &fb1, &mut acc31);
+                    mma_m16n8k16(&fa3, &fb2, &mut acc32);
+                    mma_m16n8k16(&fa3, &fb3, &mut acc33);
+                }
             }
             let r = row0 + wr + g;
             let cl = col0 + wc + 2 * t;
@@ -395,103 +376,69 @@ macro_rules! matmul_mma_kernel {
     };
 }
 
+/// One variant of the product (`matmul_mma_kernel!`'s `[$kargs]`, `$lean` and `$split`) of
+/// `bf16` inputs (`$bf16`) and of `f16` inputs (`$f16`).
+macro_rules! matmul_mma_kernels {
+    (
+        $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
+        [$($kargs:tt)*], $lean:literal, $split:literal
+    ) => {
+        matmul_mma_kernel!(
+            $(#[$bdoc])* $bf16, bf16, load_bf16, frag_a_bf16, frag_b_bf16,
+            [$($kargs)*], $lean, $split
+        );
+        matmul_mma_kernel!(
+            $(#[$fdoc])* $f16, f16, load_f16, frag_a_f16, frag_b_f16,
+            [$($kargs)*], $lean, $split
+        );
+    };
+}
+
 matmul_mma_helpers!(bf16, load_bf16, frag_a_bf16, frag_b_bf16);
 matmul_mma_helpers!(f16, load_f16, frag_a_f16, frag_b_f16);
 
-matmul_mma_kernel!(
+matmul_mma_kernels!(
     /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` inputs on 128×128 tiles of
     /// `mma_m16n8k16` (see the module docs); a grid of `⌈n/128⌉ × ⌈m/128⌉ × ⌈k/kc⌉`
     /// workgroups.
     matmul_mma_bf16,
-    bf16,
-    load_bf16,
-    frag_a_bf16,
-    frag_b_bf16,
-    [workgroup = 256],
-    false,
-    false
-);
-matmul_mma_kernel!(
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) of `f16` inputs.
     matmul_mma_f16,
-    f16,
-    load_f16,
-    frag_a_f16,
-    frag_b_f16,
     [workgroup = 256],
     false,
     false
 );
-matmul_mma_kernel!(
+matmul_mma_kernels!(
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) with its CUDA form bounded to two workgroups
     /// per multiprocessor (`__launch_bounds__(256, 2)`: at most 128 registers per invocation,
     /// what does not fit spilled); the same results on every backend. [`MmaTile::T128Occ2`].
     matmul_mma_occ2_bf16,
-    bf16,
-    load_bf16,
-    frag_a_bf16,
-    frag_b_bf16,
-    [workgroup = 256, min_workgroups = 2],
-    false,
-    false
-);
-matmul_mma_kernel!(
     /// [`matmul_mma_occ2_bf16`](mod@matmul_mma_occ2_bf16) of `f16` inputs.
     matmul_mma_occ2_f16,
-    f16,
-    load_f16,
-    frag_a_f16,
-    frag_b_f16,
     [workgroup = 256, min_workgroups = 2],
     false,
     false
 );
 
-matmul_mma_kernel!(
+matmul_mma_kernels!(
     /// [`matmul_mma_occ2_bf16`](mod@matmul_mma_occ2_bf16) with the tile stores' words
     /// recomputed each step instead of held in 16 registers; the same results on every
     /// backend. [`MmaTile::T128Lean`].
     matmul_mma_lean_bf16,
-    bf16,
-    load_bf16,
-    frag_a_bf16,
-    frag_b_bf16,
-    [workgroup = 256, min_workgroups = 2],
-    true,
-    false
-);
-matmul_mma_kernel!(
     /// [`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16) of `f16` inputs.
     matmul_mma_lean_f16,
-    f16,
-    load_f16,
-    frag_a_f16,
-    frag_b_f16,
     [workgroup = 256, min_workgroups = 2],
     true,
     false
 );
 
-matmul_mma_kernel!(
+matmul_mma_kernels!(
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) over part `z` of `k`, `[z·kc, (z + 1)·kc)`,
     /// into copy `z` of `C` (`c` holds `⌈k/kc⌉` of them) for layer `z` of the grid: the first
     /// pass of [`MmaTile::SplitK`].
     matmul_mma_split_bf16,
-    bf16,
-    load_bf16,
-    frag_a_bf16,
-    frag_b_bf16,
-    [workgroup = 256],
-    false,
-    true
-);
-matmul_mma_kernel!(
     /// [`matmul_mma_split_bf16`](mod@matmul_mma_split_bf16) of `f16` inputs.
     matmul_mma_split_f16,
-    f16,
-    load_f16,
-    frag_a_f16,
-    frag_b_f16,
     [workgroup = 256],
     false,
     true
@@ -678,33 +625,38 @@ pub fn matmul_mma_with<C: Launch + ?Sized, T: Element>(
         Some(p) => (p, false),
         None => (&mut *c, accumulate),
     };
+    // One input type's kernels: by `tile`, and the split kernel for a product in parts.
+    macro_rules! run {
+        ($t:ident, $occ2:ident, $lean:ident, $split:ident, $plain:ident) => {{
+            let a = Buffer::<$t>::try_from_view(a.raw_view())?;
+            let b = Buffer::<$t>::try_from_view(b.raw_view())?;
+            let (a, b) = (&a, &b);
+            if occ2 {
+                $occ2::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+            } else if lean {
+                $lean::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+            } else if parts > 1 {
+                $split::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+            } else {
+                $plain::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+            }
+        }};
+    }
     match T::DTYPE {
-        DType::BF16 => {
-            let a = Buffer::<bf16>::try_from_view(a.raw_view())?;
-            let b = Buffer::<bf16>::try_from_view(b.raw_view())?;
-            if occ2 {
-                matmul_mma_occ2_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
-            } else if lean {
-                matmul_mma_lean_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
-            } else if parts > 1 {
-                matmul_mma_split_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
-            } else {
-                matmul_mma_bf16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
-            }
-        }
-        DType::F16 => {
-            let a = Buffer::<f16>::try_from_view(a.raw_view())?;
-            let b = Buffer::<f16>::try_from_view(b.raw_view())?;
-            if occ2 {
-                matmul_mma_occ2_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
-            } else if lean {
-                matmul_mma_lean_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
-            } else if parts > 1 {
-                matmul_mma_split_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
-            } else {
-                matmul_mma_f16::launch(cx, grid, m, n, k, kcu, ta, tb, acc, &a, &b, out)?;
-            }
-        }
+        DType::BF16 => run!(
+            bf16,
+            matmul_mma_occ2_bf16,
+            matmul_mma_lean_bf16,
+            matmul_mma_split_bf16,
+            matmul_mma_bf16
+        ),
+        DType::F16 => run!(
+            f16,
+            matmul_mma_occ2_f16,
+            matmul_mma_lean_f16,
+            matmul_mma_split_f16,
+            matmul_mma_f16
+        ),
         other => {
             return Err(Error::Launch {
                 kernel: op,

@@ -44,6 +44,39 @@ pub fn total(y: &[f32], out: &mut [f32]) {
     }
 }
 
+/// y = a·x + 1
+#[kernel(workgroup = 64)]
+pub fn axpb(a: f32, x: &[f32], y: &mut [f32]) {
+    let i = global_id().x;
+    if i < y.len() {
+        y[i] = a * x[i] + 1.0;
+    }
+}
+
+/// The body of a chain step over `x` of `n` elements: x → a (ws, n) → b (ws, n) → c (ws, 2n,
+/// half used) → y, [`axpb`] launches with `s`, 0.5, −1.5 and 0.25. a and c are never live at
+/// once, so the arena is 3n words (a and c share [0, 2n), b and y [2n, 3n)). `after_a(n)` runs
+/// between a's launch and b's workspace (a suite's fault hook; `|_| {}` for none).
+pub fn chain(
+    cx: &mut Step,
+    x: &Input<f32>,
+    s: Scalar<f32>,
+    after_a: impl FnOnce(usize),
+) -> Result<Output<f32>> {
+    let n = x.len();
+    let mut a = cx.workspace::<f32>(n)?;
+    axpb::launch(cx, n, s, x, &mut a)?;
+    after_a(n);
+    let mut b = cx.workspace::<f32>(n)?;
+    axpb::launch(cx, n, 0.5, &a, &mut b)?;
+    let c = cx.workspace::<f32>(2 * n)?;
+    let mut c1 = c.slice(n..2 * n)?;
+    axpb::launch(cx, n, -1.5, &b, &mut c1)?;
+    let mut y = cx.output::<f32>(n)?;
+    axpb::launch(cx, n, 0.25, &c1, &mut y)?;
+    Ok(y)
+}
+
 pub const LAYERS: usize = 10;
 
 /// 10 layers forward (10 launches), 10 in-place updates (10 launches), a reduction: 21 launches.

@@ -1,64 +1,44 @@
 //! Every kernel's CUDA C compiles with NVRTC (no GPU needed; skipped without libnvrtc unless
 //! `GRAPHED_REQUIRE` lists `nvrtc`).
+//!
+//! With `GRAPHED_DUMP_PTX=DIR`, the test also writes each kernel's PTX to `DIR/<name>.ptx`:
+//! what `ptxas -v --gpu-name sm_90` and `nvdisasm` read to compare a kernel's registers and
+//! instructions before and after a change to its source.
 
-use graphed_kernels::{elementwise as ew, loss, matmul, optim, reduce, rng};
+use graphed_kernels::{
+    elementwise as ew, loss, matmul, matmul_mma as mma, optim, reduce, reduce_subgroup as rsg, rng,
+    scaler,
+};
 use graphed_runtime::KernelDef;
 
+/// `&module::kernel::DEF` for each `module: kernel, kernel, …;` group.
+macro_rules! defs {
+    ($($module:ident: $($kernel:ident),+;)+) => {
+        vec![$($(&$module::$kernel::DEF,)+)+]
+    };
+}
+
 fn all() -> Vec<&'static KernelDef> {
-    vec![
-        &ew::fill_f32::DEF,
-        &ew::ew_unary::DEF,
-        &ew::ew_unary_backward::DEF,
-        &ew::ew_binary::DEF,
-        &ew::ew_scale::DEF,
-        &ew::ew_scale_in_place::DEF,
-        &ew::ew_axpy::DEF,
-        &ew::ew_copy2::DEF,
-        &ew::cast_two_bf16::DEF,
-        &ew::cast_two_f16::DEF,
-        &ew::ew_mul_backward::DEF,
-        &ew::bias_act::DEF,
-        &ew::bias_act_backward::DEF,
-        &reduce::reduce_all::DEF,
-        &reduce::reduce_rows::DEF,
-        &graphed_kernels::reduce_subgroup::reduce_all_sg::DEF,
-        &graphed_kernels::reduce_subgroup::reduce_rows_sg::DEF,
-        &matmul::matmul_t64::DEF,
-        &matmul::matmul_t16::DEF,
-        &matmul::matmul_t32::DEF,
-        &matmul::gemm_epilogue::DEF,
-        &matmul::gemm_row_sums::DEF,
-        &matmul::gemm_epilogue_cast_bf16::DEF,
-        &matmul::gemm_epilogue_cast_f16::DEF,
-        &matmul::gemm_epilogue_cast_sums_bf16::DEF,
-        &matmul::gemm_epilogue_cast_sums_f16::DEF,
-        &matmul::matmul_split_sum::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_bf16::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_f16::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_occ2_bf16::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_occ2_f16::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_lean_bf16::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_lean_f16::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_split_bf16::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_split_f16::DEF,
-        &graphed_kernels::matmul_mma::matmul_mma_split_sum::DEF,
-        &loss::softmax_xent_narrow::DEF,
-        &loss::softmax_xent_wide::DEF,
-        &loss::mse_pass::DEF,
-        &loss::softmax_xent_narrow_sg::DEF,
-        &loss::softmax_xent_narrow_cast_bf16::DEF,
-        &loss::softmax_xent_narrow_cast_f16::DEF,
-        &loss::softmax_xent_narrow_cast_sg_bf16::DEF,
-        &loss::softmax_xent_narrow_cast_sg_f16::DEF,
-        &loss::softmax_xent_wide_sg::DEF,
-        &loss::mse_pass_sg::DEF,
-        &loss::mse_grad::DEF,
-        &optim::adam_step::DEF,
-        &optim::sgd_step::DEF,
-        &optim::clip_scale::DEF,
-        &rng::philox_fill::DEF,
-        &rng::philox_advance::DEF,
-    ]
+    defs! {
+        ew: fill_f32, ew_unary, ew_unary_backward, ew_binary, ew_scale, ew_scale_in_place,
+            ew_axpy, ew_copy2, cast_two_bf16, cast_two_f16, ew_mul_backward, bias_act,
+            bias_act_backward;
+        reduce: reduce_all, reduce_rows;
+        rsg: reduce_all_sg, reduce_rows_sg;
+        matmul: matmul_t64, matmul_t16, matmul_t32, gemm_epilogue, gemm_row_sums,
+            gemm_epilogue_cast_bf16, gemm_epilogue_cast_f16, gemm_epilogue_cast_sums_bf16,
+            gemm_epilogue_cast_sums_f16, matmul_split_sum;
+        mma: matmul_mma_bf16, matmul_mma_f16, matmul_mma_occ2_bf16, matmul_mma_occ2_f16,
+            matmul_mma_lean_bf16, matmul_mma_lean_f16, matmul_mma_split_bf16,
+            matmul_mma_split_f16, matmul_mma_split_sum;
+        loss: softmax_xent_narrow, softmax_xent_wide, mse_pass, softmax_xent_narrow_sg,
+            softmax_xent_narrow_cast_bf16, softmax_xent_narrow_cast_f16,
+            softmax_xent_narrow_cast_sg_bf16, softmax_xent_narrow_cast_sg_f16,
+            softmax_xent_wide_sg, mse_pass_sg, mse_grad;
+        optim: adam_step, sgd_step, clip_scale;
+        rng: philox_fill, philox_advance;
+        scaler: scale_by, scale_by_cast_bf16, scale_by_cast_f16, unscale_check, scale_update;
+    }
 }
 
 #[test]
@@ -66,9 +46,14 @@ fn every_kernel_compiles_for_cuda() {
     if !graphed_runtime::testing::nvrtc_enabled() {
         return;
     }
+    let dump = std::env::var_os("GRAPHED_DUMP_PTX").map(std::path::PathBuf::from);
     for k in all() {
         let ptx = graphed_runtime::nvrtc::compile(k, "compute_90")
             .unwrap_or_else(|e| panic!("{}: {e}\n{}", k.name, k.cuda));
         assert!(ptx.contains(&format!(".entry {}", k.name)), "{}", k.name);
+        if let Some(dir) = &dump {
+            std::fs::write(dir.join(format!("{}.ptx", k.name)), &ptx)
+                .unwrap_or_else(|e| panic!("{}: writing its PTX to {dir:?}: {e}", k.name));
+        }
     }
 }

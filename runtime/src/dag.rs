@@ -226,8 +226,9 @@ impl Dag {
 /// For each op, whether its one incoming edge is programmatic under `mode` (see
 /// [`Programmatic`](crate::Programmatic)): the op and its one predecessor both run a kernel
 /// (one graph node each), and for [`Programmatic::Chains`](crate::Programmatic::Chains) the
-/// predecessor has no other successor and at most `multiprocessors` workgroups. A plan lowered
-/// as one queue (`dag` none) has no programmatic edges.
+/// predecessor has no other successor and leaves at least half of the `multiprocessors` free
+/// (at most `multiprocessors / 2` workgroups). A plan lowered as one queue (`dag` none) has no
+/// programmatic edges.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn programmatic_links(
     ops: &[Op],
@@ -248,7 +249,7 @@ pub(crate) fn programmatic_links(
     }
     let one_wave = |op: &Op| match op {
         Op::Launch { grid, .. } => {
-            grid.iter().map(|&g| u64::from(g)).product::<u64>() <= u64::from(multiprocessors)
+            2 * grid.iter().map(|&g| u64::from(g)).product::<u64>() <= u64::from(multiprocessors)
         }
         _ => false,
     };
@@ -454,7 +455,7 @@ mod tests {
         };
         let ops = vec![
             fill_on(&a0, [4, 1, 1]),            // 0
-            read(fill_on(&b, [2, 2, 1]), &a0),  // 1: after 0, 0's only successor
+            read(fill_on(&b, [2, 2, 1]), &a0),  // 1: after 0, 0's only successor (4 workgroups)
             read(fill_on(&c, [200, 1, 1]), &b), // 2: after 1 (1 fits in 4 workgroups)
             read(fill_on(&d, [1, 1, 1]), &c),   // 3: after 2, but 2 has 200 workgroups
             read(fill_on(&a1, [1, 1, 1]), &d),  // 4: after 3, which forks to 4 and 5
@@ -468,15 +469,15 @@ mod tests {
         assert_eq!(dag.preds(3), [2]);
         assert_eq!(dag.preds(4), [3]);
         let links = |mode, sms| programmatic_links(&ops, Some(&dag), mode, sms);
-        let chains = links(Chains, 4);
+        let chains = links(Chains, 8);
         assert_eq!(
             &chains[..5],
             [false, true, true, false, false],
             "{chains:?}"
         );
         assert!(!chains[6] && !chains[7], "{chains:?}");
-        // With one multiprocessor nothing fits in a wave but single workgroups.
-        assert_eq!(&links(Chains, 1)[..5], [false, false, false, false, false]);
+        // With 7 multiprocessors, 4 workgroups leave fewer than half free.
+        assert_eq!(&links(Chains, 7)[..5], [false; 5]);
         let on = links(On, 4);
         assert_eq!(&on[..5], [false, true, true, true, true], "{on:?}");
         assert!(!on[6] && !on[7], "{on:?}");

@@ -114,11 +114,12 @@ pub enum Programmatic {
     /// No programmatic edges.
     Off,
     /// An edge is programmatic where it is a link of a chain — the kernel's one predecessor
-    /// is a kernel whose one successor it is — and that predecessor has no more workgroups
-    /// than the device has multiprocessors (one wave). Measured on the H200 (BENCHMARKS.md):
-    /// the sampler's chain of nine small kernels replays 9% faster with programmatic edges,
-    /// while the MLP steps' graphs, whose kernels fork and join and fill the GPU, ran 1%
-    /// (fp32, cuBLAS products) to 14% (DSL products) slower with every edge programmatic.
+    /// is a kernel whose one successor it is — and that predecessor leaves at least half of
+    /// the multiprocessors free (at most half as many workgroups). Measured on the H200
+    /// (BENCHMARKS.md): the sampler's chain of nine 16-workgroup kernels replays 9% faster
+    /// with programmatic edges; the MLP-M step with DSL products (128-workgroup products on
+    /// 132 multiprocessors) ran 5% slower with programmatic edges after predecessors of up to
+    /// one wave, and 14% slower with every edge programmatic.
     #[default]
     Chains,
     /// Every kernel whose one predecessor is another kernel (to compare).

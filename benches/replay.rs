@@ -1223,7 +1223,7 @@ impl Launch for ReusedScratch<'_> {
 /// products' magnitude before timing.
 fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
     use graphed::kernels::matmul::{matmul_half, Gemm};
-    use graphed::kernels::matmul_mma::{matmul_mma_with, MmaGemm, MmaTile};
+    use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm, MmaTile};
     if dev.kind() != BackendKind::Cuda {
         eprintln!(
             "workload mma runs on CUDA only (beside cuBLAS); skipped on {}",
@@ -1271,7 +1271,7 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
         // The largest |dsl - cublas| / sqrt(k) per variant, checked before any timing.
         let mut worst = Vec::new();
         for tile in MmaTile::ALL {
-            matmul_mma_with(&cx, tile, g, &a, &b, &mut c_dsl, false)?;
+            matmul_mma(&cx, tile, g, &a, &b, &mut c_dsl, false)?;
             let x = c_dsl.to_host()?;
             let w = x
                 .iter()
@@ -1290,7 +1290,7 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
             let (us, lo, hi, cpu) = measure(
                 steps,
                 || match tile {
-                    Some(t) => matmul_mma_with(&cx, t, g, &a, &b, &mut c_dsl, false).unwrap(),
+                    Some(t) => matmul_mma(&cx, t, g, &a, &b, &mut c_dsl, false).unwrap(),
                     None => matmul_half(dev, gb, &a, &b, &mut c_blas, false).unwrap(),
                 },
                 sync,

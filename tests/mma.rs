@@ -12,7 +12,7 @@
 mod common;
 
 use common::{on_every_backend, rng};
-use graphed::kernels::matmul_mma::{matmul_mma, matmul_mma_with, MmaGemm, MmaTile};
+use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm, MmaTile};
 use graphed::prelude::*;
 use graphed::testing::{floats, poisoned};
 use graphed::BackendKind;
@@ -290,7 +290,7 @@ fn tiled<T: graphed::Element>(from: impl Fn(f32) -> T + Copy, back: impl Fn(T) -
     tiled_cases("matmul_mma", SHAPES, LAYER, from, back);
 }
 
-/// `matmul_mma_with` of every [`MmaTile`] on every backend for each shape and `(ta, tb)`,
+/// `matmul_mma` of every [`MmaTile`] on every backend for each shape and `(ta, tb)`,
 /// with and without `accumulate`, against the `f64` oracle.
 fn tiled_cases<T: graphed::Element>(
     seed: &str,
@@ -330,7 +330,7 @@ fn tiled_cases<T: graphed::Element>(
                         poisoned(dev, m * n)
                     };
                     let g = MmaGemm { m, n, k, ta, tb };
-                    matmul_mma_with(dev, tile, g, &da, &db, &mut dc, accumulate).unwrap();
+                    matmul_mma(dev, tile, g, &da, &db, &mut dc, accumulate).unwrap();
                     let got = dc.to_host().unwrap();
                     let tol = (k as f64 + 16.0) * TOL_MMA / 16.0;
                     for i in 0..m * n {
@@ -429,7 +429,7 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
                 let db = dev.upload(&b).unwrap();
                 let mut dc = poisoned(dev, m * n);
                 let g = MmaGemm { m, n, k, ta, tb };
-                matmul_mma_with(dev, tile, g, &da, &db, &mut dc, false).unwrap();
+                matmul_mma(dev, tile, g, &da, &db, &mut dc, false).unwrap();
                 let out = dc.to_host().unwrap();
                 match &first {
                     None => first = Some(out),
@@ -490,9 +490,9 @@ fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
                 .collect();
             let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
             let mut auto = poisoned(dev, g.m * g.n);
-            matmul_mma(dev, g, &da, &db, &mut auto, false).unwrap();
+            matmul_mma(dev, MmaTile::Auto, g, &da, &db, &mut auto, false).unwrap();
             let mut chosen = poisoned(dev, g.m * g.n);
-            matmul_mma_with(dev, want, g, &da, &db, &mut chosen, false).unwrap();
+            matmul_mma(dev, want, g, &da, &db, &mut chosen, false).unwrap();
             let (auto, chosen) = (auto.to_host().unwrap(), chosen.to_host().unwrap());
             assert!(
                 auto.iter().all(|v| v.is_finite()),
@@ -520,6 +520,6 @@ fn mismatched_lengths_are_errors() {
         ta: false,
         tb: false,
     };
-    let e = matmul_mma(&dev, g, &a, &b, &mut c, false).unwrap_err();
+    let e = matmul_mma(&dev, MmaTile::Auto, g, &a, &b, &mut c, false).unwrap_err();
     assert!(e.to_string().contains("matmul_mma"), "{e}");
 }

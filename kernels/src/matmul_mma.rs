@@ -25,7 +25,7 @@
 //!
 //! A product split over `k` ([`MmaTile::SplitK`], the `matmul_mma_split_*` kernels) has
 //! layer `z` of its grid sum the range `[z·kc, (z + 1)·kc)` into copy `z` of `C` in a
-//! scratch buffer, then adds the copies in order. The variants of [`MmaTile`] are selected by [`matmul_mma_with`].
+//! scratch buffer, then adds the copies in order. The variants of [`MmaTile`] are selected by [`matmul_mma`].
 //!
 //! Each element of `C` is the sum over `k` in steps of 16, in increasing order, of one call's
 //! contribution; within a call the order is the target's (see `graphed_lang::kernel::mma`):
@@ -484,7 +484,7 @@ fn split_kc(g: MmaGemm) -> usize {
     kc
 }
 
-/// Which kernel [`matmul_mma_with`] launches. The 128×128 variants compute the same product
+/// Which kernel [`matmul_mma`] launches. The 128×128 variants compute the same product
 /// with the same tiles and summation order (so the same bits on the host and wgpu) and differ
 /// only in how the CUDA form is compiled; [`MmaTile::SplitK`] sums its parts in a second pass,
 /// so its bits differ from theirs when it splits.
@@ -563,30 +563,17 @@ pub struct MmaGemm {
     pub tb: bool,
 }
 
-/// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` or `f16` inputs into `f32`: one
-/// launch of [`matmul_mma_bf16`](mod@matmul_mma_bf16) or [`matmul_mma_f16`](mod@matmul_mma_f16)
-/// ([`matmul_mma_with`] of [`MmaTile::Auto`]: the variant measured fastest for the shape).
+/// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` or `f16` inputs into `f32` by the
+/// kernel variant `tile` ([`MmaTile::Auto`]: the one measured fastest for the shape on the
+/// backend, see [`MmaTile::resolved_for`]): one launch of a 128×128 kernel
+/// ([`matmul_mma_bf16`](mod@matmul_mma_bf16), [`matmul_mma_f16`](mod@matmul_mma_f16) and
+/// their variants), or for [`MmaTile::SplitK`] where it splits, the split launch and its sum.
 ///
 /// # Errors
 /// [`Error::Shape`] when the lengths do not make the product, a size does not fit in a `u32`,
 /// or the grid would pass 65,535 workgroups in a dimension; [`Error::Launch`] for an element
 /// type other than `bf16` and `f16`; the launch's errors.
 pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
-    cx: &C,
-    g: MmaGemm,
-    a: &Buffer<T>,
-    b: &Buffer<T>,
-    c: &mut Buffer<f32>,
-    accumulate: bool,
-) -> Result<()> {
-    matmul_mma_with(cx, MmaTile::Auto, g, a, b, c, accumulate)
-}
-
-/// [`matmul_mma`] by the kernel variant `tile`.
-///
-/// # Errors
-/// Those of [`matmul_mma`].
-pub fn matmul_mma_with<C: Launch + ?Sized, T: Element>(
     cx: &C,
     tile: MmaTile,
     g: MmaGemm,

@@ -33,6 +33,9 @@ fn all() -> Vec<&'static KernelDef> {
         &matmul::gemm_epilogue_cast_sums_bf16::DEF,
         &matmul::gemm_epilogue_cast_sums_f16::DEF,
         &matmul::matmul_split_sum::DEF,
+        &matmul::matmul_t64_serial::DEF,
+        &matmul::matmul_t16_serial::DEF,
+        &matmul::matmul_t32_serial::DEF,
         &graphed_kernels::matmul_mma::matmul_mma_bf16::DEF,
         &graphed_kernels::matmul_mma::matmul_mma_f16::DEF,
         &graphed_kernels::matmul_mma::matmul_mma_occ2_bf16::DEF,
@@ -70,5 +73,43 @@ fn every_kernel_compiles_for_cuda() {
         let ptx = graphed_runtime::nvrtc::compile(k, "compute_90")
             .unwrap_or_else(|e| panic!("{}: {e}\n{}", k.name, k.cuda));
         assert!(ptx.contains(&format!(".entry {}", k.name)), "{}", k.name);
+    }
+}
+
+/// Serial split-K's kernels compile plain and checked (`GRAPHED_CHECKED`), their fences are
+/// device-scope (`__threadfence()`: `fence.sc.gpu` or `membar.gl` in PTX), and the kernels
+/// they are made from keep their CUDA C free of any fence or atomic.
+#[test]
+fn serial_split_kernels_compile_with_device_fences() {
+    let serial = [
+        &matmul::matmul_t64_serial::DEF,
+        &matmul::matmul_t16_serial::DEF,
+        &matmul::matmul_t32_serial::DEF,
+    ];
+    for k in serial {
+        assert_eq!(k.cuda.matches("__threadfence();").count(), 2, "{}", k.name);
+        assert!(k.wgsl.contains("storageBarrier();"), "{}", k.name);
+    }
+    for k in [
+        &matmul::matmul_t64::DEF,
+        &matmul::matmul_t16::DEF,
+        &matmul::matmul_t32::DEF,
+    ] {
+        assert!(!k.cuda.contains("__threadfence"), "{}", k.name);
+        assert!(!k.cuda.contains("atomic"), "{}", k.name);
+    }
+    if !graphed_runtime::testing::nvrtc_enabled() {
+        return;
+    }
+    for k in serial {
+        for (ptx, variant) in [
+            (graphed_runtime::nvrtc::compile(k, "compute_90"), ""),
+            (graphed_runtime::nvrtc::compile_checked(k, "compute_90"), " (checked)"),
+        ] {
+            let ptx = ptx.unwrap_or_else(|e| panic!("{}{variant}: {e}", k.name));
+            let fences = ptx.matches("fence.sc.gpu").count() + ptx.matches("membar.gl").count();
+            assert!(fences >= 2, "{}{variant}: {fences} device fences", k.name);
+            assert!(ptx.contains("atom.global"), "{}{variant}: no global atomic", k.name);
+        }
     }
 }

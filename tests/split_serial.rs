@@ -291,3 +291,48 @@ fn two_serial_products_of_one_plan_count_apart_and_may_run_concurrently() {
         assert_eq!(counters, 2, "{}: a region per launch site", dev.kind());
     }
 }
+
+/// `y = 2x`, fenced device-wide, then each invocation reads its workgroup neighbour's `y`
+/// (ordered by the barrier within the workgroup, on every backend).
+#[kernel(workgroup = 64)]
+fn fence_then_read(x: &[f32], y: &mut [f32], z: &mut [f32]) {
+    let i = global_id().x;
+    if i < x.len() {
+        y[i] = 2.0 * x[i];
+    }
+    device_fence();
+    barrier();
+    let j = workgroup_id().x * 64 + (local_id().x + 1) % 64;
+    if i < x.len() && j < x.len() {
+        z[i] = y[j];
+    }
+}
+
+#[test]
+fn device_fence_is_each_backends_fence_and_runs_everywhere() {
+    let k = &fence_then_read::DEF;
+    assert!(k.cuda.contains("__threadfence();"), "{}", k.cuda);
+    // The fence and the barrier's own storage ordering.
+    assert_eq!(k.wgsl.matches("storageBarrier();").count(), 2, "{}", k.wgsl);
+    common::assert_wgsl_valid(&[k]);
+    common::assert_cuda_compiles(&[k]);
+    let mut r = rng("device_fence_runs_everywhere");
+    on_every_backend(|dev| {
+        let n = 200;
+        let x0 = floats(&mut r, n, -1.0, 1.0);
+        let x = dev.upload(&x0).unwrap();
+        let mut y = dev.upload(&vec![f32::NAN; n]).unwrap();
+        let mut z = dev.upload(&vec![f32::NAN; n]).unwrap();
+        fence_then_read::launch(dev, Grid::threads(n as u32), &x, &mut y, &mut z).unwrap();
+        let (y, z) = (y.to_host().unwrap(), z.to_host().unwrap());
+        for i in 0..n {
+            assert_eq!(y[i], 2.0 * x0[i], "{} y[{i}]", dev.kind());
+            let j = i / 64 * 64 + (i % 64 + 1) % 64;
+            if j < n {
+                assert_eq!(z[i], 2.0 * x0[j], "{} z[{i}]", dev.kind());
+            } else {
+                assert!(z[i].is_nan(), "{} z[{i}] written", dev.kind());
+            }
+        }
+    });
+}

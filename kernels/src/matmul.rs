@@ -13,6 +13,13 @@
 //! - [`matmul_t32`]: 32×32 tiles, a 2×2 block per invocation, `k` in steps of 64; for small
 //!   products too (chosen explicitly, [`Tile::T32`]).
 //!
+//! A product of few tiles splits `k` into parts computed side by side ([`Gemm::split_parts`]),
+//! summed by [`matmul_split_sum`] in a second launch or, on CUDA
+//! ([`Device::split_serial`](graphed_runtime::Device::split_serial)), serially: each tiling's
+//! `*_serial` sibling ([`matmul_t16_serial`], [`matmul_t32_serial`], [`matmul_t64_serial`])
+//! counts each tile's finished parts on a counter in device memory ([`Launch::counters`]) and
+//! its last workgroup adds them in the second launch's order — the same bits, one launch.
+//!
 //! Every element of `C` is `Σ_k op(A)[r, k]·op(B)[k, c]` accumulated in increasing `k` in one
 //! invocation with `fma`, so every tiling and every backend add in the same order. `fma` is
 //! one instruction on GPUs (the CUDA backend compiles with `--fmad=false`, so a plain
@@ -929,7 +936,9 @@ pub const SPLIT_K: usize = 16384;
 pub const FILL_MIN_CHUNK: usize = 128;
 
 /// How a product splits `k` into parts computed side by side and summed by
-/// [`matmul_split_sum`](mod@matmul_split_sum) (see [`Gemm::split_parts`]). Products that go to
+/// [`matmul_split_sum`](mod@matmul_split_sum) — or, where the device sums serially
+/// ([`Device::split_serial`](graphed_runtime::Device::split_serial)), by the last workgroup of
+/// each tile in the same launch (see [`Gemm::split_parts`]). Products that go to
 /// the vendor BLAS never split here (cuBLAS picks its own split).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Split {

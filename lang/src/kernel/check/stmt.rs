@@ -404,6 +404,8 @@ impl Checker<'_> {
                     // A helper's call sites would need the barrier analysis of `barrier()`.
                     self.error(c, "`device_fence()` is a statement of a kernel's body, not of a `#[device]` function (WGSL has it only as `storageBarrier()`, which the whole workgroup reaches): call it in the kernel");
                 }
+                // A barrier in WGSL: the uniformity analysis runs on it as on `barrier()`.
+                self.has_barrier = true;
                 out.push(Stmt::DeviceFence { span: c.span() });
             }
             syn::Expr::Call(c) if is_path_call(c, crate::kernel::mma::NAME) => self.mma(c, out),

@@ -101,7 +101,11 @@ fn split_products_replay_bitwise_as_eager() {
             let want = launches(Gemm::nn(m, n, k)) + launches(Gemm::tn(k, n, m));
             assert_eq!(s.launches_per_replay, want, "{s:?}");
             if parts == 3 {
-                assert_eq!(want, 1 + per_split, "k = 20 stays whole, k = 300 takes 3 parts");
+                assert_eq!(
+                    want,
+                    1 + per_split,
+                    "k = 20 stays whole, k = 300 takes 3 parts"
+                );
             }
         }
     });

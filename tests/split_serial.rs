@@ -12,8 +12,8 @@ use std::sync::Mutex;
 use common::{bitwise_eq, floats, on_every_backend, rng};
 use graphed::kernels::elementwise::Act;
 use graphed::kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm, Split, Tile};
-use graphed::{BackendKind, BufferRole, Config, PlanOp};
 use graphed::prelude::*;
+use graphed::{BackendKind, BufferRole, Config, PlanOp};
 
 /// (m, n, k, parts, tile): 2 equal parts, 3 parts (the last 44 long), 2 ragged parts, and
 /// tiles of `C` cut by its edges on every tiling.
@@ -148,7 +148,10 @@ fn serial_split_gives_the_two_launch_bits_replayed_and_eagerly() {
                 .with_split(Split::Parts(parts));
             assert_eq!(g.split_parts(dev.split_fill()), parts, "case {case}");
             for flavour in 0..FLAVOURS {
-                let what = format!("{} case {case} ({m}×{n}×{k}, {parts} parts, {tile:?}) flavour {flavour}", dev.kind());
+                let what = format!(
+                    "{} case {case} ({m}×{n}×{k}, {parts} parts, {tile:?}) flavour {flavour}",
+                    dev.kind()
+                );
                 // The two-launch path: recorded (a recording keeps its launches) and eager.
                 dev.set_split_serial(false).unwrap();
                 let mut two = ProductStep::new(&dev).unwrap();
@@ -168,18 +171,42 @@ fn serial_split_gives_the_two_launch_bits_replayed_and_eagerly() {
                     dev.set_split_serial(false).unwrap();
                     let want_eager = call(&mut two_eager, &x, case, flavour, true);
                     dev.set_split_serial(true).unwrap();
-                    assert!(bitwise_eq(&want, &want_eager), "{what} call {c}: two-launch replay vs eager");
-                    assert!(bitwise_eq(&got, &want), "{what} call {c}: serial replay vs two-launch");
-                    assert!(bitwise_eq(&eager, &want), "{what} call {c}: serial eager vs two-launch");
+                    assert!(
+                        bitwise_eq(&want, &want_eager),
+                        "{what} call {c}: two-launch replay vs eager"
+                    );
+                    assert!(
+                        bitwise_eq(&got, &want),
+                        "{what} call {c}: serial replay vs two-launch"
+                    );
+                    assert!(
+                        bitwise_eq(&eager, &want),
+                        "{what} call {c}: serial eager vs two-launch"
+                    );
                     // Not a copy of `c0` left in place: the product was stored.
-                    let moved = got[..m * n].iter().zip(&x.c0).filter(|(g, c)| g != c).count();
-                    assert!(moved > m * n / 4, "{what} call {c}: only {moved} elements written");
+                    let moved = got[..m * n]
+                        .iter()
+                        .zip(&x.c0)
+                        .filter(|(g, c)| g != c)
+                        .count();
+                    assert!(
+                        moved > m * n / 4,
+                        "{what} call {c}: only {moved} elements written"
+                    );
                     assert!(got.iter().all(|v| v.is_finite()), "{what} call {c}");
                 }
                 let s = serial.stats();
-                assert_eq!((s.recordings, s.replays), (1, calls as u64), "{what}: {s:?}");
+                assert_eq!(
+                    (s.recordings, s.replays),
+                    (1, calls as u64),
+                    "{what}: {s:?}"
+                );
                 let t = two.stats();
-                assert_eq!(s.launches_per_replay + 1, t.launches_per_replay, "{what}: one launch fewer: {s:?} {t:?}");
+                assert_eq!(
+                    s.launches_per_replay + 1,
+                    t.launches_per_replay,
+                    "{what}: one launch fewer: {s:?} {t:?}"
+                );
                 let kernels = launches(&serial);
                 let name = match tile {
                     Tile::T64 => "matmul_t64_serial",
@@ -187,7 +214,10 @@ fn serial_split_gives_the_two_launch_bits_replayed_and_eagerly() {
                     _ => "matmul_t16_serial",
                 };
                 assert!(kernels.contains(&name), "{what}: {kernels:?}");
-                assert!(!kernels.contains(&"matmul_split_sum"), "{what}: {kernels:?}");
+                assert!(
+                    !kernels.contains(&"matmul_split_sum"),
+                    "{what}: {kernels:?}"
+                );
                 assert!(launches(&two).contains(&"matmul_split_sum"), "{what}");
                 // One counter per output tile, in a buffer of its own outside the arena.
                 let plan = serial.plan().unwrap();
@@ -266,8 +296,10 @@ fn two_serial_products_of_one_plan_count_apart_and_may_run_concurrently() {
                 assert!(bitwise_eq(&y2, &w2), "{what}: second product");
             } else {
                 // Another backend than the reference: the same sums, fused alike.
-                let e1 = common::rel_err(&y1, &w1.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
-                let e2 = common::rel_err(&y2, &w2.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+                let e1 =
+                    common::rel_err(&y1, &w1.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
+                let e2 =
+                    common::rel_err(&y2, &w2.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
                 assert!(e1 <= 1e-6 && e2 <= 1e-6, "{what}: {e1} {e2}");
             }
         }
@@ -276,7 +308,15 @@ fn two_serial_products_of_one_plan_count_apart_and_may_run_concurrently() {
         let serial: Vec<usize> = ops
             .iter()
             .enumerate()
-            .filter(|(_, o)| matches!(o, PlanOp::Launch { kernel: "matmul_t16_serial", .. }))
+            .filter(|(_, o)| {
+                matches!(
+                    o,
+                    PlanOp::Launch {
+                        kernel: "matmul_t16_serial",
+                        ..
+                    }
+                )
+            })
             .map(|(i, _)| i)
             .collect();
         assert_eq!(serial.len(), 2, "{}: {ops:?}", dev.kind());
@@ -323,7 +363,7 @@ fn device_fence_is_each_backends_fence_and_runs_everywhere() {
         let x = dev.upload(&x0).unwrap();
         let mut y = dev.upload(&vec![f32::NAN; n]).unwrap();
         let mut z = dev.upload(&vec![f32::NAN; n]).unwrap();
-        fence_then_read::launch(dev, Grid::threads(n as u32), &x, &mut y, &mut z).unwrap();
+        fence_then_read::launch(dev, Grid::threads(n), &x, &mut y, &mut z).unwrap();
         let (y, z) = (y.to_host().unwrap(), z.to_host().unwrap());
         for i in 0..n {
             assert_eq!(y[i], 2.0 * x0[i], "{} y[{i}]", dev.kind());

@@ -1490,16 +1490,16 @@ fn split_k<C: Launch + ?Sized>(
         let parts = parts as u32;
         return match tile {
             Tile::T64 => matmul_t64_serial::launch(
-                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias,
-                aux, &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
+                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
+                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
             ),
             Tile::T32 => matmul_t32_serial::launch(
-                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias,
-                aux, &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
+                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
+                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
             ),
             _ => matmul_t16_serial::launch(
-                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias,
-                aux, &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
+                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
+                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
             ),
         };
     }

@@ -425,7 +425,8 @@ impl Device {
                 backend: self.kind().name(),
                 adapter: self.adapter(),
                 feature: "a device-scope memory fence (serial split-K)",
-                instead: "keep the two-launch split (`set_split_serial(false)`, the default on wgpu)",
+                instead:
+                    "keep the two-launch split (`set_split_serial(false)`, the default on wgpu)",
             });
         }
         self.inner.split_serial.store(on, Ordering::Relaxed);

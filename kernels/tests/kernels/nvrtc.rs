@@ -104,12 +104,19 @@ fn serial_split_kernels_compile_with_device_fences() {
     for k in serial {
         for (ptx, variant) in [
             (graphed_runtime::nvrtc::compile(k, "compute_90"), ""),
-            (graphed_runtime::nvrtc::compile_checked(k, "compute_90"), " (checked)"),
+            (
+                graphed_runtime::nvrtc::compile_checked(k, "compute_90"),
+                " (checked)",
+            ),
         ] {
             let ptx = ptx.unwrap_or_else(|e| panic!("{}{variant}: {e}", k.name));
             let fences = ptx.matches("fence.sc.gpu").count() + ptx.matches("membar.gl").count();
             assert!(fences >= 2, "{}{variant}: {fences} device fences", k.name);
-            assert!(ptx.contains("atom.global"), "{}{variant}: no global atomic", k.name);
+            assert!(
+                ptx.contains("atom.global"),
+                "{}{variant}: no global atomic",
+                k.name
+            );
         }
     }
 }

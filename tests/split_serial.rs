@@ -141,8 +141,7 @@ fn serial_split_gives_the_two_launch_bits_replayed_and_eagerly() {
     let _turn = TOGGLE.lock().unwrap_or_else(|e| e.into_inner());
     let mut r = rng("serial_split_gives_the_two_launch_bits");
     for dev in serial_devices() {
-        for case in 0..CASES.len() {
-            let (m, n, k, parts, tile) = CASES[case];
+        for (case, &(m, n, k, parts, tile)) in CASES.iter().enumerate() {
             let g = Gemm::nn(m, n, k)
                 .with_tile(tile)
                 .with_split(Split::Parts(parts));
@@ -356,6 +355,14 @@ fn device_fence_is_each_backends_fence_and_runs_everywhere() {
     assert_eq!(k.wgsl.matches("storageBarrier();").count(), 2, "{}", k.wgsl);
     common::assert_wgsl_valid(&[k]);
     common::assert_cuda_compiles(&[k]);
+    // Serial split-K's kernels are CUDA's route, yet every source of them stays valid.
+    let serial = [
+        &graphed::kernels::matmul::matmul_t16_serial::DEF,
+        &graphed::kernels::matmul::matmul_t32_serial::DEF,
+        &graphed::kernels::matmul::matmul_t64_serial::DEF,
+    ];
+    common::assert_wgsl_valid(&serial);
+    common::assert_cuda_compiles(&serial);
     let mut r = rng("device_fence_runs_everywhere");
     on_every_backend(|dev| {
         let n = 200;

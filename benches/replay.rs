@@ -14,7 +14,9 @@
 //! Workload `mlp`: the training step of `graphed::train` on the MLP-S and MLP-M shapes of
 //! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them); where the device
 //! reports its multiprocessors (CUDA), the same steps run again with split-K's fill rule off
-//! (`Device::set_split_fill(false)`), as variants `eager+nosplit`, `replay+nosplit`, ….
+//! (`Device::set_split_fill(false)`), as variants `eager+nosplit`, `replay+nosplit`, …; where
+//! split products sum serially (`Device::split_serial`, CUDA's default: the last workgroup of
+//! each tile sums), again with the second launch instead, as variants `replay+2launch`, ….
 //! Workload `mixed`:
 //! `graphed::nn::mixed`'s step on the MLP-M and MLP-L shapes of
 //! `shared/bench/torch_mixed_step.py` (`mixed-M`, `mixed-L`; MLP-L on CUDA only) at each
@@ -23,7 +25,8 @@
 //! `mma_workload`). Workload `sampler`: one timestep of `graphed::sample`
 //! (the `sampler` example's step). Each runs eagerly and replayed on every backend asked for.
 //! Workload `half`: an axpy over 2^23 elements in `f32`, `f16` and `bf16` storage, side by side.
-//! Workload `tiles`: the MLP products with each tiling and split-K on and off (`tiles_workload`).
+//! Workload `tiles`: the MLP products with each tiling and split-K on (summed by a second launch,
+//! `fill`, or serially, `fill-serial`, CUDA only) and off (`whole`) (`tiles_workload`).
 //! Workload `bind`: replay time against a device input's size (1 KiB to 64 MiB), the input
 //! copied into its slot (as before) beside bound by address and re-pointed every call.
 //! Workload `update`: state alternating between two allocations, the recording updated beside
@@ -917,7 +920,8 @@ fn product_chain(
 const TILE_REPS: usize = 10;
 
 /// Workload `tiles`: each product of the MLP-S step (and MLP-M's narrow ones) with 16×16,
-/// 32×32 and 64×64 tiles, split-K's fill rule on and off, replayed as a chain of [`TILE_REPS`]
+/// 32×32 and 64×64 tiles, split-K's fill rule on (summed by a second launch, or serially where
+/// the device allows) and off, replayed as a chain of [`TILE_REPS`]
 /// launches; µs per product = µs/step ÷ reps (one node's launch latency included). The data
 /// for choosing a product's tiling by measurement.
 fn tiles_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Result<()> {
@@ -950,11 +954,26 @@ fn tiles_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Re
         let a = dev.upload(&fill(1, g0.m * g0.k))?;
         let b = dev.upload(&fill(2, g0.k * g0.n))?;
         for (tile, tname) in [(Tile::T16, "t16"), (Tile::T32, "t32"), (Tile::T64, "t64")] {
-            for (split, sname) in [(Split::Auto, "fill"), (Split::Bounded, "whole")] {
+            // "fill": split-K summed by a second launch; "fill-serial": by the last workgroup
+            // of each tile (`Device::split_serial`, CUDA only); "whole": no fill split.
+            let serial_default = dev.split_serial();
+            for (split, sname, serial) in [
+                (Split::Auto, "fill", false),
+                (Split::Auto, "fill-serial", true),
+                (Split::Bounded, "whole", false),
+            ] {
+                if serial && dev.set_split_serial(true).is_err() {
+                    continue;
+                }
+                if !serial {
+                    dev.set_split_serial(false)?;
+                }
                 let g = Gemm { tile, split, ..g0 };
                 let mut c = dev.alloc::<f32>(g.m * g.n)?;
                 let mut step = ProductChain::new(dev)?;
+                // Recorded now, with the setting of this variant.
                 step.call(&mut c, &a, &b, g)?;
+                dev.set_split_serial(serial_default)?;
                 let m = measure(steps, || step.call(&mut c, &a, &b, g).unwrap(), sync);
                 let nodes = step.stats().launches_per_replay;
                 eprintln!(
@@ -1436,6 +1455,26 @@ fn main() {
                         }
                         dev.set_vendor_blas(vendor);
                         dev.set_split_fill(true);
+                    }
+                    if dev.split_serial() {
+                        // The same steps with split products summed by a second launch
+                        // (`Device::set_split_serial(false)`) instead of by the last workgroup
+                        // of each tile, both routes, as variants `replay+2launch`, ….
+                        let vendor = dev.vendor_blas();
+                        dev.set_split_serial(false).unwrap();
+                        for v in [vendor, false] {
+                            dev.set_vendor_blas(v);
+                            let start = rows.len();
+                            mlp_workload(&dev, quick, only, &mut rows).unwrap();
+                            for r in &mut rows[start..] {
+                                r.variant.push_str("+2launch");
+                            }
+                            if !vendor {
+                                break;
+                            }
+                        }
+                        dev.set_vendor_blas(vendor);
+                        dev.set_split_serial(true).unwrap();
                     }
                     if checked && kind != BackendKind::Host && !dev.checked() {
                         // The same steps in checked mode (cuBLAS products are not checked:

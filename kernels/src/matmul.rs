@@ -13,6 +13,13 @@
 //! - [`matmul_t32`]: 32×32 tiles, a 2×2 block per invocation, `k` in steps of 64; for small
 //!   products too (chosen explicitly, [`Tile::T32`]).
 //!
+//! A product of few tiles splits `k` into parts computed side by side ([`Gemm::split_parts`]),
+//! summed by [`matmul_split_sum`] in a second launch or, on CUDA
+//! ([`Device::split_serial`](graphed_runtime::Device::split_serial)), serially: each tiling's
+//! `*_serial` sibling ([`matmul_t16_serial`], [`matmul_t32_serial`], [`matmul_t64_serial`])
+//! counts each tile's finished parts on a counter in device memory ([`Launch::counters`]) and
+//! its last workgroup adds them in the second launch's order — the same bits, one launch.
+//!
 //! Every element of `C` is `Σ_k op(A)[r, k]·op(B)[k, c]` accumulated in increasing `k` in one
 //! invocation with `fma`, so every tiling and every backend add in the same order. `fma` is
 //! one instruction on GPUs (the CUDA backend compiles with `--fmad=false`, so a plain
@@ -81,402 +88,503 @@ fn store(v: f32, at: u32, accumulate: bool, c: &mut [f32]) {
     c[at] = x;
 }
 
-/// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation), `k` in steps of 16. `ta`/`tb`: `A`
-/// is stored `k × m` / `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when
-/// `has_bias`), activation `act`, times `gate′(aux[row, col])` (when `gate != 0`),
-/// `+ c[row, col]` (when `accumulate`). With `has_db`, the first column of workgroups also
-/// writes `db[row] = Σ_k op(A)[row, k]` (added to `db` when `accumulate`).
-///
-/// Workgroup layer `z` of the grid covers `k` in `[z·kc, (z + 1)·kc)` and writes its `C` and
-/// `db` at offsets `z·m·n` and `z·m` (`kc = k` and one layer unless [`matmul`] splits `k`).
-///
-/// Step `t` stores the tile that step `t − 1` loaded into registers, then loads the next
-/// tile while it computes on this one, so global loads overlap the arithmetic.
-#[kernel(workgroup = 256)]
-pub fn matmul_t64(
-    m: u32,
-    n: u32,
-    k: u32,
-    kc: u32,
-    ta: bool,
-    tb: bool,
-    has_bias: bool,
-    act: u32,
-    gate: u32,
-    accumulate: bool,
-    has_db: bool,
-    a: &[f32],
-    b: &[f32],
-    bias: &[f32],
-    aux: &[f32],
-    c: &mut [f32],
-    db: &mut [f32],
-) {
-    let sa = shared::<f32, 1088>();
-    let sb = shared::<f32, 1088>();
-    let tid = local_id().x;
-    let tx = tid % 16;
-    let ty = tid / 16;
-    // Rows ty·4 + i and columns tx·4 + j: each invocation's four values of a k-slice are
-    // adjacent and 16-byte aligned in workgroup memory (row stride 68), ready for vector
-    // loads (NVRTC does not form them from this CUDA C yet; still 11% faster on the H200
-    // than rows ty + 16i).
-    let ty4 = ty * 4;
-    let tx4 = tx * 4;
-    let row0 = workgroup_id().y * 64;
-    let col0 = workgroup_id().x * 64;
-    // Element q of this invocation's share of a tile: (row or column, k) = (r + dr·q, kk + dk·q),
-    // consecutive invocations along the dimension that is contiguous in memory.
-    let ra = if ta { tid % 64 } else { tid / 16 };
-    let ka = if ta { tid / 64 } else { tid % 16 };
-    let dra = if ta { 0u32 } else { 16u32 };
-    let dka = if ta { 4u32 } else { 0u32 };
-    let cb = if tb { tid / 16 } else { tid % 64 };
-    let kb = if tb { tid % 16 } else { tid / 64 };
-    let dcb = if tb { 16u32 } else { 0u32 };
-    let dkb = if tb { 0u32 } else { 4u32 };
-    // This invocation's share of the next tile (loaded ahead), its 4×4 block of `C` (row
-    // `i`, column `j` at `acc[i * 4 + j]`) and its rows' sums: registers, as every index below
-    // is a constant of an unrolled loop.
-    let mut pa = [0.0f32; 4];
-    let mut pb = [0.0f32; 4];
-    let mut acc = [0.0f32; 16];
-    let mut d = [0.0f32; 4];
-    let sums = has_db && workgroup_id().x == 0 && tx == 0;
-    // This launch's part of `k`: `[kz, k1)`, part `z` of a split `k` (else all of it).
-    let z = workgroup_id().z;
-    let kz = z * kc;
-    let k1 = min(k, kz + kc);
-    let zc = z * m * n;
-    let zd = z * m;
-    let tiles = (k1 - kz + 15) / 16;
-    for t in 0..(tiles + 1) {
-        if t > 0 {
-            for q in 0..4u32 {
-                sa[(ka + q * dka) * 68 + ra + q * dra] = pa[q];
-                sb[(kb + q * dkb) * 68 + cb + q * dcb] = pb[q];
-            }
+/// A tiled product kernel `$name` and, from the same body, its serial split-K sibling
+/// `$serial`: the body run with the epilogue off (the launcher passes no bias, activation,
+/// gate or accumulation) writes layer `z`'s raw partial product into `c` and its row sums into
+/// `db` (the scratch of a split product, as [`matmul`]'s two-launch split), then the
+/// workgroups of each output tile count their arrivals on `counters[tile]`, and the last to
+/// arrive sums the tile's `parts` partials in increasing `z` and applies the epilogue
+/// (`e_*`) into `out_c` and `out_db` exactly as [`matmul_split_sum`] would, so the bits are
+/// the two-launch path's. It leaves its counter 0 again for the next launch. `$side`: the
+/// tile's side.
+macro_rules! tiled_product {
+    (
+        side = $side:literal;
+        serial $serial:ident;
+        $(#[$doc:meta])*
+        pub fn $name:ident($($params:tt)*) { $($body:tt)* }
+    ) => {
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        pub fn $name($($params)*) { $($body)* }
+
+        #[doc = concat!("[`", stringify!($name), "`] as serial split-K: the last of the `parts` ")]
+        /// workgroups of each output tile to store its partial (counted on `counters[tile]`,
+        /// `tile = workgroup_id().y · num_workgroups().x + workgroup_id().x`, zero before the
+        /// launch and left zero after it) sums the tile's partials of `c` (and, in the first
+        /// column of tiles, of `db`) in increasing `z`, applies the epilogue `e_has_bias`,
+        /// `e_act`, `e_gate`, `e_accumulate` and stores into `out_c` (`out_db`), as
+        /// [`matmul_split_sum`] does. The epilogue parameters of the body must be off.
+        #[kernel(workgroup = 256)]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $serial(
+            $($params)*
+            parts: u32,
+            e_has_bias: bool,
+            e_act: u32,
+            e_gate: u32,
+            e_accumulate: bool,
+            out_c: &mut [f32],
+            out_db: &mut [f32],
+            counters: &mut [u32],
+        ) {
+            $($body)*
+            // This invocation's partial is stored: fence it device-wide before the arrival is
+            // counted, and fence again after it, so the last workgroup reads every part.
+            device_fence();
             barrier();
-        }
-        if t < tiles {
-            let k0 = kz + t * 16;
-            for q in 0..4u32 {
-                pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
-                pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
+            let s_tile = workgroup_id().y * num_workgroups().x + workgroup_id().x;
+            if tid == 0 {
+                let s_old = atomic_add(counters, s_tile, 1u32);
+                let mut s_last = 0.0;
+                if s_old == parts - 1 {
+                    s_last = 1.0;
+                }
+                sa[0] = s_last;
             }
-        }
-        if t > 0 {
-            for kk in 0..16u32 {
-                let o = kk * 68;
-                let mut av = [0.0f32; 4];
-                let mut bv = [0.0f32; 4];
-                for i in 0..4u32 {
-                    av[i] = sa[o + ty4 + i];
+            device_fence();
+            barrier();
+            if sa[0] != 0.0 {
+                // `matmul_split_sum`'s sums, over this tile's elements.
+                let s_mn = m * n;
+                let mut s_e = tid;
+                while s_e < $side * $side {
+                    let s_row = workgroup_id().y * $side + s_e / $side;
+                    let s_col = workgroup_id().x * $side + s_e % $side;
+                    if s_row < m && s_col < n {
+                        let s_idx = s_row * n + s_col;
+                        let mut s_v = c[s_idx];
+                        for s_z in 1..parts {
+                            s_v += c[s_z * s_mn + s_idx];
+                        }
+                        let s_v = epilogue(s_v, s_idx, s_col, e_has_bias, e_act, e_gate, bias, aux);
+                        store(s_v, s_idx, e_accumulate, out_c);
+                    }
+                    s_e += 256;
                 }
-                for j in 0..4u32 {
-                    bv[j] = sb[o + tx4 + j];
-                }
-                for i in 0..4u32 {
-                    for j in 0..4u32 {
-                        acc[i * 4 + j] = fma(av[i], bv[j], acc[i * 4 + j]);
+                if has_db && workgroup_id().x == 0 && tid < $side {
+                    let s_row = workgroup_id().y * $side + tid;
+                    if s_row < m {
+                        let mut s_d = db[s_row];
+                        for s_z in 1..parts {
+                            s_d += db[s_z * m + s_row];
+                        }
+                        store(s_d, s_row, e_accumulate, out_db);
                     }
                 }
+                if tid == 0 {
+                    atomic_store(counters, s_tile, 0u32);
+                }
             }
-            if sums {
+        }
+    };
+}
+
+tiled_product! {
+    side = 64;
+    serial matmul_t64_serial;
+    /// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation), `k` in steps of 16. `ta`/`tb`: `A`
+    /// is stored `k × m` / `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when
+    /// `has_bias`), activation `act`, times `gate′(aux[row, col])` (when `gate != 0`),
+    /// `+ c[row, col]` (when `accumulate`). With `has_db`, the first column of workgroups also
+    /// writes `db[row] = Σ_k op(A)[row, k]` (added to `db` when `accumulate`).
+    ///
+    /// Workgroup layer `z` of the grid covers `k` in `[z·kc, (z + 1)·kc)` and writes its `C` and
+    /// `db` at offsets `z·m·n` and `z·m` (`kc = k` and one layer unless [`matmul`] splits `k`).
+    ///
+    /// Step `t` stores the tile that step `t − 1` loaded into registers, then loads the next
+    /// tile while it computes on this one, so global loads overlap the arithmetic.
+    pub fn matmul_t64(
+        m: u32,
+        n: u32,
+        k: u32,
+        kc: u32,
+        ta: bool,
+        tb: bool,
+        has_bias: bool,
+        act: u32,
+        gate: u32,
+        accumulate: bool,
+        has_db: bool,
+        a: &[f32],
+        b: &[f32],
+        bias: &[f32],
+        aux: &[f32],
+        c: &mut [f32],
+        db: &mut [f32],
+    ) {
+        let sa = shared::<f32, 1088>();
+        let sb = shared::<f32, 1088>();
+        let tid = local_id().x;
+        let tx = tid % 16;
+        let ty = tid / 16;
+        // Rows ty·4 + i and columns tx·4 + j: each invocation's four values of a k-slice are
+        // adjacent and 16-byte aligned in workgroup memory (row stride 68), ready for vector
+        // loads (NVRTC does not form them from this CUDA C yet; still 11% faster on the H200
+        // than rows ty + 16i).
+        let ty4 = ty * 4;
+        let tx4 = tx * 4;
+        let row0 = workgroup_id().y * 64;
+        let col0 = workgroup_id().x * 64;
+        // Element q of this invocation's share of a tile: (row or column, k) = (r + dr·q, kk + dk·q),
+        // consecutive invocations along the dimension that is contiguous in memory.
+        let ra = if ta { tid % 64 } else { tid / 16 };
+        let ka = if ta { tid / 64 } else { tid % 16 };
+        let dra = if ta { 0u32 } else { 16u32 };
+        let dka = if ta { 4u32 } else { 0u32 };
+        let cb = if tb { tid / 16 } else { tid % 64 };
+        let kb = if tb { tid % 16 } else { tid / 64 };
+        let dcb = if tb { 16u32 } else { 0u32 };
+        let dkb = if tb { 0u32 } else { 4u32 };
+        // This invocation's share of the next tile (loaded ahead), its 4×4 block of `C` (row
+        // `i`, column `j` at `acc[i * 4 + j]`) and its rows' sums: registers, as every index below
+        // is a constant of an unrolled loop.
+        let mut pa = [0.0f32; 4];
+        let mut pb = [0.0f32; 4];
+        let mut acc = [0.0f32; 16];
+        let mut d = [0.0f32; 4];
+        let sums = has_db && workgroup_id().x == 0 && tx == 0;
+        // This launch's part of `k`: `[kz, k1)`, part `z` of a split `k` (else all of it).
+        let z = workgroup_id().z;
+        let kz = z * kc;
+        let k1 = min(k, kz + kc);
+        let zc = z * m * n;
+        let zd = z * m;
+        let tiles = (k1 - kz + 15) / 16;
+        for t in 0..(tiles + 1) {
+            if t > 0 {
+                for q in 0..4u32 {
+                    sa[(ka + q * dka) * 68 + ra + q * dra] = pa[q];
+                    sb[(kb + q * dkb) * 68 + cb + q * dcb] = pb[q];
+                }
+                barrier();
+            }
+            if t < tiles {
+                let k0 = kz + t * 16;
+                for q in 0..4u32 {
+                    pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
+                    pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
+                }
+            }
+            if t > 0 {
                 for kk in 0..16u32 {
+                    let o = kk * 68;
+                    let mut av = [0.0f32; 4];
+                    let mut bv = [0.0f32; 4];
                     for i in 0..4u32 {
-                        d[i] += sa[kk * 68 + ty4 + i];
+                        av[i] = sa[o + ty4 + i];
+                    }
+                    for j in 0..4u32 {
+                        bv[j] = sb[o + tx4 + j];
+                    }
+                    for i in 0..4u32 {
+                        for j in 0..4u32 {
+                            acc[i * 4 + j] = fma(av[i], bv[j], acc[i * 4 + j]);
+                        }
                     }
                 }
-            }
-            barrier();
-        }
-    }
-    if sums {
-        for i in 0..4u32 {
-            let row = row0 + ty4 + i;
-            if row < m {
-                store(d[i], zd + row, accumulate, db);
-            }
-        }
-    }
-    // The epilogue is code for one element, looped over, not 16 copies of it (the copies
-    // made this kernel 3× the size and 50% more registers on sm_90): two rows at a time of
-    // the 4×4 block go through the tile memory, free after the last step's barrier, each
-    // invocation reading back only its own 8 values, so a loop that is not unrolled can
-    // reach them.
-    for h in 0..2u32 {
-        for e in 0..4u32 {
-            sa[e * 256 + tid] = acc[h * 8 + e];
-            sb[e * 256 + tid] = acc[h * 8 + 4 + e];
-        }
-        for e in 0..8u32 {
-            let row = row0 + ty4 + h * 2 + e / 4;
-            let col = col0 + tx4 + e % 4;
-            if row < m && col < n {
-                let mut v = 0.0;
-                if e < 4 {
-                    v = sa[e * 256 + tid];
-                } else {
-                    v = sb[(e - 4) * 256 + tid];
+                if sums {
+                    for kk in 0..16u32 {
+                        for i in 0..4u32 {
+                            d[i] += sa[kk * 68 + ty4 + i];
+                        }
+                    }
                 }
+                barrier();
+            }
+        }
+        if sums {
+            for i in 0..4u32 {
+                let row = row0 + ty4 + i;
+                if row < m {
+                    store(d[i], zd + row, accumulate, db);
+                }
+            }
+        }
+        // The epilogue is code for one element, looped over, not 16 copies of it (the copies
+        // made this kernel 3× the size and 50% more registers on sm_90): two rows at a time of
+        // the 4×4 block go through the tile memory, free after the last step's barrier, each
+        // invocation reading back only its own 8 values, so a loop that is not unrolled can
+        // reach them.
+        for h in 0..2u32 {
+            for e in 0..4u32 {
+                sa[e * 256 + tid] = acc[h * 8 + e];
+                sb[e * 256 + tid] = acc[h * 8 + 4 + e];
+            }
+            for e in 0..8u32 {
+                let row = row0 + ty4 + h * 2 + e / 4;
+                let col = col0 + tx4 + e % 4;
+                if row < m && col < n {
+                    let mut v = 0.0;
+                    if e < 4 {
+                        v = sa[e * 256 + tid];
+                    } else {
+                        v = sb[(e - 4) * 256 + tid];
+                    }
+                    let idx = row * n + col;
+                    let v = epilogue(v, idx, col, has_bias, act, gate, bias, aux);
+                    store(v, zc + idx, accumulate, c);
+                }
+            }
+        }
+    }
+}
+
+tiled_product! {
+    side = 16;
+    serial matmul_t16_serial;
+    /// `C = op(A)·op(B)` on 16×16 tiles, one element per invocation, `k` in steps of 64 (few
+    /// steps for the long `k` of small products, where each step's latency dominates), with the
+    /// same register prefetch. Parameters and epilogue as in [`matmul_t64`].
+    pub fn matmul_t16(
+        m: u32,
+        n: u32,
+        k: u32,
+        kc: u32,
+        ta: bool,
+        tb: bool,
+        has_bias: bool,
+        act: u32,
+        gate: u32,
+        accumulate: bool,
+        has_db: bool,
+        a: &[f32],
+        b: &[f32],
+        bias: &[f32],
+        aux: &[f32],
+        c: &mut [f32],
+        db: &mut [f32],
+    ) {
+        let sa = shared::<f32, 1088>();
+        let sb = shared::<f32, 1088>();
+        let tid = local_id().x;
+        let tx = tid % 16;
+        let ty = tid / 16;
+        let row0 = workgroup_id().y * 16;
+        let col0 = workgroup_id().x * 16;
+        let row = row0 + ty;
+        let col = col0 + tx;
+        // Element q of this invocation's share of a 16×64 tile, as in `matmul_t64`.
+        let ra = if ta { tid % 16 } else { tid / 64 };
+        let ka = if ta { tid / 16 } else { tid % 64 };
+        let dra = if ta { 0u32 } else { 4u32 };
+        let dka = if ta { 16u32 } else { 0u32 };
+        let cb = if tb { tid / 64 } else { tid % 16 };
+        let kb = if tb { tid % 64 } else { tid / 16 };
+        let dcb = if tb { 4u32 } else { 0u32 };
+        let dkb = if tb { 0u32 } else { 16u32 };
+        let mut pa = [0.0f32; 4];
+        let mut pb = [0.0f32; 4];
+        let mut acc = 0.0;
+        let mut d = 0.0;
+        let sums = has_db && workgroup_id().x == 0 && tx == 0;
+        // This launch's part of `k`, as in `matmul_t64`.
+        let z = workgroup_id().z;
+        let kz = z * kc;
+        let k1 = min(k, kz + kc);
+        let zc = z * m * n;
+        let zd = z * m;
+        let tiles = (k1 - kz + 63) / 64;
+        for t in 0..(tiles + 1) {
+            if t > 0 {
+                for q in 0..4u32 {
+                    sa[(ka + q * dka) * 17 + ra + q * dra] = pa[q];
+                    sb[(kb + q * dkb) * 17 + cb + q * dcb] = pb[q];
+                }
+                barrier();
+            }
+            if t < tiles {
+                let k0 = kz + t * 64;
+                for q in 0..4u32 {
+                    pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
+                    pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
+                }
+            }
+            if t > 0 {
+                // A constant trip count for whole steps (unrolled by GPU compilers); only the
+                // last, partial step of `k` loops over what it holds.
+                let k0 = kz + (t - 1) * 64;
+                if k0 + 64 <= k1 {
+                    for kk in 0..64u32 {
+                        acc = fma(sa[kk * 17 + ty], sb[kk * 17 + tx], acc);
+                    }
+                } else {
+                    for kk in 0..(k1 - k0) {
+                        acc = fma(sa[kk * 17 + ty], sb[kk * 17 + tx], acc);
+                    }
+                }
+                if sums {
+                    for kk in 0..min(64u32, k1 - k0) {
+                        d += sa[kk * 17 + ty];
+                    }
+                }
+                barrier();
+            }
+        }
+        if row < m {
+            if sums {
+                store(d, zd + row, accumulate, db);
+            }
+            if col < n {
                 let idx = row * n + col;
-                let v = epilogue(v, idx, col, has_bias, act, gate, bias, aux);
+                let v = epilogue(acc, idx, col, has_bias, act, gate, bias, aux);
                 store(v, zc + idx, accumulate, c);
             }
         }
     }
 }
 
-/// `C = op(A)·op(B)` on 16×16 tiles, one element per invocation, `k` in steps of 64 (few
-/// steps for the long `k` of small products, where each step's latency dominates), with the
-/// same register prefetch. Parameters and epilogue as in [`matmul_t64`].
-#[kernel(workgroup = 256)]
-pub fn matmul_t16(
-    m: u32,
-    n: u32,
-    k: u32,
-    kc: u32,
-    ta: bool,
-    tb: bool,
-    has_bias: bool,
-    act: u32,
-    gate: u32,
-    accumulate: bool,
-    has_db: bool,
-    a: &[f32],
-    b: &[f32],
-    bias: &[f32],
-    aux: &[f32],
-    c: &mut [f32],
-    db: &mut [f32],
-) {
-    let sa = shared::<f32, 1088>();
-    let sb = shared::<f32, 1088>();
-    let tid = local_id().x;
-    let tx = tid % 16;
-    let ty = tid / 16;
-    let row0 = workgroup_id().y * 16;
-    let col0 = workgroup_id().x * 16;
-    let row = row0 + ty;
-    let col = col0 + tx;
-    // Element q of this invocation's share of a 16×64 tile, as in `matmul_t64`.
-    let ra = if ta { tid % 16 } else { tid / 64 };
-    let ka = if ta { tid / 16 } else { tid % 64 };
-    let dra = if ta { 0u32 } else { 4u32 };
-    let dka = if ta { 16u32 } else { 0u32 };
-    let cb = if tb { tid / 64 } else { tid % 16 };
-    let kb = if tb { tid % 64 } else { tid / 16 };
-    let dcb = if tb { 4u32 } else { 0u32 };
-    let dkb = if tb { 0u32 } else { 16u32 };
-    let mut pa = [0.0f32; 4];
-    let mut pb = [0.0f32; 4];
-    let mut acc = 0.0;
-    let mut d = 0.0;
-    let sums = has_db && workgroup_id().x == 0 && tx == 0;
-    // This launch's part of `k`, as in `matmul_t64`.
-    let z = workgroup_id().z;
-    let kz = z * kc;
-    let k1 = min(k, kz + kc);
-    let zc = z * m * n;
-    let zd = z * m;
-    let tiles = (k1 - kz + 63) / 64;
-    for t in 0..(tiles + 1) {
-        if t > 0 {
-            for q in 0..4u32 {
-                sa[(ka + q * dka) * 17 + ra + q * dra] = pa[q];
-                sb[(kb + q * dkb) * 17 + cb + q * dcb] = pb[q];
-            }
-            barrier();
-        }
-        if t < tiles {
-            let k0 = kz + t * 64;
-            for q in 0..4u32 {
-                pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
-                pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
-            }
-        }
-        if t > 0 {
-            // A constant trip count for whole steps (unrolled by GPU compilers); only the
-            // last, partial step of `k` loops over what it holds.
-            let k0 = kz + (t - 1) * 64;
-            if k0 + 64 <= k1 {
-                for kk in 0..64u32 {
-                    acc = fma(sa[kk * 17 + ty], sb[kk * 17 + tx], acc);
+tiled_product! {
+    side = 32;
+    serial matmul_t32_serial;
+    /// `C = op(A)·op(B)` on 32×32 tiles, 256 invocations each computing a 2×2 block (rows
+    /// `ty + 16i`, columns `tx + 16j`), `k` in steps of 64 through workgroup memory with the
+    /// register prefetch of [`matmul_t64`]: as many steps as [`matmul_t16`] (the step count, each
+    /// step waiting on a global load, is what small products pay for) but four outputs per
+    /// invocation, four independent `fma` chains, each workgroup-memory value read for two of
+    /// them, a quarter of the workgroups (the fill rule splits `k` further instead). Parameters,
+    /// epilogue, split-K layers and row sums as in [`matmul_t64`]; each element is the same sum
+    /// in the same order (increasing `k` from 0 within its part, one `fma` per term).
+    ///
+    /// Its two tiles take 16,896 bytes of workgroup memory: past WebGPU's default minimum of
+    /// 16 KiB (desktop adapters offer 32 KiB or more; on one that does not, the wgpu backend
+    /// refuses the launch with [`Error::Limit`]).
+    pub fn matmul_t32(
+        m: u32,
+        n: u32,
+        k: u32,
+        kc: u32,
+        ta: bool,
+        tb: bool,
+        has_bias: bool,
+        act: u32,
+        gate: u32,
+        accumulate: bool,
+        has_db: bool,
+        a: &[f32],
+        b: &[f32],
+        bias: &[f32],
+        aux: &[f32],
+        c: &mut [f32],
+        db: &mut [f32],
+    ) {
+        // 64 values of k × 32 rows (columns), row stride 33: both the stores of a tile load
+        // (consecutive invocations along k, or along rows) and the reads fall in distinct banks.
+        let sa = shared::<f32, 2112>();
+        let sb = shared::<f32, 2112>();
+        let tid = local_id().x;
+        let tx = tid % 16;
+        let ty = tid / 16;
+        let row0 = workgroup_id().y * 32;
+        let col0 = workgroup_id().x * 32;
+        // Element q of this invocation's share of a 32×64 tile, as in `matmul_t64`: 8 each.
+        let ra = if ta { tid % 32 } else { tid / 64 };
+        let ka = if ta { tid / 32 } else { tid % 64 };
+        let dra = if ta { 0u32 } else { 4u32 };
+        let dka = if ta { 8u32 } else { 0u32 };
+        let cb = if tb { tid / 64 } else { tid % 32 };
+        let kb = if tb { tid % 64 } else { tid / 32 };
+        let dcb = if tb { 4u32 } else { 0u32 };
+        let dkb = if tb { 0u32 } else { 8u32 };
+        // Registers, as every index below is a constant of an unrolled loop: the next tile's
+        // share, the 2×2 block (row `i`, column `j` at `acc[i * 2 + j]`) and its rows' sums.
+        let mut pa = [0.0f32; 8];
+        let mut pb = [0.0f32; 8];
+        let mut acc = [0.0f32; 4];
+        let mut d = [0.0f32; 2];
+        let sums = has_db && workgroup_id().x == 0 && tx == 0;
+        // This launch's part of `k`, as in `matmul_t64`.
+        let z = workgroup_id().z;
+        let kz = z * kc;
+        let k1 = min(k, kz + kc);
+        let zc = z * m * n;
+        let zd = z * m;
+        let tiles = (k1 - kz + 63) / 64;
+        for t in 0..(tiles + 1) {
+            if t > 0 {
+                for q in 0..8u32 {
+                    sa[(ka + q * dka) * 33 + ra + q * dra] = pa[q];
+                    sb[(kb + q * dkb) * 33 + cb + q * dcb] = pb[q];
                 }
-            } else {
-                for kk in 0..(k1 - k0) {
-                    acc = fma(sa[kk * 17 + ty], sb[kk * 17 + tx], acc);
-                }
+                barrier();
             }
-            if sums {
-                for kk in 0..min(64u32, k1 - k0) {
-                    d += sa[kk * 17 + ty];
+            if t < tiles {
+                let k0 = kz + t * 64;
+                for q in 0..8u32 {
+                    pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
+                    pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
                 }
             }
-            barrier();
+            if t > 0 {
+                // Whole steps have a constant trip count (unrolled by GPU compilers); only the
+                // last, partial step of `k` loops over what it holds, as in `matmul_t16`. (The
+                // test is `matmul_t16`'s: with `steps == 64` LLVM merges the two loops into the
+                // partial one, never unrolled whole.)
+                let k0 = kz + (t - 1) * 64;
+                let steps = min(64u32, k1 - k0);
+                if k0 + 64 <= k1 {
+                    for kk in 0..64u32 {
+                        let o = kk * 33;
+                        let mut av = [0.0f32; 2];
+                        let mut bv = [0.0f32; 2];
+                        for i in 0..2u32 {
+                            av[i] = sa[o + ty + 16 * i];
+                            bv[i] = sb[o + tx + 16 * i];
+                        }
+                        for i in 0..2u32 {
+                            for j in 0..2u32 {
+                                acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
+                            }
+                        }
+                    }
+                } else {
+                    for kk in 0..(k1 - k0) {
+                        let o = kk * 33;
+                        let mut av = [0.0f32; 2];
+                        let mut bv = [0.0f32; 2];
+                        for i in 0..2u32 {
+                            av[i] = sa[o + ty + 16 * i];
+                            bv[i] = sb[o + tx + 16 * i];
+                        }
+                        for i in 0..2u32 {
+                            for j in 0..2u32 {
+                                acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
+                            }
+                        }
+                    }
+                }
+                if sums {
+                    for kk in 0..steps {
+                        for i in 0..2u32 {
+                            d[i] += sa[kk * 33 + ty + 16 * i];
+                        }
+                    }
+                }
+                barrier();
+            }
         }
-    }
-    if row < m {
         if sums {
-            store(d, zd + row, accumulate, db);
-        }
-        if col < n {
-            let idx = row * n + col;
-            let v = epilogue(acc, idx, col, has_bias, act, gate, bias, aux);
-            store(v, zc + idx, accumulate, c);
-        }
-    }
-}
-
-/// `C = op(A)·op(B)` on 32×32 tiles, 256 invocations each computing a 2×2 block (rows
-/// `ty + 16i`, columns `tx + 16j`), `k` in steps of 64 through workgroup memory with the
-/// register prefetch of [`matmul_t64`]: as many steps as [`matmul_t16`] (the step count, each
-/// step waiting on a global load, is what small products pay for) but four outputs per
-/// invocation, four independent `fma` chains, each workgroup-memory value read for two of
-/// them, a quarter of the workgroups (the fill rule splits `k` further instead). Parameters,
-/// epilogue, split-K layers and row sums as in [`matmul_t64`]; each element is the same sum
-/// in the same order (increasing `k` from 0 within its part, one `fma` per term).
-///
-/// Its two tiles take 16,896 bytes of workgroup memory: past WebGPU's default minimum of
-/// 16 KiB (desktop adapters offer 32 KiB or more; on one that does not, the wgpu backend
-/// refuses the launch with [`Error::Limit`]).
-#[kernel(workgroup = 256)]
-pub fn matmul_t32(
-    m: u32,
-    n: u32,
-    k: u32,
-    kc: u32,
-    ta: bool,
-    tb: bool,
-    has_bias: bool,
-    act: u32,
-    gate: u32,
-    accumulate: bool,
-    has_db: bool,
-    a: &[f32],
-    b: &[f32],
-    bias: &[f32],
-    aux: &[f32],
-    c: &mut [f32],
-    db: &mut [f32],
-) {
-    // 64 values of k × 32 rows (columns), row stride 33: both the stores of a tile load
-    // (consecutive invocations along k, or along rows) and the reads fall in distinct banks.
-    let sa = shared::<f32, 2112>();
-    let sb = shared::<f32, 2112>();
-    let tid = local_id().x;
-    let tx = tid % 16;
-    let ty = tid / 16;
-    let row0 = workgroup_id().y * 32;
-    let col0 = workgroup_id().x * 32;
-    // Element q of this invocation's share of a 32×64 tile, as in `matmul_t64`: 8 each.
-    let ra = if ta { tid % 32 } else { tid / 64 };
-    let ka = if ta { tid / 32 } else { tid % 64 };
-    let dra = if ta { 0u32 } else { 4u32 };
-    let dka = if ta { 8u32 } else { 0u32 };
-    let cb = if tb { tid / 64 } else { tid % 32 };
-    let kb = if tb { tid % 64 } else { tid / 32 };
-    let dcb = if tb { 4u32 } else { 0u32 };
-    let dkb = if tb { 0u32 } else { 8u32 };
-    // Registers, as every index below is a constant of an unrolled loop: the next tile's
-    // share, the 2×2 block (row `i`, column `j` at `acc[i * 2 + j]`) and its rows' sums.
-    let mut pa = [0.0f32; 8];
-    let mut pb = [0.0f32; 8];
-    let mut acc = [0.0f32; 4];
-    let mut d = [0.0f32; 2];
-    let sums = has_db && workgroup_id().x == 0 && tx == 0;
-    // This launch's part of `k`, as in `matmul_t64`.
-    let z = workgroup_id().z;
-    let kz = z * kc;
-    let k1 = min(k, kz + kc);
-    let zc = z * m * n;
-    let zd = z * m;
-    let tiles = (k1 - kz + 63) / 64;
-    for t in 0..(tiles + 1) {
-        if t > 0 {
-            for q in 0..8u32 {
-                sa[(ka + q * dka) * 33 + ra + q * dra] = pa[q];
-                sb[(kb + q * dkb) * 33 + cb + q * dcb] = pb[q];
-            }
-            barrier();
-        }
-        if t < tiles {
-            let k0 = kz + t * 64;
-            for q in 0..8u32 {
-                pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
-                pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
-            }
-        }
-        if t > 0 {
-            // Whole steps have a constant trip count (unrolled by GPU compilers); only the
-            // last, partial step of `k` loops over what it holds, as in `matmul_t16`. (The
-            // test is `matmul_t16`'s: with `steps == 64` LLVM merges the two loops into the
-            // partial one, never unrolled whole.)
-            let k0 = kz + (t - 1) * 64;
-            let steps = min(64u32, k1 - k0);
-            if k0 + 64 <= k1 {
-                for kk in 0..64u32 {
-                    let o = kk * 33;
-                    let mut av = [0.0f32; 2];
-                    let mut bv = [0.0f32; 2];
-                    for i in 0..2u32 {
-                        av[i] = sa[o + ty + 16 * i];
-                        bv[i] = sb[o + tx + 16 * i];
-                    }
-                    for i in 0..2u32 {
-                        for j in 0..2u32 {
-                            acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
-                        }
-                    }
-                }
-            } else {
-                for kk in 0..(k1 - k0) {
-                    let o = kk * 33;
-                    let mut av = [0.0f32; 2];
-                    let mut bv = [0.0f32; 2];
-                    for i in 0..2u32 {
-                        av[i] = sa[o + ty + 16 * i];
-                        bv[i] = sb[o + tx + 16 * i];
-                    }
-                    for i in 0..2u32 {
-                        for j in 0..2u32 {
-                            acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
-                        }
-                    }
+            for i in 0..2u32 {
+                let row = row0 + ty + 16 * i;
+                if row < m {
+                    store(d[i], zd + row, accumulate, db);
                 }
             }
-            if sums {
-                for kk in 0..steps {
-                    for i in 0..2u32 {
-                        d[i] += sa[kk * 33 + ty + 16 * i];
-                    }
-                }
-            }
-            barrier();
         }
-    }
-    if sums {
-        for i in 0..2u32 {
-            let row = row0 + ty + 16 * i;
-            if row < m {
-                store(d[i], zd + row, accumulate, db);
-            }
+        // The epilogue once, looped over the four elements (as in `matmul_t64`): the block goes
+        // through the tile memory, free after the last step's barrier, each invocation reading
+        // back only its own values, so a loop that is not unrolled can reach them.
+        for e in 0..4u32 {
+            sa[e * 256 + tid] = acc[e];
         }
-    }
-    // The epilogue once, looped over the four elements (as in `matmul_t64`): the block goes
-    // through the tile memory, free after the last step's barrier, each invocation reading
-    // back only its own values, so a loop that is not unrolled can reach them.
-    for e in 0..4u32 {
-        sa[e * 256 + tid] = acc[e];
-    }
-    for e in 0..4u32 {
-        let row = row0 + ty + 16 * (e / 2);
-        let col = col0 + tx + 16 * (e % 2);
-        if row < m && col < n {
-            let idx = row * n + col;
-            let v = epilogue(sa[e * 256 + tid], idx, col, has_bias, act, gate, bias, aux);
-            store(v, zc + idx, accumulate, c);
+        for e in 0..4u32 {
+            let row = row0 + ty + 16 * (e / 2);
+            let col = col0 + tx + 16 * (e % 2);
+            if row < m && col < n {
+                let idx = row * n + col;
+                let v = epilogue(sa[e * 256 + tid], idx, col, has_bias, act, gate, bias, aux);
+                store(v, zc + idx, accumulate, c);
+            }
         }
     }
 }
@@ -828,7 +936,9 @@ pub const SPLIT_K: usize = 16384;
 pub const FILL_MIN_CHUNK: usize = 128;
 
 /// How a product splits `k` into parts computed side by side and summed by
-/// [`matmul_split_sum`](mod@matmul_split_sum) (see [`Gemm::split_parts`]). Products that go to
+/// [`matmul_split_sum`](mod@matmul_split_sum) — or, where the device sums serially
+/// ([`Device::split_serial`](graphed_runtime::Device::split_serial)), by the last workgroup of
+/// each tile in the same launch (see [`Gemm::split_parts`]). Products that go to
 /// the vendor BLAS never split here (cuBLAS picks its own split).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Split {
@@ -1314,7 +1424,10 @@ fn launch<C: Launch + ?Sized>(
 /// A product split by [`Gemm::split_parts`]: layer `z` of one launch computes the raw partial
 /// product of the `k` range `[z·kc, (z + 1)·kc)` into a scratch buffer, and
 /// [`matmul_split_sum`](mod@matmul_split_sum) adds the ranges in order and applies the
-/// epilogue.
+/// epilogue — in a second launch, or, where the device sums serially
+/// ([`Device::split_serial`](graphed_runtime::Device::split_serial), CUDA's default) and the
+/// context has counters ([`Launch::counters`]), in the same launch by the last workgroup of
+/// each tile (the `*_serial` kernels), the same sums in the same order.
 #[allow(clippy::too_many_arguments)]
 fn split_k<C: Launch + ?Sized>(
     cx: &C,
@@ -1354,6 +1467,42 @@ fn split_k<C: Launch + ?Sized>(
     let grid = Grid::workgroups_3d(gx, gy, parts as u32);
     let (mu, nu, ku, kcu) = (g.m as u32, g.n as u32, g.k as u32, kc as u32);
     let no = false;
+    let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
+    // Unused inputs are bound to `a` (never read); an unused `db` to an empty view past `c`.
+    let bias = epi.bias.unwrap_or(a);
+    let aux = epi.gate.map(|(_, x)| x).unwrap_or(a);
+    let accumulate = epi.accumulate.unwrap_or(ScalarArg::from(false));
+    let (has_bias, act) = (epi.bias.is_some(), epi.act.code());
+    let mut empty;
+    let db = match db {
+        Some(d) => d,
+        None => {
+            empty = c.slice(c.len()..c.len())?;
+            &mut empty
+        }
+    };
+    let counters = if a.device().split_serial() {
+        cx.counters(gx as usize * gy as usize)?
+    } else {
+        None
+    };
+    if let Some(mut cnt) = counters {
+        let parts = parts as u32;
+        return match tile {
+            Tile::T64 => matmul_t64_serial::launch(
+                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
+                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
+            ),
+            Tile::T32 => matmul_t32_serial::launch(
+                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
+                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
+            ),
+            _ => matmul_t16_serial::launch(
+                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
+                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
+            ),
+        };
+    }
     if tile == Tile::T64 {
         matmul_t64::launch(
             cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, a, a, &mut pc,
@@ -1370,27 +1519,14 @@ fn split_k<C: Launch + ?Sized>(
             &mut pd,
         )?;
     }
-    let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
-    // Unused inputs are bound to `a` (never read); an unused `db` to an empty view past `c`.
-    let bias = epi.bias.unwrap_or(a);
-    let aux = epi.gate.map(|(_, x)| x).unwrap_or(a);
-    let accumulate = epi.accumulate.unwrap_or(ScalarArg::from(false));
-    let mut empty;
-    let db = match db {
-        Some(d) => d,
-        None => {
-            empty = c.slice(c.len()..c.len())?;
-            &mut empty
-        }
-    };
     matmul_split_sum::launch(
         cx,
         Grid::workgroups(groups(mn.max(m))),
         mu,
         nu,
         parts as u32,
-        epi.bias.is_some(),
-        epi.act.code(),
+        has_bias,
+        act,
         gate,
         accumulate,
         has_db,

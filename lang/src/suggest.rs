@@ -87,6 +87,7 @@ pub const BUILTIN_FNS: &[&str] = &[
     "atomic_load",
     "atomic_store",
     "barrier",
+    "device_fence",
     "shared",
     "subgroup_size",
     "subgroup_invocation_id",

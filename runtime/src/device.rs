@@ -81,6 +81,9 @@ pub(crate) struct DeviceInner {
     /// The kernel library's products may split `k` to fill the multiprocessors (see
     /// [`Device::set_split_fill`]).
     pub(crate) split_fill: AtomicBool,
+    /// The kernel library's split products sum their parts in the split launch (see
+    /// [`Device::set_split_serial`]).
+    pub(crate) split_serial: AtomicBool,
 }
 
 /// A handle to one device on one backend. Cheap to clone; buffers keep their device alive.
@@ -158,15 +161,19 @@ fn shared(
 
 impl Device {
     fn from_backend(backend: Box<dyn Backend>) -> Device {
+        let kind = backend.kind();
         Device {
             inner: Arc::new(DeviceInner {
                 id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
-                backend,
                 allocated: AtomicU64::new(0),
                 peak: AtomicU64::new(0),
                 vendor_blas: AtomicBool::new(vendor_blas_from_env()),
                 library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
                 split_fill: AtomicBool::new(switch_from_env("GRAPHED_SPLIT_FILL")),
+                split_serial: AtomicBool::new(
+                    kind == BackendKind::Cuda && switch_from_env("GRAPHED_SPLIT_SERIAL"),
+                ),
+                backend,
             }),
         }
     }
@@ -392,6 +399,38 @@ impl Device {
     /// with, and eager runs follow the current setting.
     pub fn set_split_fill(&self, on: bool) {
         self.inner.split_fill.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the kernel library's products that split `k` sum their parts in the split
+    /// launch itself — serial split-K: the last workgroup of each output tile to finish, told
+    /// by a counter in device memory ([`Launch::counters`]), adds the parts in the order the
+    /// second pass would, so the bits are the same — instead of a second launch. On by
+    /// default on CUDA (`GRAPHED_SPLIT_SERIAL=0` switches it off), off elsewhere.
+    pub fn split_serial(&self) -> bool {
+        self.inner.split_serial.load(Ordering::Relaxed)
+    }
+
+    /// Switches serial split-K ([`Device::split_serial`]) on or off. Like
+    /// [`Device::set_split_fill`], set it before recording: a recording keeps the launches it
+    /// was made with.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for `on` on wgpu: WGSL orders no non-atomic storage access of
+    /// one workgroup against another's (its `storageBarrier()` is workgroup-scoped), so the
+    /// last workgroup could read stale parts.
+    pub fn set_split_serial(&self, on: bool) -> Result<()> {
+        if on && self.kind() == BackendKind::Wgpu {
+            return Err(Error::Unsupported {
+                kernel: "matmul",
+                backend: self.kind().name(),
+                adapter: self.adapter(),
+                feature: "a device-scope memory fence (serial split-K)",
+                instead:
+                    "keep the two-launch split (`set_split_serial(false)`, the default on wgpu)",
+            });
+        }
+        self.inner.split_serial.store(on, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Whether kernels that compute with `dtype` run on this device. Buffers of every type
@@ -878,6 +917,10 @@ impl Launch for Device {
             0,
             len,
         ))
+    }
+
+    fn counters(&self, len: usize) -> Result<Option<Buffer<u32>>> {
+        self.alloc(len).map(Some)
     }
     fn library_subgroups(&self) -> Option<u32> {
         Device::library_subgroups(self)

@@ -316,6 +316,17 @@ pub trait Launch {
     /// are unspecified until written.
     fn scratch(&self, len: usize) -> Result<crate::Buffer<f32>>;
 
+    /// A region of `len` zeroed `u32` counters of one launch site (serial split-K's arrival
+    /// counts, [`crate::Device::split_serial`]), which the launches using it leave zero again:
+    /// a step's own allocation, kept with its recording, never packed by liveness with other
+    /// buffers nor shared with another call's region (so two products the plan runs
+    /// concurrently count apart), or, eagerly, a fresh allocation. `None` (the default): no
+    /// such region here, and the caller takes a route without counters.
+    fn counters(&self, len: usize) -> Result<Option<crate::Buffer<u32>>> {
+        let _ = len;
+        Ok(None)
+    }
+
     /// The subgroup size a library routine may write its kernels for
     /// ([`crate::Device::library_subgroups`]); `None`: use a variant without subgroups.
     fn library_subgroups(&self) -> Option<u32> {

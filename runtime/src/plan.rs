@@ -22,6 +22,9 @@ pub enum BufferRole {
     State,
     /// Any other buffer the step touched.
     External,
+    /// Zeroed counters of a launch site ([`crate::Launch::counters`]) that its launches leave
+    /// zero: never packed by liveness, since they carry their zeros from one replay to the next.
+    Counters,
 }
 
 impl BufferRole {
@@ -32,6 +35,7 @@ impl BufferRole {
             BufferRole::Workspace => "workspace",
             BufferRole::State => "state",
             BufferRole::External => "external",
+            BufferRole::Counters => "counters",
         }
     }
 }
@@ -244,7 +248,7 @@ impl Plan {
         &self.buffers
     }
 
-    /// Bytes of the static buffers the plan owns (input slots, outputs, workspace): the
+    /// Bytes of the static buffers the plan owns (input slots, outputs, workspace, counters): the
     /// workspace arena once, plus every static buffer outside it. A device input bound by
     /// address is the caller's buffer, and a workspace no op touches is freed after
     /// recording: neither is counted.
@@ -259,7 +263,10 @@ impl Plan {
                     let unused = b.role == BufferRole::Workspace && !b.read && !b.written;
                     b.arena_offset.is_none()
                         && !unused
-                        && matches!(b.role, BufferRole::Output | BufferRole::Workspace)
+                        && matches!(
+                            b.role,
+                            BufferRole::Output | BufferRole::Workspace | BufferRole::Counters
+                        )
                 })
                 .map(|b| b.bytes)
                 .sum::<u64>()

@@ -193,6 +193,7 @@ impl Step {
                 BufferRole::Input => "in",
                 BufferRole::State => "state",
                 BufferRole::External => "ext",
+                BufferRole::Counters => "cnt",
             };
             format!("{prefix}{n}")
         });
@@ -477,6 +478,10 @@ impl Launch for Step {
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
         self.workspace(len)
+    }
+
+    fn counters(&self, len: usize) -> Result<Option<Buffer<u32>>> {
+        self.alloc(len, BufferRole::Counters).map(Some)
     }
     fn library_subgroups(&self) -> Option<u32> {
         self.device.library_subgroups()

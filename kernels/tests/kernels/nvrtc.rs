@@ -27,7 +27,8 @@ fn all() -> Vec<&'static KernelDef> {
         rsg: reduce_all_sg, reduce_rows_sg;
         matmul: matmul_t64, matmul_t16, matmul_t32, gemm_epilogue, gemm_row_sums,
             gemm_epilogue_cast_bf16, gemm_epilogue_cast_f16, gemm_epilogue_cast_sums_bf16,
-            gemm_epilogue_cast_sums_f16, matmul_split_sum;
+            gemm_epilogue_cast_sums_f16, matmul_split_sum, matmul_t64_serial, matmul_t16_serial,
+            matmul_t32_serial;
         mma: matmul_mma_bf16, matmul_mma_f16, matmul_mma_occ2_bf16, matmul_mma_occ2_f16,
             matmul_mma_lean_bf16, matmul_mma_lean_f16, matmul_mma_split_bf16,
             matmul_mma_split_f16, matmul_mma_split_sum;
@@ -54,6 +55,51 @@ fn every_kernel_compiles_for_cuda() {
         if let Some(dir) = &dump {
             std::fs::write(dir.join(format!("{}.ptx", k.name)), &ptx)
                 .unwrap_or_else(|e| panic!("{}: writing its PTX to {dir:?}: {e}", k.name));
+        }
+    }
+}
+
+/// Serial split-K's kernels compile plain and checked (`GRAPHED_CHECKED`), their fences are
+/// device-scope (`__threadfence()`: `fence.sc.gpu` or `membar.gl` in PTX), and the kernels
+/// they are made from keep their CUDA C free of any fence or atomic.
+#[test]
+fn serial_split_kernels_compile_with_device_fences() {
+    let serial = [
+        &matmul::matmul_t64_serial::DEF,
+        &matmul::matmul_t16_serial::DEF,
+        &matmul::matmul_t32_serial::DEF,
+    ];
+    for k in serial {
+        assert_eq!(k.cuda.matches("__threadfence();").count(), 2, "{}", k.name);
+        assert!(k.wgsl.contains("storageBarrier();"), "{}", k.name);
+    }
+    for k in [
+        &matmul::matmul_t64::DEF,
+        &matmul::matmul_t16::DEF,
+        &matmul::matmul_t32::DEF,
+    ] {
+        assert!(!k.cuda.contains("__threadfence"), "{}", k.name);
+        assert!(!k.cuda.contains("atomic"), "{}", k.name);
+    }
+    if !graphed_runtime::testing::nvrtc_enabled() {
+        return;
+    }
+    for k in serial {
+        for (ptx, variant) in [
+            (graphed_runtime::nvrtc::compile(k, "compute_90"), ""),
+            (
+                graphed_runtime::nvrtc::compile_checked(k, "compute_90"),
+                " (checked)",
+            ),
+        ] {
+            let ptx = ptx.unwrap_or_else(|e| panic!("{}{variant}: {e}", k.name));
+            let fences = ptx.matches("fence.sc.gpu").count() + ptx.matches("membar.gl").count();
+            assert!(fences >= 2, "{}{variant}: {fences} device fences", k.name);
+            assert!(
+                ptx.contains("atom.global"),
+                "{}{variant}: no global atomic",
+                k.name
+            );
         }
     }
 }

@@ -69,7 +69,10 @@ fn is_builtin(name: &str) -> bool {
         || super::ir::AtomicOp::from_name(name).is_some()
         || id_builtin(name).is_some()
         || super::ir::SubgroupOp::from_name(name).is_some()
-        || matches!(name, "barrier" | "shared" | super::mma::NAME)
+        || matches!(
+            name,
+            "barrier" | "device_fence" | "shared" | super::mma::NAME
+        )
 }
 
 fn id_builtin(name: &str) -> Option<IdBuiltin> {

@@ -467,6 +467,11 @@ pub enum Stmt {
     Barrier {
         span: Span,
     },
+    /// `device_fence()`: orders this invocation's memory accesses before it against those
+    /// after it for every invocation of the launch (CUDA `__threadfence()`).
+    DeviceFence {
+        span: Span,
+    },
     /// Declares per-invocation array `array` (an index into `Kernel::arrays`).
     Array {
         array: usize,

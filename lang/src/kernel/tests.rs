@@ -751,3 +751,53 @@ fn half_bits_lower_and_misuses_are_reported() {
         assert_one_error(&errs, needle);
     }
 }
+
+#[test]
+fn device_fence_is_each_targets_fence_and_a_barrier_to_the_checker() {
+    let k = lower(
+        quote!(workgroup = 64),
+        quote! {
+            pub fn publish(x: &mut [f32], n: &mut [u32]) {
+                x[global_id().x] = 1.0;
+                device_fence();
+                atomic_add(n, 0, 1u32);
+            }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    assert!(k.body.iter().any(|s| matches!(s, Stmt::DeviceFence { .. })));
+    // `storageBarrier()` in WGSL is a barrier: the uniformity analysis and the host's tasks
+    // treat the kernel as having one.
+    assert!(k.has_barrier);
+    let cuda = super::emit::cuda::emit(&k);
+    assert_eq!(cuda.matches("__threadfence();").count(), 1, "{cuda}");
+    let wgsl = super::emit::wgsl::emit(&k);
+    let lines: Vec<&str> = wgsl.lines().map(str::trim).collect();
+    assert_eq!(
+        lines.iter().filter(|l| **l == "storageBarrier();").count(),
+        1,
+        "{wgsl}"
+    );
+    assert!(!lines.contains(&"workgroupBarrier();"), "{wgsl}");
+    let host = super::emit::host::emit(&k);
+    assert!(
+        host.contains("::std::sync::atomic::fence(::std::sync::atomic::Ordering::SeqCst);"),
+        "{host}"
+    );
+    // Under a condition on the invocation id it is refused, as a barrier would be.
+    let errs = errors(
+        quote!(workgroup = 64),
+        quote! {
+            pub fn half(x: &mut [f32]) {
+                if local_id().x < 32 {
+                    device_fence();
+                }
+                x[0] = 1.0;
+            }
+        },
+    );
+    assert_one_error(
+        &errs,
+        "`device_fence()` must be reached by every invocation",
+    );
+}

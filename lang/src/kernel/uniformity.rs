@@ -118,6 +118,14 @@ fn barrier_message(why: Why) -> &'static str {
     }
 }
 
+/// `device_fence()` is `storageBarrier()` in WGSL, a barrier the whole workgroup reaches.
+fn fence_message(why: Why) -> &'static str {
+    match why {
+        Why::Condition => "`device_fence()` must be reached by every invocation of the workgroup together (WGSL has it only as `storageBarrier()`, a workgroup barrier), but this one is inside an `if` or loop whose condition depends on the invocation id (or on memory that invocations write); move it out of that `if`/loop",
+        Why::EarlyExit => "`device_fence()` must be reached by every invocation of the workgroup together (WGSL has it only as `storageBarrier()`, a workgroup barrier), but some invocations may already have left through an earlier `return`, `break` or `continue` taken under a condition that depends on the invocation id; keep it outside such exits",
+    }
+}
+
 fn call_message(why: Why, callee: &str) -> String {
     let place = match why {
         Why::Condition => "inside an `if` or loop whose condition depends on the invocation id (or on memory that invocations write, or in a helper on a parameter)",
@@ -252,6 +260,11 @@ impl Analysis<'_, '_> {
                     ));
                 }
             }
+            Stmt::DeviceFence { span } => {
+                if let (Some(why), Some(r)) = (nu, self.report.as_deref_mut()) {
+                    r.push(syn::Error::new(*span, fence_message(why)));
+                }
+            }
             Stmt::Barrier { span } => {
                 if let Some(why) = nu {
                     let mut msg = barrier_message(why).to_string();
@@ -374,6 +387,7 @@ impl Analysis<'_, '_> {
             | Stmt::Return
             | Stmt::ReturnArray(_)
             | Stmt::Barrier { .. }
+            | Stmt::DeviceFence { .. }
             | Stmt::Mma(_) => {}
         }
         for e in es {

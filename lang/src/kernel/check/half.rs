@@ -91,6 +91,7 @@ fn widen_stmt(s: &mut Stmt) {
         | Stmt::Return
         | Stmt::ReturnArray(_)
         | Stmt::Barrier { .. }
+        | Stmt::DeviceFence { .. }
         | Stmt::Mma(_) => {}
     }
 }

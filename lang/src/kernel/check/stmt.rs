@@ -396,6 +396,18 @@ impl Checker<'_> {
                 self.has_barrier = true;
                 out.push(Stmt::Barrier { span: c.span() });
             }
+            syn::Expr::Call(c) if is_path_call(c, "device_fence") => {
+                if !c.args.is_empty() {
+                    self.error(c, "`device_fence()` takes no arguments");
+                }
+                if self.device.is_some() {
+                    // A helper's call sites would need the barrier analysis of `barrier()`.
+                    self.error(c, "`device_fence()` is a statement of a kernel's body, not of a `#[device]` function (WGSL has it only as `storageBarrier()`, which the whole workgroup reaches): call it in the kernel");
+                }
+                // A barrier in WGSL: the uniformity analysis runs on it as on `barrier()`.
+                self.has_barrier = true;
+                out.push(Stmt::DeviceFence { span: c.span() });
+            }
             syn::Expr::Call(c) if is_path_call(c, crate::kernel::mma::NAME) => self.mma(c, out),
             syn::Expr::Paren(p) => self.expr_stmt(&p.expr, out),
             syn::Expr::Call(c) if self.helper_index(&c.func).is_some() => {

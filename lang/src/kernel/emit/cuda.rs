@@ -453,6 +453,7 @@ impl Cuda<'_> {
             Stmt::Continue => self.line("continue;"),
             Stmt::Return => self.line("return;"),
             Stmt::Barrier { .. } => self.line("__syncthreads();"),
+            Stmt::DeviceFence { .. } => self.line("__threadfence();"),
             Stmt::Mma(m) => {
                 let line = super::mma::cuda_stmt(m, self.arrays);
                 self.line(&line);

@@ -308,6 +308,9 @@ impl Host<'_> {
             Stmt::Continue => self.line("continue;"),
             Stmt::Return => self.line("return ::core::result::Result::Ok(());"),
             Stmt::Barrier { .. } => self.line("gd::barrier().await;"),
+            Stmt::DeviceFence { .. } => {
+                self.line("::std::sync::atomic::fence(::std::sync::atomic::Ordering::SeqCst);")
+            }
             Stmt::Mma(m) => {
                 let line = super::mma::host_stmt(m, self.arrays);
                 self.line(&line);

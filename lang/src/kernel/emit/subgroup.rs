@@ -74,6 +74,7 @@ fn stmts(body: &[Stmt], f: &mut impl FnMut(&Expr)) {
             | Stmt::Return
             | Stmt::ReturnArray(_)
             | Stmt::Barrier { .. }
+            | Stmt::DeviceFence { .. }
             | Stmt::Mma(_) => {}
         }
     }

@@ -392,6 +392,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                     | Stmt::Continue
                     | Stmt::Return
                     | Stmt::ReturnArray(_)
+                    | Stmt::DeviceFence { .. }
                     | Stmt::Mma(_) => {}
                 }
             }
@@ -892,6 +893,10 @@ impl Wgsl<'_> {
                 }
                 self.line("workgroupBarrier();");
             }
+            // WGSL orders non-atomic storage accesses across workgroups in no way; its
+            // nearest is this workgroup-scope barrier over storage (see `device_fence` in
+            // the README).
+            Stmt::DeviceFence { .. } => self.line("storageBarrier();"),
             Stmt::Atomic {
                 result,
                 op,

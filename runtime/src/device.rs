@@ -920,7 +920,15 @@ impl Launch for Device {
     }
 
     fn counters(&self, len: usize) -> Result<Option<Buffer<u32>>> {
-        self.alloc(len).map(Some)
+        if thread_records() {
+            return Err(Error::AllocationInRecording);
+        }
+        // Zeroed, from the scratch allocator (on CUDA in stream order: no device-wide wait).
+        Ok(Some(Buffer::from_raw(
+            self.alloc_words(DType::U32, len, None, true)?,
+            0,
+            len,
+        )))
     }
     fn library_subgroups(&self) -> Option<u32> {
         Device::library_subgroups(self)

@@ -779,14 +779,22 @@ impl Backend for CudaBackend {
         // SAFETY: the context is bound and the stream lock held (no capture is under way on
         // it from another thread; the caller records nothing, see `Device::scratch`).
         match unsafe { result::malloc_async(self.stream.0, bytes) } {
-            Ok(p) => Ok(Memory::Cuda(CudaMem {
-                ptr: p,
-                ctx: self.ctx.clone(),
-                stream_free: Some(StreamFree {
-                    stream: Stream(self.stream.0),
-                    lock: self.lock.clone(),
-                }),
-            })),
+            Ok(p) => {
+                let mem = CudaMem {
+                    ptr: p,
+                    ctx: self.ctx.clone(),
+                    stream_free: Some(StreamFree {
+                        stream: Stream(self.stream.0),
+                        lock: self.lock.clone(),
+                    }),
+                };
+                // Zeroed in stream order, as every allocation is (split-K's counters rely on it).
+                // SAFETY: `p` is a fresh allocation of `bytes` bytes, valid on this stream.
+                unsafe { sys::cuMemsetD32Async(p, 0, words.max(1), self.stream.0) }
+                    .result()
+                    .map_err(err)?;
+                Ok(Memory::Cuda(mem))
+            }
             Err(_) => Ok(Memory::Cuda(self.raw_alloc(words)?)),
         }
     }

@@ -75,8 +75,8 @@ pub(crate) trait Backend: Send + Sync {
     /// `write`, `read` and `copy` take views of whole 32-bit words (a 32-bit type's, or a
     /// `u32` view of the words 16-bit elements occupy: `crate::packed` makes them).
     fn alloc(&self, words: usize) -> Result<Memory>;
-    /// Scratch memory for one eager library call (its contents unspecified; it is dropped
-    /// when the call returns, with its work possibly still queued): by default [`Backend::alloc`].
+    /// Zeroed scratch memory for one eager library call (it is dropped when the call returns,
+    /// with its work possibly still queued): by default [`Backend::alloc`].
     fn alloc_scratch(&self, words: usize) -> Result<Memory> {
         self.alloc(words)
     }

@@ -14,9 +14,9 @@
 //! Workload `mlp`: the training step of `graphed::train` on the MLP-S and MLP-M shapes of
 //! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them); where the device
 //! reports its multiprocessors (CUDA), the same steps run again with split-K's fill rule off
-//! (`Device::set_split_fill(false)`), as variants `eager+nosplit`, `replay+nosplit`, …; where
-//! split products sum serially (`Device::split_serial`, CUDA's default: the last workgroup of
-//! each tile sums), again with the second launch instead, as variants `replay+2launch`, ….
+//! (`Device::set_split_fill(false)`), as variants `eager+nosplit`, `replay+nosplit`, …; and on
+//! CUDA with split products summed serially (`Device::split_serial`, off by default: the last
+//! workgroup of each tile sums) instead of by a second launch, as variants `replay+serial`, ….
 //! Workload `mixed`:
 //! `graphed::nn::mixed`'s step on the MLP-M and MLP-L shapes of
 //! `shared/bench/torch_mixed_step.py` (`mixed-M`, `mixed-L`; MLP-L on CUDA only) at each
@@ -1456,25 +1456,25 @@ fn main() {
                         dev.set_vendor_blas(vendor);
                         dev.set_split_fill(true);
                     }
-                    if dev.split_serial() {
-                        // The same steps with split products summed by a second launch
-                        // (`Device::set_split_serial(false)`) instead of by the last workgroup
-                        // of each tile, both routes, as variants `replay+2launch`, ….
+                    if kind == BackendKind::Cuda && !dev.split_serial() {
+                        // The same steps with split products summed by the last workgroup of
+                        // each tile (`Device::set_split_serial(true)`) instead of a second
+                        // launch, both routes, as variants `replay+serial`, ….
                         let vendor = dev.vendor_blas();
-                        dev.set_split_serial(false).unwrap();
+                        dev.set_split_serial(true).unwrap();
                         for v in [vendor, false] {
                             dev.set_vendor_blas(v);
                             let start = rows.len();
                             mlp_workload(&dev, quick, only, &mut rows).unwrap();
                             for r in &mut rows[start..] {
-                                r.variant.push_str("+2launch");
+                                r.variant.push_str("+serial");
                             }
                             if !vendor {
                                 break;
                             }
                         }
                         dev.set_vendor_blas(vendor);
-                        dev.set_split_serial(true).unwrap();
+                        dev.set_split_serial(false).unwrap();
                     }
                     if checked && kind != BackendKind::Host && !dev.checked() {
                         // The same steps in checked mode (cuBLAS products are not checked:

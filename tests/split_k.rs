@@ -84,7 +84,7 @@ fn split_products_replay_bitwise_as_eager() {
             let s = step.stats();
             assert_eq!((s.recordings, s.replays), (1, 3), "{s:?}");
             // The split adds its second pass: 2 launches per split product (1 where the
-            // last workgroup of each tile sums, serial split-K: CUDA's default).
+            // last workgroup of each tile sums, serial split-K, an opt-in on CUDA).
             let per_split = if dev.split_serial() { 1 } else { 2 };
             let split = if parts == 0 {
                 Split::Auto

@@ -14,7 +14,7 @@
 //!   products too (chosen explicitly, [`Tile::T32`]).
 //!
 //! A product of few tiles splits `k` into parts computed side by side ([`Gemm::split_parts`]),
-//! summed by [`matmul_split_sum`] in a second launch or, on CUDA
+//! summed by [`matmul_split_sum`] in a second launch or, as an opt-in on CUDA
 //! ([`Device::split_serial`](graphed_runtime::Device::split_serial)), serially: each tiling's
 //! `*_serial` sibling ([`matmul_t16_serial`], [`matmul_t32_serial`], [`matmul_t64_serial`])
 //! counts each tile's finished parts on a counter in device memory ([`Launch::counters`]) and
@@ -1425,7 +1425,7 @@ fn launch<C: Launch + ?Sized>(
 /// product of the `k` range `[z·kc, (z + 1)·kc)` into a scratch buffer, and
 /// [`matmul_split_sum`](mod@matmul_split_sum) adds the ranges in order and applies the
 /// epilogue — in a second launch, or, where the device sums serially
-/// ([`Device::split_serial`](graphed_runtime::Device::split_serial), CUDA's default) and the
+/// ([`Device::split_serial`](graphed_runtime::Device::split_serial), opt-in on CUDA) and the
 /// context has counters ([`Launch::counters`]), in the same launch by the last workgroup of
 /// each tile (the `*_serial` kernels), the same sums in the same order.
 #[allow(clippy::too_many_arguments)]

@@ -171,7 +171,7 @@ impl Device {
                 library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
                 split_fill: AtomicBool::new(switch_from_env("GRAPHED_SPLIT_FILL")),
                 split_serial: AtomicBool::new(
-                    kind == BackendKind::Cuda && switch_from_env("GRAPHED_SPLIT_SERIAL"),
+                    kind == BackendKind::Cuda && switch_on_from_env("GRAPHED_SPLIT_SERIAL"),
                 ),
                 backend,
             }),
@@ -404,8 +404,10 @@ impl Device {
     /// Whether the kernel library's products that split `k` sum their parts in the split
     /// launch itself — serial split-K: the last workgroup of each output tile to finish, told
     /// by a counter in device memory ([`Launch::counters`]), adds the parts in the order the
-    /// second pass would, so the bits are the same — instead of a second launch. On by
-    /// default on CUDA (`GRAPHED_SPLIT_SERIAL=0` switches it off), off elsewhere.
+    /// second pass would, so the bits are the same — instead of a second launch. Off by
+    /// default (`GRAPHED_SPLIT_SERIAL=1` switches it on on CUDA): on the H200 the MLP-S step
+    /// replayed in 47.26 µs with it against 45.39 with the second launches (BENCHMARKS.md,
+    /// session of 2026-12-02), although it was faster alone for the products of longest `k`.
     pub fn split_serial(&self) -> bool {
         self.inner.split_serial.load(Ordering::Relaxed)
     }
@@ -425,8 +427,7 @@ impl Device {
                 backend: self.kind().name(),
                 adapter: self.adapter(),
                 feature: "a device-scope memory fence (serial split-K)",
-                instead:
-                    "keep the two-launch split (`set_split_serial(false)`, the default on wgpu)",
+                instead: "keep the two-launch split (`set_split_serial(false)`, the default)",
             });
         }
         self.inner.split_serial.store(on, Ordering::Relaxed);
@@ -687,6 +688,14 @@ impl Device {
 }
 
 /// A switch that is on unless the variable `var` is `0`, `off`, `false` or `no`.
+/// `var` set to `1`, `on`, `true` or `yes`: a switch that is off unless asked for.
+fn switch_on_from_env(var: &str) -> bool {
+    matches!(
+        std::env::var(var).as_deref().map(str::trim),
+        Ok("1" | "on" | "true" | "yes")
+    )
+}
+
 fn switch_from_env(var: &str) -> bool {
     !matches!(
         std::env::var(var).as_deref().map(str::trim),

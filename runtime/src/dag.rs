@@ -226,9 +226,9 @@ impl Dag {
 /// For each op, whether its one incoming edge is programmatic under `mode` (see
 /// [`Programmatic`](crate::Programmatic)): the op and its one predecessor both run a kernel
 /// (one graph node each), and for [`Programmatic::Chains`](crate::Programmatic::Chains) the
-/// predecessor has no other successor and leaves at least half of the `multiprocessors` free
-/// (at most `multiprocessors / 2` workgroups). A plan lowered as one queue (`dag` none) has no
-/// programmatic edges.
+/// predecessor has no other successor, and both leave at least half of the `multiprocessors`
+/// free (at most `multiprocessors / 2` workgroups each). A plan lowered as one queue (`dag`
+/// none) has no programmatic edges.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn programmatic_links(
     ops: &[Op],
@@ -247,7 +247,7 @@ pub(crate) fn programmatic_links(
             successors[i] += 1;
         }
     }
-    let one_wave = |op: &Op| match op {
+    let half_free = |op: &Op| match op {
         Op::Launch { grid, .. } => {
             2 * grid.iter().map(|&g| u64::from(g)).product::<u64>() <= u64::from(multiprocessors)
         }
@@ -257,7 +257,8 @@ pub(crate) fn programmatic_links(
         let [i] = *dag.preds(j) else { continue };
         links[j] = runs_kernel(op)
             && runs_kernel(&ops[i])
-            && (mode == Programmatic::On || (successors[i] == 1 && one_wave(&ops[i])));
+            && (mode == Programmatic::On
+                || (successors[i] == 1 && half_free(&ops[i]) && half_free(op)));
     }
     links
 }
@@ -456,8 +457,8 @@ mod tests {
         let ops = vec![
             fill_on(&a0, [4, 1, 1]),            // 0
             read(fill_on(&b, [2, 2, 1]), &a0),  // 1: after 0, 0's only successor (4 workgroups)
-            read(fill_on(&c, [200, 1, 1]), &b), // 2: after 1 (1 fits in 4 workgroups)
-            read(fill_on(&d, [1, 1, 1]), &c),   // 3: after 2, but 2 has 200 workgroups
+            read(fill_on(&c, [200, 1, 1]), &b), // 2: after 1, but 2 itself has 200 workgroups
+            read(fill_on(&d, [1, 1, 1]), &c),   // 3: after 2, which has 200 workgroups
             read(fill_on(&a1, [1, 1, 1]), &d),  // 4: after 3, which forks to 4 and 5
             read(fill_on(&b, [1, 1, 1]), &d),   // 5: after 3 (1 and 2 are reached through 3)
             copy(&a1, &c),                      // 6: a copy
@@ -472,7 +473,7 @@ mod tests {
         let chains = links(Chains, 8);
         assert_eq!(
             &chains[..5],
-            [false, true, true, false, false],
+            [false, true, false, false, false],
             "{chains:?}"
         );
         assert!(!chains[6] && !chains[7], "{chains:?}");

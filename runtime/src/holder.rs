@@ -114,12 +114,12 @@ pub enum Programmatic {
     /// No programmatic edges.
     Off,
     /// An edge is programmatic where it is a link of a chain — the kernel's one predecessor
-    /// is a kernel whose one successor it is — and that predecessor leaves at least half of
-    /// the multiprocessors free (at most half as many workgroups). Measured on the H200
-    /// (BENCHMARKS.md): the sampler's chain of nine 16-workgroup kernels replays 9% faster
-    /// with programmatic edges; the MLP-M step with DSL products (128-workgroup products on
-    /// 132 multiprocessors) ran 5% slower with programmatic edges after predecessors of up to
-    /// one wave, and 14% slower with every edge programmatic.
+    /// is a kernel whose one successor it is — and both kernels leave at least half of the
+    /// multiprocessors free (at most half as many workgroups). Measured on the H200
+    /// (BENCHMARKS.md, session of 2026-12-02): the sampler's chains of small kernels replay
+    /// 8–9% faster with programmatic edges; with edges at or into kernels that fill the GPU
+    /// the MLP steps ran up to 5% (chain links after up to one wave of workgroups) and 14%
+    /// (every edge) slower than without.
     #[default]
     Chains,
     /// Every kernel whose one predecessor is another kernel (to compare).

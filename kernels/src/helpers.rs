@@ -59,21 +59,24 @@ pub fn sigmoid(x: f32) -> f32 {
 /// to ±15, where it is ±1 in `f32`, since some GPU `tanh`s return NaN for large arguments.
 #[device]
 pub fn activate(kind: u32, x: f32) -> f32 {
+    // Statement `if`s, not an `if` value: WGSL writes an `if` value as nested `select`s, which
+    // evaluate every arm (GELU, tanh, sigmoid, `exp` and `log` for every element, whatever
+    // `kind` is); branches on the uniform `kind` run one.
+    let mut y = x;
     if kind == 1 {
-        max(x, 0.0)
+        y = max(x, 0.0);
     } else if kind == 2 {
-        gelu(x)
+        y = gelu(x);
     } else if kind == 3 {
-        tanh(clamp(x, -15.0, 15.0))
+        y = tanh(clamp(x, -15.0, 15.0));
     } else if kind == 4 {
-        sigmoid(x)
+        y = sigmoid(x);
     } else if kind == 5 {
-        exp(x)
+        y = exp(x);
     } else if kind == 6 {
-        log(x)
-    } else {
-        x
+        y = log(x);
     }
+    y
 }
 
 /// `g·f′(x)` for activation `kind` (codes as in [`activate`]): the backward of `activate`
@@ -81,26 +84,27 @@ pub fn activate(kind: u32, x: f32) -> f32 {
 /// gates use (ReLU selects `g` or 0; `log` divides `g` by `x`).
 #[device]
 pub fn activate_backward(kind: u32, x: f32, g: f32) -> f32 {
+    // Statement `if`s, as in `activate`.
+    let mut y = g;
     if kind == 1 {
-        select(x > 0.0, g, 0.0)
+        y = select(x > 0.0, g, 0.0);
     } else if kind == 2 {
-        g * gelu_grad(x)
+        y = g * gelu_grad(x);
     } else if kind == 3 {
         // 1 − tanh²x = 4 / (eˣ + e⁻ˣ)², no cancellation; 1 in f32 past ±30 anyway.
         let e = exp(clamp(x, -30.0, 30.0));
         let ch = e + 1.0 / e;
-        g * (4.0 / (ch * ch))
+        y = g * (4.0 / (ch * ch));
     } else if kind == 4 {
         // σ(x)(1 − σ(x)) = e^-|x| / (1 + e^-|x|)², no cancellation.
         let e = exp(-abs(x));
-        g * (e / ((1.0 + e) * (1.0 + e)))
+        y = g * (e / ((1.0 + e) * (1.0 + e)));
     } else if kind == 5 {
-        g * exp(x)
+        y = g * exp(x);
     } else if kind == 6 {
-        g / x
-    } else {
-        g
+        y = g / x;
     }
+    y
 }
 
 /// The derivative of [`activate`] with respect to `x`.

@@ -530,6 +530,19 @@ impl Device {
         self.alloc_words(dtype, len, slot, false)
     }
 
+    /// A zeroed buffer for one eager library call from the backend's scratch allocator (on
+    /// CUDA in stream order: no device-wide wait when it is freed).
+    fn scratch_buffer<T: Element>(&self, len: usize) -> Result<Buffer<T>> {
+        if thread_records() {
+            return Err(Error::AllocationInRecording);
+        }
+        Ok(Buffer::from_raw(
+            self.alloc_words(T::DTYPE, len, None, true)?,
+            0,
+            len,
+        ))
+    }
+
     /// `alloc_owned`'s allocation; `scratch`: from the backend's scratch allocator.
     fn alloc_words(
         &self,
@@ -687,8 +700,7 @@ impl Device {
     }
 }
 
-/// A switch that is on unless the variable `var` is `0`, `off`, `false` or `no`.
-/// `var` set to `1`, `on`, `true` or `yes`: a switch that is off unless asked for.
+/// A switch that is off unless the variable `var` is `1`, `on`, `true` or `yes`.
 fn switch_on_from_env(var: &str) -> bool {
     matches!(
         std::env::var(var).as_deref().map(str::trim),
@@ -696,6 +708,7 @@ fn switch_on_from_env(var: &str) -> bool {
     )
 }
 
+/// A switch that is on unless the variable `var` is `0`, `off`, `false` or `no`.
 fn switch_from_env(var: &str) -> bool {
     !matches!(
         std::env::var(var).as_deref().map(str::trim),
@@ -918,26 +931,11 @@ impl Launch for Device {
     }
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {
-        if thread_records() {
-            return Err(Error::AllocationInRecording);
-        }
-        Ok(Buffer::from_raw(
-            self.alloc_words(DType::F32, len, None, true)?,
-            0,
-            len,
-        ))
+        self.scratch_buffer(len)
     }
 
     fn counters(&self, len: usize) -> Result<Option<Buffer<u32>>> {
-        if thread_records() {
-            return Err(Error::AllocationInRecording);
-        }
-        // Zeroed, from the scratch allocator (on CUDA in stream order: no device-wide wait).
-        Ok(Some(Buffer::from_raw(
-            self.alloc_words(DType::U32, len, None, true)?,
-            0,
-            len,
-        )))
+        self.scratch_buffer(len).map(Some)
     }
     fn library_subgroups(&self) -> Option<u32> {
         Device::library_subgroups(self)

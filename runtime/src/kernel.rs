@@ -320,7 +320,8 @@ pub trait Launch {
     /// counts, [`crate::Device::split_serial`]), which the launches using it leave zero again:
     /// a step's own allocation, kept with its recording, never packed by liveness with other
     /// buffers nor shared with another call's region (so two products the plan runs
-    /// concurrently count apart), or, eagerly, a fresh allocation. `None` (the default): no
+    /// concurrently count apart), or, eagerly, zeroed memory allocated for the call as
+    /// [`Launch::scratch`]'s is. `None` (the default): no
     /// such region here, and the caller takes a route without counters.
     fn counters(&self, len: usize) -> Result<Option<crate::Buffer<u32>>> {
         let _ = len;

@@ -350,11 +350,18 @@ impl CudaBackend {
             ctx: self.ctx.clone(),
             stream_free: None,
         };
-        // SAFETY: `p` is a fresh allocation of `bytes` bytes.
-        unsafe { sys::cuMemsetD32Async(p, 0, words.max(1), self.stream.0) }
-            .result()
-            .map_err(err)?;
+        self.zero(&mem, words)?;
         Ok(mem)
+    }
+
+    /// Zeroes a fresh allocation of `words` words on the stream (every allocation starts
+    /// zeroed; split-K's counters rely on it).
+    fn zero(&self, mem: &CudaMem, words: usize) -> Result<()> {
+        // SAFETY: `mem` is a live allocation of at least `max(words, 1)` words, usable on
+        // this stream.
+        unsafe { sys::cuMemsetD32Async(mem.ptr, 0, words.max(1), self.stream.0) }
+            .result()
+            .map_err(err)
     }
 
     /// The loaded function of `kernel`; `programmatic`: its form for programmatic dependent
@@ -788,11 +795,7 @@ impl Backend for CudaBackend {
                         lock: self.lock.clone(),
                     }),
                 };
-                // Zeroed in stream order, as every allocation is (split-K's counters rely on it).
-                // SAFETY: `p` is a fresh allocation of `bytes` bytes, valid on this stream.
-                unsafe { sys::cuMemsetD32Async(p, 0, words.max(1), self.stream.0) }
-                    .result()
-                    .map_err(err)?;
+                self.zero(&mem, words)?;
                 Ok(Memory::Cuda(mem))
             }
             Err(_) => Ok(Memory::Cuda(self.raw_alloc(words)?)),

@@ -1,6 +1,6 @@
 //! The benchmark harness: `cargo bench --bench replay -- [launch] [mlp|mlp-S|mlp-M]
 //! [mixed|mixed-M|mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce]
-//! [half] [--backend host|wgpu|cuda] [--checked] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]`
+//! [half] [--backend host|wgpu|cuda] [--checked] [--variants] [--quick] [--out DIR]`; `-- --chart CSV [--out DIR]`
 //! redraws the chart of an earlier run.
 //!
 //! `--checked`: the MLP workloads run a second time on a device of the same GPU backend in
@@ -12,10 +12,12 @@
 //! small elementwise kernel (1024 floats), as our eager launches, our replay, and (on CUDA)
 //! raw cudarc launches with and without a hand-made CUDA graph, side by side in one run.
 //! Workload `mlp`: the training step of `graphed::train` on the MLP-S and MLP-M shapes of
-//! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them); where the device
-//! reports its multiprocessors (CUDA), the same steps run again with split-K's fill rule off
-//! (`Device::set_split_fill(false)`), as variants `eager+nosplit`, `replay+nosplit`, …; and on
-//! CUDA with split products summed serially (`Device::split_serial`, off by default: the last
+//! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them), with the vendor BLAS
+//! and with the DSL products; on CUDA also with the epilogues not fused into the cuBLASLt call
+//! (`Device::set_vendor_fused(false)`), as variants `eager+unfused`, `replay+unfused`, …. With
+//! `--variants`, where the device reports its multiprocessors (CUDA), the same steps run again
+//! with split-K's fill rule off (`Device::set_split_fill(false)`), as variants `eager+nosplit`,
+//! `replay+nosplit`, …; and on CUDA with split products summed serially (`Device::split_serial`, off by default: the last
 //! workgroup of each tile sums) instead of by a second launch, as variants `replay+serial`, ….
 //! Workload `mixed`:
 //! `graphed::nn::mixed`'s step on the MLP-M and MLP-L shapes of
@@ -1353,6 +1355,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let checked = args.iter().any(|a| a == "--checked");
+    let variants = args.iter().any(|a| a == "--variants");
     let mut backends: Vec<BackendKind> = Vec::new();
     let mut workloads: Vec<String> = Vec::new();
     let mut out_dir = std::path::PathBuf::from("target/bench");
@@ -1394,7 +1397,7 @@ fn main() {
                 }));
             }
             "--help" | "-h" => usage(""),
-            "--quick" | "--bench" | "--checked" => {}
+            "--quick" | "--bench" | "--checked" | "--variants" => {}
             w if !w.starts_with('-') => workloads.push(w.to_string()),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -1437,7 +1440,18 @@ fn main() {
                         mlp_workload(&dev, quick, only, &mut rows).unwrap();
                         dev.set_vendor_blas(true);
                     }
-                    if dev.split_fill().is_some() {
+                    if dev.vendor_blas() && dev.vendor_fused() {
+                        // The vendor route with epilogues not fused into the library call
+                        // (`Device::set_vendor_fused(false)`), as variants `replay+unfused`, ….
+                        dev.set_vendor_fused(false);
+                        let start = rows.len();
+                        mlp_workload(&dev, quick, only, &mut rows).unwrap();
+                        for r in &mut rows[start..] {
+                            r.variant.push_str("+unfused");
+                        }
+                        dev.set_vendor_fused(true);
+                    }
+                    if variants && dev.split_fill().is_some() {
                         // The same steps with split-K's fill rule off (`Device::set_split_fill`),
                         // both routes, as variants `eager+nosplit`, `replay+nosplit`, ….
                         let vendor = dev.vendor_blas();
@@ -1456,7 +1470,7 @@ fn main() {
                         dev.set_vendor_blas(vendor);
                         dev.set_split_fill(true);
                     }
-                    if kind == BackendKind::Cuda && !dev.split_serial() {
+                    if variants && kind == BackendKind::Cuda && !dev.split_serial() {
                         // The same steps with split products summed by the last workgroup of
                         // each tile (`Device::set_split_serial(true)`) instead of a second
                         // launch, both routes, as variants `replay+serial`, ….

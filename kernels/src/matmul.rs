@@ -27,7 +27,7 @@
 //! while WGSL lets an implementation round twice, so backends agree within tolerances.
 
 use graphed_macros::{device, kernel};
-use graphed_runtime::blas::{Math, Sgemm};
+use graphed_runtime::blas::{Fused, Math, Sgemm};
 use graphed_runtime::{
     bf16, f16, BackendKind, Buffer, DType, Element, Error, Grid, IntoScalarArg, Launch, Result,
     ScalarArg,
@@ -1260,10 +1260,13 @@ pub fn matmul_half<C: Launch + ?Sized, I: Element, O: Element>(
 /// `C = op(A)·op(B)` with `epi`. Shapes: `A` has `m·k` elements, `B` `k·n`, `C` `m·n`.
 ///
 /// With [`Tile::Vendor`], or [`Tile::Auto`] and at least [`VENDOR_MIN_MACS`] multiply-adds, on
-/// a device whose vendor BLAS is on ([`Launch::gemm`]: cuBLAS on CUDA), the product goes there, followed by one [`gemm_epilogue`](mod@gemm_epilogue)
-/// launch when there is a bias, activation or gate (and one [`gemm_row_sums`](mod@gemm_row_sums)
-/// launch for [`matmul_row_sums`]); an epilogue that both transforms and accumulates stays
-/// with the DSL kernel. Everywhere else it is one launch of [`matmul_t64`], [`matmul_t16`] or
+/// a device whose vendor BLAS is on ([`Launch::gemm`]: cuBLAS on CUDA), the product goes there.
+/// A bias (with ReLU or no activation) and [`matmul_row_sums`]'s bias gradient, with a
+/// constant `false` accumulate flag, fuse into that one library call where the device fuses
+/// epilogues ([`Launch::gemm_fused`]: cuBLASLt on CUDA, [`Device::vendor_fused`](graphed_runtime::Device::vendor_fused)); otherwise
+/// one [`gemm_epilogue`](mod@gemm_epilogue) launch follows when there is a bias, activation
+/// or gate (and one [`gemm_row_sums`](mod@gemm_row_sums) launch for [`matmul_row_sums`]).
+/// An epilogue that both transforms and accumulates stays with the DSL kernel. Everywhere else it is one launch of [`matmul_t64`], [`matmul_t16`] or
 /// [`matmul_t32`].
 pub fn matmul<C: Launch + ?Sized>(
     cx: &C,
@@ -1564,6 +1567,20 @@ fn vendor<'d, C: Launch + ?Sized>(
     );
     if g.m == 0 || g.n == 0 || g.k == 0 || (transforms && !never_accumulates) {
         return Ok(Routed::Declined(db));
+    }
+    // One library call where it fuses the epilogue (cuBLASLt on CUDA): a bias, with ReLU
+    // or none, or the bias gradient beside the product. Else the product, then the launches.
+    let fused = match (epi.bias, epi.act, epi.gate, &db) {
+        _ if !never_accumulates => None,
+        (Some(bias), Act::Identity, None, None) => Some((Fused::Bias, bias)),
+        (Some(bias), Act::Relu, None, None) => Some((Fused::BiasRelu, bias)),
+        (None, Act::Identity, None, Some(db)) => Some((Fused::BiasGrad, &**db)),
+        _ => None,
+    };
+    if let Some((f, v)) = fused {
+        if graphed_runtime::blas::product_fused(cx, &g.blas(accumulate), a, b, c, f, v)? {
+            return Ok(Routed::Done);
+        }
     }
     if !graphed_runtime::blas::product(cx, &g.blas(accumulate), a, b, c)? {
         return Ok(Routed::Declined(db));

@@ -104,8 +104,47 @@ impl GemmTypes {
     }
 }
 
+/// What a vendor product does to its result inside the same library call ([`Launch::gemm_fused`]):
+/// cuBLASLt's epilogues on CUDA. The vector is `f32`. A fused product never accumulates
+/// into `C`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fused {
+    /// `C[i][j] = Σ + bias[j]` (`bias`: `n` elements).
+    Bias,
+    /// `C[i][j] = max(Σ + bias[j], 0)` (`bias`: `n` elements).
+    BiasRelu,
+    /// `C = op(A)·op(B)`, and the row sums of `op(A)` written to the vector (`m` elements):
+    /// with `A = dY` stored `batch × out` and `op(A) = dYᵀ`, a layer's bias gradient beside
+    /// its weight gradient.
+    BiasGrad,
+}
+
+impl Fused {
+    /// How many elements the vector holds for a product `g`.
+    pub fn vector_len(self, g: &Sgemm) -> usize {
+        match self {
+            Fused::Bias | Fused::BiasRelu => g.n,
+            Fused::BiasGrad => g.m,
+        }
+    }
+
+    /// Whether the product writes the vector (else reads it).
+    pub fn writes_vector(self) -> bool {
+        self == Fused::BiasGrad
+    }
+
+    /// A short name (plan dumps).
+    pub fn name(self) -> &'static str {
+        match self {
+            Fused::Bias => "bias",
+            Fused::BiasRelu => "bias+relu",
+            Fused::BiasGrad => "bias-grad",
+        }
+    }
+}
+
 /// The shape and types of an [`Sgemm`], as a plan keeps it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct GemmShape {
     pub m: usize,
     pub n: usize,
@@ -113,6 +152,8 @@ pub(crate) struct GemmShape {
     pub ta: bool,
     pub tb: bool,
     pub types: GemmTypes,
+    /// The epilogue fused into the library call, if any.
+    pub fused: Option<Fused>,
 }
 
 impl Sgemm {
@@ -141,7 +182,52 @@ impl Sgemm {
                 output: c.dtype,
                 math: self.math,
             },
+            fused: None,
         }
+    }
+
+    /// Checks a fused product's vector and flag ([`Launch::gemm_fused`]): `f32`, the length
+    /// [`Fused::vector_len`] gives, on `device`, overlapping no operand, and a constant
+    /// `false` accumulate flag.
+    pub(crate) fn check_fused(
+        &self,
+        device: u64,
+        fused: Fused,
+        v: &RawView,
+        operands: [&RawView; 3],
+    ) -> Result<()> {
+        let fail = |reason: String| Error::Launch {
+            kernel: "sgemm",
+            reason,
+        };
+        if !matches!(self.accumulate.erase(), crate::ErasedScalar::Const(_, 0)) {
+            return Err(fail(format!(
+                "a product with a fused {} never accumulates: pass `accumulate: false.into()`",
+                fused.name()
+            )));
+        }
+        let want = fused.vector_len(self);
+        if v.dtype != DType::F32 || v.len != want {
+            return Err(fail(format!(
+                "the fused {} vector holds {} {} elements; it takes {want} f32 elements",
+                fused.name(),
+                v.len,
+                v.dtype.name()
+            )));
+        }
+        if v.buf.device.id() != device {
+            return Err(fail(format!(
+                "the fused {} vector lives on another device",
+                fused.name()
+            )));
+        }
+        if operands.iter().any(|o| o.overlaps(v)) {
+            return Err(fail(format!(
+                "the fused {} vector overlaps an operand; pass views that do not overlap",
+                fused.name()
+            )));
+        }
+        Ok(())
     }
 
     /// Checks the operands: element types that make a product (module docs), `A` and `B` of
@@ -199,6 +285,23 @@ impl Sgemm {
     }
 }
 
+/// The alignment in bytes (4, 8 or 16) every view of `views` starts at, given allocations
+/// and arena placements at 16 bytes or more.
+pub(crate) fn alignment(views: &[&RawView]) -> usize {
+    views
+        .iter()
+        .map(|v| {
+            let bytes = v.offset * v.dtype.size();
+            if bytes == 0 {
+                16
+            } else {
+                (1usize << bytes.trailing_zeros()).min(16)
+            }
+        })
+        .min()
+        .unwrap_or(16)
+}
+
 /// `β` for an accumulate flag's bits as the plan stores them (0 or 1).
 #[cfg(feature = "cuda")]
 pub(crate) fn beta_bits(flag: u32) -> u32 {
@@ -220,6 +323,28 @@ pub fn product<C: Launch + ?Sized, I: Element, O: Element>(
     c: &mut Buffer<O>,
 ) -> Result<bool> {
     cx.gemm(g, &a.raw_view(), &b.raw_view(), &c.raw_view())
+}
+
+/// Runs the product `g` with `fused` (its vector `v`) through `cx`'s vendor BLAS in one
+/// library call and returns `true`; returns `false` and runs nothing where there is no such
+/// route ([`Launch::gemm_fused`]).
+pub fn product_fused<C: Launch + ?Sized, I: Element, O: Element>(
+    cx: &C,
+    g: &Sgemm,
+    a: &Buffer<I>,
+    b: &Buffer<I>,
+    c: &mut Buffer<O>,
+    fused: Fused,
+    v: &Buffer<f32>,
+) -> Result<bool> {
+    cx.gemm_fused(
+        g,
+        &a.raw_view(),
+        &b.raw_view(),
+        &c.raw_view(),
+        fused,
+        &v.raw_view(),
+    )
 }
 
 /// The value of element bits of `dtype` (`f32`, `f16` or `bf16`; one element in each `u32`).

@@ -58,11 +58,21 @@ fn accesses(op: &Op) -> Vec<Access> {
             .flatten()
             .collect(),
         // `C` is read too when the product accumulates; a write conflicts with either.
-        Op::Sgemm { a, b, c, .. } => [access(a, false), access(b, false), access(c, true)]
-            .into_iter()
-            .flatten()
-            .chain([library])
-            .collect(),
+        Op::Sgemm {
+            a, b, c, v, shape, ..
+        } => {
+            let vector = v.as_ref().and_then(|v| {
+                access(
+                    v,
+                    shape.fused.is_some_and(crate::blas::Fused::writes_vector),
+                )
+            });
+            [access(a, false), access(b, false), access(c, true), vector]
+                .into_iter()
+                .flatten()
+                .chain([library])
+                .collect()
+        }
         #[cfg(feature = "nccl")]
         Op::AllReduce(a) => access(&a.view, true).into_iter().chain([library]).collect(),
     }
@@ -392,11 +402,13 @@ mod tests {
                 ta: false,
                 tb: false,
                 types: crate::blas::GemmTypes::F32,
+                fused: None,
             },
             args: 0,
             a: view(a, 0, 2),
             b: view(b, 0, 2),
             c: c.clone(),
+            v: None,
         };
         // Disjoint products still share cuBLAS's workspace: ordered.
         let ops = [
@@ -416,6 +428,50 @@ mod tests {
         assert!(Dag::chain(4).orders_all_of(&dag));
         assert!(!dag.orders_all_of(&Dag::chain(4)));
         assert!(dag.orders_all_of(&dag));
+    }
+
+    /// A fused product's vector is an access like any operand: a bias gradient it writes
+    /// orders a later reader after it, and a bias it reads orders it after the bias's writer
+    /// and before the next one.
+    #[test]
+    fn a_fused_products_vector_orders_it() {
+        use crate::blas::Fused;
+        let dev = Device::host();
+        let bufs: Vec<RawView> = (0..5).map(|_| whole(&dev, 4)).collect();
+        let gemm = |fused: Fused, v: &RawView| Op::Sgemm {
+            shape: crate::blas::GemmShape {
+                m: 2,
+                n: 2,
+                k: 1,
+                ta: false,
+                tb: false,
+                types: crate::blas::GemmTypes::F32,
+                fused: Some(fused),
+            },
+            args: 0,
+            a: view(&bufs[0], 0, 2),
+            b: view(&bufs[1], 0, 2),
+            c: bufs[2].clone(),
+            v: Some(view(v, 0, 2)),
+        };
+        // The gradient written (op 0) is then copied (op 1): an edge.
+        let ops = [gemm(Fused::BiasGrad, &bufs[3]), copy(&bufs[3], &bufs[4])];
+        assert_eq!(Dag::of(&ops).edges(), vec![(0, 1)]);
+        // Reading a bias: after its fill, before its overwrite; two readers stay unordered.
+        let ops = [
+            fill(&bufs[3]),
+            gemm(Fused::Bias, &bufs[3]),
+            copy(&bufs[3], &bufs[4]),
+            fill(&bufs[3]),
+        ];
+        assert_eq!(Dag::of(&ops).edges(), vec![(0, 1), (0, 2), (1, 3), (2, 3)]);
+        // Without the vector the product would not follow the fill at all.
+        let mut unfused = gemm(Fused::Bias, &bufs[3]);
+        if let Op::Sgemm { v, shape, .. } = &mut unfused {
+            *v = None;
+            shape.fused = None;
+        }
+        assert_eq!(Dag::of(&[fill(&bufs[3]), unfused]).edges(), vec![]);
     }
 
     /// `Chains` makes an edge programmatic only on a link of a chain whose predecessor fits

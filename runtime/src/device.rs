@@ -76,6 +76,8 @@ pub(crate) struct DeviceInner {
     pub(crate) peak: AtomicU64,
     /// Products may go to the backend's vendor BLAS (see [`Device::set_vendor_blas`]).
     pub(crate) vendor_blas: AtomicBool,
+    /// Vendor products may fuse their epilogue (see [`Device::set_vendor_fused`]).
+    pub(crate) vendor_fused: AtomicBool,
     /// The kernel library may pick its subgroup variants (see [`Device::set_library_subgroups`]).
     pub(crate) library_subgroups: AtomicBool,
     /// The kernel library's products may split `k` to fill the multiprocessors (see
@@ -168,6 +170,7 @@ impl Device {
                 allocated: AtomicU64::new(0),
                 peak: AtomicU64::new(0),
                 vendor_blas: AtomicBool::new(vendor_blas_from_env()),
+                vendor_fused: AtomicBool::new(switch_from_env("GRAPHED_VENDOR_FUSED")),
                 library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
                 split_fill: AtomicBool::new(switch_from_env("GRAPHED_SPLIT_FILL")),
                 split_serial: AtomicBool::new(
@@ -676,6 +679,82 @@ impl Device {
         switch && self.inner.backend.blas(types)
     }
 
+    /// Whether a product of `shape` with its fused epilogue ([`crate::blas::Fused`]) goes to
+    /// the vendor BLAS in one call here, its operands and vector `views` as they are
+    /// placed: the vendor BLAS and its fusion on ([`Device::set_vendor_fused`]), and the
+    /// library running that shape at the views' alignment.
+    pub(crate) fn routes_gemm_fused(
+        &self,
+        shape: &crate::blas::GemmShape,
+        views: [&RawView; 4],
+    ) -> bool {
+        self.inner.vendor_fused.load(Ordering::Relaxed)
+            && self.routes_gemm(shape.types)
+            && self
+                .inner
+                .backend
+                .blas_fused(shape, crate::blas::alignment(&views))
+    }
+
+    /// An eager product through the vendor BLAS, with `fused` and its vector when given
+    /// ([`Launch::gemm`], [`Launch::gemm_fused`]).
+    fn product(
+        &self,
+        g: &crate::blas::Sgemm,
+        a: &RawView,
+        b: &RawView,
+        c: &RawView,
+        fused: Option<(crate::blas::Fused, &RawView)>,
+    ) -> Result<bool> {
+        g.check(self.id(), a, b, c)?;
+        let mut shape = g.shape(a, c);
+        if let Some((f, v)) = fused {
+            g.check_fused(self.id(), f, v, [a, b, c])?;
+            shape.fused = Some(f);
+        }
+        let routed = match fused {
+            None => self.routes_gemm(shape.types),
+            Some((_, v)) => self.routes_gemm_fused(&shape, [a, b, c, v]),
+        };
+        if !routed {
+            return Ok(false);
+        }
+        if thread_records() {
+            return Err(Error::LaunchOutsideRecording("sgemm"));
+        }
+        for v in [a, b, c].into_iter().chain(fused.map(|(_, v)| v)) {
+            check_slot(v, "a launch on the device")?;
+        }
+        let flag = g.accumulate.erase();
+        if let ErasedScalar::Slot(..) = flag {
+            return Err(Error::Launch {
+                kernel: "sgemm",
+                reason: "the accumulate flag is a per-step scalar of a step, used outside it"
+                    .into(),
+            });
+        }
+        let flag = flag.bits();
+        self.inner
+            .backend
+            .sgemm(&shape, flag, a, b, c, fused.map(|(_, v)| v))
+            .map(|()| true)
+    }
+
+    /// Whether products may fuse their bias, activation or bias gradient into the vendor
+    /// BLAS call (cuBLASLt's epilogues on CUDA): on by default, `GRAPHED_VENDOR_FUSED=0` or
+    /// [`Device::set_vendor_fused`] turns it off (the product and its epilogue then run as
+    /// two ops, as on every other backend).
+    pub fn vendor_fused(&self) -> bool {
+        self.inner.vendor_fused.load(Ordering::Relaxed)
+    }
+
+    /// Switches the fused vendor route on or off ([`Device::vendor_fused`]). Set it before
+    /// recording: a recording keeps the route it was made with, and eager runs follow the
+    /// current setting (the fused and unfused routes may sum in another order).
+    pub fn set_vendor_fused(&self, on: bool) {
+        self.inner.vendor_fused.store(on, Ordering::Relaxed);
+    }
+
     /// Switches routing of matrix products to the vendor BLAS on or off (off: the portable
     /// DSL kernels run on every backend). Set it before recording: a recording keeps the
     /// route it was made with, and eager runs follow the current setting, so switching
@@ -904,30 +983,19 @@ impl Launch for Device {
     }
 
     fn gemm(&self, g: &crate::blas::Sgemm, a: &RawView, b: &RawView, c: &RawView) -> Result<bool> {
-        g.check(self.id(), a, b, c)?;
-        let shape = g.shape(a, c);
-        if !self.routes_gemm(shape.types) {
-            return Ok(false);
-        }
-        if thread_records() {
-            return Err(Error::LaunchOutsideRecording("sgemm"));
-        }
-        for v in [a, b, c] {
-            check_slot(v, "a launch on the device")?;
-        }
-        let flag = g.accumulate.erase();
-        if let ErasedScalar::Slot(..) = flag {
-            return Err(Error::Launch {
-                kernel: "sgemm",
-                reason: "the accumulate flag is a per-step scalar of a step, used outside it"
-                    .into(),
-            });
-        }
-        let flag = flag.bits();
-        self.inner
-            .backend
-            .sgemm(&shape, flag, a, b, c)
-            .map(|()| true)
+        self.product(g, a, b, c, None)
+    }
+
+    fn gemm_fused(
+        &self,
+        g: &crate::blas::Sgemm,
+        a: &RawView,
+        b: &RawView,
+        c: &RawView,
+        fused: crate::blas::Fused,
+        v: &RawView,
+    ) -> Result<bool> {
+        self.product(g, a, b, c, Some((fused, v)))
     }
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {

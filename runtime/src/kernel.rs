@@ -309,6 +309,30 @@ pub trait Launch {
         Ok(false)
     }
 
+    /// Like [`Launch::gemm`], with `fused` done to the result inside the same library call
+    /// (cuBLASLt's epilogues on CUDA), `v` its `f32` vector (a bias read, or a bias
+    /// gradient written; [`crate::blas::Fused`]). Returns `false` and does nothing where the
+    /// device has no such route (every backend but CUDA, the vendor BLAS or its fusion
+    /// switched off, or a shape or alignment the library declines), so the caller runs the
+    /// product and the epilogue apart. [`crate::blas::product_fused`] is the typed form.
+    ///
+    /// # Errors
+    /// [`crate::Error::Launch`] for a vector of the wrong type or length, one overlapping an
+    /// operand, or an accumulate flag other than a constant `false` (a fused product never
+    /// accumulates), besides [`Launch::gemm`]'s checks.
+    fn gemm_fused(
+        &self,
+        g: &crate::blas::Sgemm,
+        a: &crate::RawView,
+        b: &crate::RawView,
+        c: &crate::RawView,
+        fused: crate::blas::Fused,
+        v: &crate::RawView,
+    ) -> Result<bool> {
+        let _ = (g, a, b, c, fused, v);
+        Ok(false)
+    }
+
     /// A temporary of `len` elements for a library call's intermediate results (partial
     /// sums of a long product or reduction): a step's workspace, kept with its recording, or,
     /// eagerly, memory allocated for the call (on CUDA in stream order from the driver's

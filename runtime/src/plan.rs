@@ -106,6 +106,9 @@ pub(crate) enum Op {
         a: RawView,
         b: RawView,
         c: RawView,
+        /// The fused epilogue's vector ([`GemmShape::fused`]): a bias read, or a bias
+        /// gradient written.
+        v: Option<RawView>,
     },
     /// An in-place all-reduce across the ranks of a communicator.
     #[cfg(feature = "nccl")]
@@ -149,7 +152,7 @@ impl Op {
         match self {
             Op::Launch { bindings, .. } => bindings.iter().map(|b| &b.view).collect(),
             Op::Copy { src, dst } => vec![src, dst],
-            Op::Sgemm { a, b, c, .. } => vec![a, b, c],
+            Op::Sgemm { a, b, c, v, .. } => [a, b, c].into_iter().chain(v.as_ref()).collect(),
             #[cfg(feature = "nccl")]
             Op::AllReduce(a) => vec![&a.view],
         }
@@ -163,7 +166,14 @@ impl Op {
                 (&mut b.view, Some((*args, b.word)))
             }
             Op::Copy { src, dst } => (if which == 0 { src } else { dst }, None),
-            Op::Sgemm { a, b, c, .. } => ([a, b, c].into_iter().nth(which).expect("3 views"), None),
+            Op::Sgemm { a, b, c, v, .. } => (
+                [a, b, c]
+                    .into_iter()
+                    .chain(v.as_mut())
+                    .nth(which)
+                    .expect("3 or 4 views"),
+                None,
+            ),
             #[cfg(feature = "nccl")]
             Op::AllReduce(a) => (&mut a.view, None),
         }
@@ -201,6 +211,9 @@ pub enum PlanOp {
         reads: [usize; 2],
         /// Buffer index of `C`.
         write: usize,
+        /// The epilogue fused into the library call, and the buffer index of its vector (read
+        /// for a bias, written for a bias gradient).
+        fused: Option<(crate::blas::Fused, usize)>,
     },
     /// An in-place all-reduce of one buffer across the ranks of a communicator.
     #[cfg(feature = "nccl")]
@@ -339,11 +352,14 @@ impl Plan {
                     src: ix[&src.buf.id],
                     dst: ix[&dst.buf.id],
                 },
-                Op::Sgemm { shape, a, b, c, .. } => PlanOp::Sgemm {
+                Op::Sgemm {
+                    shape, a, b, c, v, ..
+                } => PlanOp::Sgemm {
                     dims: [shape.m, shape.n, shape.k],
                     types: shape.types,
                     reads: [ix[&a.buf.id], ix[&b.buf.id]],
                     write: ix[&c.buf.id],
+                    fused: shape.fused.zip(v.as_ref().map(|v| ix[&v.buf.id])),
                 },
                 #[cfg(feature = "nccl")]
                 Op::AllReduce(a) => {
@@ -409,15 +425,17 @@ impl Plan {
                     types,
                     reads,
                     write,
+                    fused,
                 } => {
                     let precision = match (types.input, types.output, types.math) {
                         (DType::F32, _, Math::F32) => String::new(),
                         (DType::F32, _, Math::Tf32) => " tf32".into(),
                         (i, o, _) => format!(" {}->{}", i.name(), o.name()),
                     };
+                    let epilogue = fused.map_or(String::new(), |(f, _)| format!(" +{}", f.name()));
                     writeln!(
                         s,
-                        "  op{n} [shape=hexagon, label=\"{n}: sgemm {}x{}x{}{precision}\"];",
+                        "  op{n} [shape=hexagon, label=\"{n}: sgemm {}x{}x{}{precision}{epilogue}\"];",
                         dims[0], dims[1], dims[2]
                     )
                     .unwrap();
@@ -425,6 +443,13 @@ impl Plan {
                         writeln!(s, "  b{r} -> op{n};").unwrap();
                     }
                     writeln!(s, "  op{n} -> b{write};").unwrap();
+                    match fused {
+                        Some((f, v)) if f.writes_vector() => {
+                            writeln!(s, "  op{n} -> b{v};").unwrap()
+                        }
+                        Some((_, v)) => writeln!(s, "  b{v} -> op{n};").unwrap(),
+                        None => {}
+                    }
                 }
                 #[cfg(feature = "nccl")]
                 PlanOp::AllReduce {

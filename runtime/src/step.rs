@@ -211,6 +211,97 @@ impl Step {
         rec.roles.insert(view.buf.id, idx);
     }
 
+    /// A product through the vendor BLAS, with `fused` and its vector when given: checked,
+    /// then issued eagerly or recorded as one op ([`Launch::gemm`], [`Launch::gemm_fused`]).
+    fn product(
+        &self,
+        g: &crate::blas::Sgemm,
+        a: &RawView,
+        b: &RawView,
+        c: &RawView,
+        fused: Option<(crate::blas::Fused, &RawView)>,
+    ) -> Result<bool> {
+        g.check(self.device.id(), a, b, c)?;
+        let mut shape = g.shape(a, c);
+        if let Some((f, v)) = fused {
+            g.check_fused(self.device.id(), f, v, [a, b, c])?;
+            shape.fused = Some(f);
+        }
+        // `routes_gemm` also loads and sets up the library (and `routes_gemm_fused` asks it
+        // for the fused shape), so lowering never does.
+        let routed = match fused {
+            None => self.device.routes_gemm(shape.types),
+            Some((_, v)) => self.device.routes_gemm_fused(&shape, [a, b, c, v]),
+        };
+        if !routed {
+            return Ok(false);
+        }
+        let (a, b, c) = (a.clone(), b.clone(), c.clone());
+        let v = fused.map(|(_, v)| v.clone());
+        for v in [&a, &b, &c].into_iter().chain(v.as_ref()) {
+            self.check_device(v, "sgemm")?;
+        }
+        if let (Some(f), Some(v)) = (shape.fused, &v) {
+            if f.writes_vector() {
+                if let Err(why) = self.check_not_input(v) {
+                    return Err(Error::Launch {
+                        kernel: "sgemm",
+                        reason: format!("the product's fused {} vector is {why}", f.name()),
+                    });
+                }
+            }
+        }
+        if let Err(why) = self.check_not_input(&c) {
+            return Err(Error::Launch {
+                kernel: "sgemm",
+                reason: format!("the product's output is {why}"),
+            });
+        }
+        let flag = g.accumulate.erase();
+        if let ErasedScalar::Slot(_, _, _, run) = flag {
+            if run != self.run {
+                return Err(Error::Launch {
+                    kernel: "sgemm",
+                    reason: "the accumulate flag is a per-step scalar of another step (or of an earlier run of this one)".into(),
+                });
+            }
+        }
+        let Some(rec) = &self.rec else {
+            return self
+                .device
+                .backend()
+                .sgemm(&shape, flag.bits(), &a, &b, &c, v.as_ref())
+                .map(|()| true);
+        };
+        let mut rec = rec.borrow_mut();
+        let args = rec.plan.launch_args.len();
+        if let ErasedScalar::Slot(_, slot, _, _) = flag {
+            if slot >= self.scalars.len() {
+                return Err(Error::Launch {
+                    kernel: "sgemm",
+                    reason: format!("per-step scalar slot {slot} does not exist"),
+                });
+            }
+            rec.scalar_uses.push((args, 0, slot));
+        }
+        Self::touch(&mut rec, &a, false);
+        Self::touch(&mut rec, &b, false);
+        Self::touch(&mut rec, &c, true);
+        if let (Some(f), Some(v)) = (shape.fused, &v) {
+            Self::touch(&mut rec, v, f.writes_vector());
+        }
+        rec.plan.launch_args.push(vec![flag.bits()]);
+        rec.plan.ops.push(Op::Sgemm {
+            shape,
+            args,
+            a,
+            b,
+            c,
+            v,
+        });
+        Ok(true)
+    }
+
     fn touch(rec: &mut Recorder, view: &RawView, write: bool) {
         let idx = match rec.roles.get(&view.buf.id) {
             Some(&i) => i,
@@ -419,61 +510,19 @@ impl Launch for Step {
     }
 
     fn gemm(&self, g: &crate::blas::Sgemm, a: &RawView, b: &RawView, c: &RawView) -> Result<bool> {
-        g.check(self.device.id(), a, b, c)?;
-        let shape = g.shape(a, c);
-        // `routes_gemm` also loads and sets up the library, so lowering never does.
-        if !self.device.routes_gemm(shape.types) {
-            return Ok(false);
-        }
-        let (a, b, c) = (a.clone(), b.clone(), c.clone());
-        for (v, what) in [(&a, "sgemm"), (&b, "sgemm"), (&c, "sgemm")] {
-            self.check_device(v, what)?;
-        }
-        if let Err(why) = self.check_not_input(&c) {
-            return Err(Error::Launch {
-                kernel: "sgemm",
-                reason: format!("the product's output is {why}"),
-            });
-        }
-        let flag = g.accumulate.erase();
-        if let ErasedScalar::Slot(_, _, _, run) = flag {
-            if run != self.run {
-                return Err(Error::Launch {
-                    kernel: "sgemm",
-                    reason: "the accumulate flag is a per-step scalar of another step (or of an earlier run of this one)".into(),
-                });
-            }
-        }
-        let Some(rec) = &self.rec else {
-            return self
-                .device
-                .backend()
-                .sgemm(&shape, flag.bits(), &a, &b, &c)
-                .map(|()| true);
-        };
-        let mut rec = rec.borrow_mut();
-        let args = rec.plan.launch_args.len();
-        if let ErasedScalar::Slot(_, slot, _, _) = flag {
-            if slot >= self.scalars.len() {
-                return Err(Error::Launch {
-                    kernel: "sgemm",
-                    reason: format!("per-step scalar slot {slot} does not exist"),
-                });
-            }
-            rec.scalar_uses.push((args, 0, slot));
-        }
-        Self::touch(&mut rec, &a, false);
-        Self::touch(&mut rec, &b, false);
-        Self::touch(&mut rec, &c, true);
-        rec.plan.launch_args.push(vec![flag.bits()]);
-        rec.plan.ops.push(Op::Sgemm {
-            shape,
-            args,
-            a,
-            b,
-            c,
-        });
-        Ok(true)
+        self.product(g, a, b, c, None)
+    }
+
+    fn gemm_fused(
+        &self,
+        g: &crate::blas::Sgemm,
+        a: &RawView,
+        b: &RawView,
+        c: &RawView,
+        fused: crate::blas::Fused,
+        v: &RawView,
+    ) -> Result<bool> {
+        self.product(g, a, b, c, Some((fused, v)))
     }
 
     fn scratch(&self, len: usize) -> Result<Buffer<f32>> {

@@ -197,6 +197,36 @@ fn view_ptr(view: &RawView) -> sys::CUdeviceptr {
     ptr(view) + (view.offset * view.dtype.size()) as u64
 }
 
+/// Issues one vendor product: cuBLASLt where the shape fuses an epilogue (its vector `v`),
+/// else cuBLAS. `alpha` points at `α` and `β`.
+///
+/// # Safety
+/// The views were checked when the product was recorded or issued ([`crate::blas::Sgemm`]'s
+/// checks); `alpha` points at two floats of live device memory.
+unsafe fn issue_product(
+    blas: &super::cublas::Cublas,
+    shape: &GemmShape,
+    alpha: sys::CUdeviceptr,
+    a: &RawView,
+    b: &RawView,
+    c: &RawView,
+    v: Option<&RawView>,
+) -> Result<()> {
+    let (pa, pb, pc) = (view_ptr(a), view_ptr(b), view_ptr(c));
+    match (shape.fused, v) {
+        (None, None) => unsafe { blas.gemm(shape, alpha, pa, pb, pc) },
+        (Some(_), Some(v)) => {
+            let align = crate::blas::alignment(&[a, b, c, v]);
+            // SAFETY: the caller's contract; the alignment is the views' own.
+            unsafe { blas.gemm_fused(shape, align, alpha, pa, pb, pc, view_ptr(v)) }
+        }
+        _ => Err(Error::Launch {
+            kernel: "sgemm",
+            reason: "a fused product without its vector (or a vector without an epilogue)".into(),
+        }),
+    }
+}
+
 /// The number of CUDA GPUs (0 when the driver is missing or reports none).
 pub(crate) fn device_count() -> usize {
     // SAFETY: only probes whether libcuda can be opened; cudarc panics on a missing library.
@@ -638,11 +668,12 @@ impl CudaBackend {
                         a,
                         b,
                         c,
+                        v,
                     } => {
                         let blas = blas.expect("checked before the capture");
                         let alpha = arena_mem.ptr + (offsets[*args] as u64 + 1) * 4;
                         // SAFETY: views checked when recorded; α, β in the arena block.
-                        unsafe { blas.gemm(shape, alpha, view_ptr(a), view_ptr(b), view_ptr(c)) }?;
+                        unsafe { issue_product(blas, shape, alpha, a, b, c, v.as_ref()) }?;
                     }
                     #[cfg(feature = "nccl")]
                     Op::AllReduce(op) => {
@@ -887,6 +918,7 @@ impl Backend for CudaBackend {
         a: &RawView,
         b: &RawView,
         c: &RawView,
+        v: Option<&RawView>,
     ) -> Result<()> {
         let _g = self.enter()?;
         let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
@@ -897,8 +929,22 @@ impl Backend for CudaBackend {
             });
         };
         let at = self.ring_slot(&[flag, 1.0f32.to_bits(), beta_bits(flag)])?;
-        // SAFETY: views checked by `Sgemm::check`; α, β at words 1 and 2 of the ring slot.
-        unsafe { blas.gemm(shape, at + 4, view_ptr(a), view_ptr(b), view_ptr(c)) }
+        // SAFETY: views checked by `Sgemm::check` (and `check_fused`); α, β at words 1 and 2
+        // of the ring slot.
+        unsafe { issue_product(blas, shape, at + 4, a, b, c, v) }
+    }
+    /// cuBLASLt runs the shape with its epilogue at that alignment (its heuristic has an
+    /// algorithm; asked once per shape and alignment).
+    fn blas_fused(&self, shape: &GemmShape, align: usize) -> bool {
+        if !self.blas(shape.types) {
+            return false;
+        }
+        let Ok(_g) = self.enter() else { return false };
+        let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        match &*blas {
+            BlasState::Ready(b) => b.lt.as_ref().is_some_and(|lt| lt.supports(shape, align)),
+            _ => false,
+        }
     }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {
         let mut g = self.enter()?;

@@ -172,7 +172,14 @@ impl Backend for HostBackend {
         a: &RawView,
         b: &RawView,
         c: &RawView,
+        v: Option<&RawView>,
     ) -> Result<()> {
+        if v.is_some() || shape.fused.is_some() {
+            return Err(crate::error::Error::Launch {
+                kernel: "sgemm",
+                reason: "the host backend fuses no epilogue into a product".into(),
+            });
+        }
         // `c` overlaps neither input (checked when recorded), so one lock at a time suffices.
         let (a, b) = (packed::read(self, a)?, packed::read(self, b)?);
         let mut bits = packed::read(self, c)?;
@@ -255,7 +262,15 @@ impl HostReplay {
                 a,
                 b,
                 c,
-            } => HostBackend::default().sgemm(shape, self.plan.launch_args[*args][0], a, b, c),
+                v,
+            } => HostBackend::default().sgemm(
+                shape,
+                self.plan.launch_args[*args][0],
+                a,
+                b,
+                c,
+                v.as_ref(),
+            ),
             // Only a local communicator of one rank exists on the host: the identity.
             #[cfg(feature = "nccl")]
             Op::AllReduce(op) => op.run(),

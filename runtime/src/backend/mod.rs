@@ -98,8 +98,15 @@ pub(crate) trait Backend: Send + Sync {
     fn blas(&self, _types: GemmTypes) -> bool {
         false
     }
+    /// Whether this backend runs `shape`, whose [`GemmShape::fused`] is set, in one library
+    /// call with operands at `align` bytes ([`Backend::sgemm`] with the vector); asks the
+    /// library once per shape and remembers. Never called inside a lowering.
+    fn blas_fused(&self, _shape: &GemmShape, _align: usize) -> bool {
+        false
+    }
     /// `C = op(A)·op(B)` (+ `C` when `flag != 0`) through the vendor BLAS (the shape's types
-    /// are ones [`Backend::blas`] accepted).
+    /// are ones [`Backend::blas`] accepted), with `v` the fused epilogue's vector when the
+    /// shape has one ([`Backend::blas_fused`] accepted it).
     fn sgemm(
         &self,
         _shape: &GemmShape,
@@ -107,6 +114,7 @@ pub(crate) trait Backend: Send + Sync {
         _a: &RawView,
         _b: &RawView,
         _c: &RawView,
+        _v: Option<&RawView>,
     ) -> Result<()> {
         Err(Error::Launch {
             kernel: "sgemm",

@@ -14,7 +14,9 @@
 //! Workload `mlp`: the training step of `graphed::train` on the MLP-S and MLP-M shapes of
 //! `shared/bench/torch_mlp_step.py` (`mlp-S` or `mlp-M` for one of them), with the vendor BLAS
 //! and with the DSL products; on CUDA also with the epilogues not fused into the cuBLASLt call
-//! (`Device::set_vendor_fused(false)`), as variants `eager+unfused`, `replay+unfused`, …. With
+//! (`Device::set_vendor_fused(false)`), as variants `eager+unfused`, `replay+unfused`, …, and
+//! with the library's candidate algorithms timed and the fastest run (`Device::set_vendor_tune`),
+//! as `replay+tuned` (also for `mixed`). With
 //! `--variants`, where the device reports its multiprocessors (CUDA), the same steps run again
 //! with split-K's fill rule off (`Device::set_split_fill(false)`), as variants `eager+nosplit`,
 //! `replay+nosplit`, …; and on CUDA with split products summed serially (`Device::split_serial`, off by default: the last
@@ -621,6 +623,29 @@ fn mixed_workload(
     Ok(())
 }
 
+/// The vendor products of `plan` with their fused epilogues, e.g. `512x1024x1024+bias+relu`.
+fn products_of(plan: &graphed::Plan) -> String {
+    let names: Vec<String> = plan
+        .ops()
+        .iter()
+        .filter_map(|op| match op {
+            graphed::PlanOp::Sgemm { dims, fused, .. } => Some(format!(
+                "{}x{}x{}{}",
+                dims[0],
+                dims[1],
+                dims[2],
+                fused.map_or(String::new(), |(f, _)| format!("+{}", f.name()))
+            )),
+            _ => None,
+        })
+        .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(" ")
+    }
+}
+
 /// The reference MLP workloads of `shared/bench/torch_mlp_step.py`: one step = forward, mean
 /// softmax cross-entropy, backward, AdamW (lr 1e-3, PyTorch defaults), fp32.
 /// `only`: run just this shape ("mlp-S" or "mlp-M").
@@ -725,6 +750,9 @@ fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Ro
             step.holder().last_plan().map_or(0, unpacked_bytes),
             eager_peak
         );
+        if let Some(plan) = step.holder().last_plan() {
+            eprintln!("{name} on {backend}: products {}", products_of(plan));
+        }
         rows.push(Row {
             workload: name.to_string(),
             backend: backend.clone(),
@@ -1442,14 +1470,35 @@ fn main() {
                     }
                     if dev.vendor_blas() && dev.vendor_fused() {
                         // The vendor route with epilogues not fused into the library call
-                        // (`Device::set_vendor_fused(false)`), as variants `replay+unfused`, ….
-                        dev.set_vendor_fused(false);
-                        let start = rows.len();
-                        mlp_workload(&dev, quick, only, &mut rows).unwrap();
-                        for r in &mut rows[start..] {
-                            r.variant.push_str("+unfused");
+                        // (`Device::set_vendor_fused(false)`), as variants `replay+unfused`,
+                        // …, and with the library's candidates timed and the fastest run
+                        // (`Device::set_vendor_tune(true)`, off by default), as `replay+tuned`.
+                        let tune = dev.vendor_tune();
+                        // Also products routed to the library from 2^22 and from 5·10^6
+                        // multiply-adds (`Device::set_vendor_min_macs`) instead of 2^26:
+                        // `replay+v4M`, `replay+v5M`.
+                        let configs = [
+                            (false, tune, None, "+unfused"),
+                            (true, true, None, "+tuned"),
+                            (true, tune, Some(1u64 << 22), "+v4M"),
+                            (true, tune, Some(5_000_000), "+v5M"),
+                        ];
+                        for (fused, tuned, min, name) in configs {
+                            if name == "+tuned" && (tune || kind != BackendKind::Cuda) {
+                                continue;
+                            }
+                            dev.set_vendor_fused(fused);
+                            dev.set_vendor_tune(tuned);
+                            dev.set_vendor_min_macs(min);
+                            let start = rows.len();
+                            mlp_workload(&dev, quick, only, &mut rows).unwrap();
+                            for r in &mut rows[start..] {
+                                r.variant.push_str(name);
+                            }
                         }
+                        dev.set_vendor_min_macs(None);
                         dev.set_vendor_fused(true);
+                        dev.set_vendor_tune(tune);
                     }
                     if variants && dev.split_fill().is_some() {
                         // The same steps with split-K's fill rule off (`Device::set_split_fill`),
@@ -1519,6 +1568,16 @@ fn main() {
                         precisions.clone()
                     };
                     mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
+                    if kind == BackendKind::Cuda && dev.vendor_blas() && !dev.vendor_tune() {
+                        // The library's candidates timed and the fastest run (opt-in).
+                        dev.set_vendor_tune(true);
+                        let start = rows.len();
+                        mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
+                        for r in &mut rows[start..] {
+                            r.variant.push_str("+tuned");
+                        }
+                        dev.set_vendor_tune(false);
+                    }
                 }
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),
                 "reduce" => reduce_workload(&dev, quick, &mut rows).unwrap(),

@@ -251,9 +251,16 @@ fn products_route_to_the_vendor_blas_and_replay_equals_eager() {
         );
 
         // `Tile::Auto` takes the vendor BLAS from VENDOR_MIN_MACS multiply-adds up (MLP-M's
-        // products) and keeps smaller ones (MLP-S's) on the DSL kernels.
+        // products), from VENDOR_MIN_MACS_FUSED where the product is one library call (this
+        // one has no epilogue; MLP-S's largest, 12.8 M, where the device fuses epilogues),
+        // and keeps smaller ones (MLP-S's 4.2 M) on the DSL kernels.
         if vendor {
-            for (mnk, library) in [([512usize, 1024, 128], 1), ([64, 256, 784], 0)] {
+            let one_call = usize::from(dev.vendor_fused());
+            for (mnk, library) in [
+                ([512usize, 1024, 128], 1),
+                ([64, 256, 784], one_call),
+                ([64, 256, 256], 0),
+            ] {
                 let [m, n, k] = mnk;
                 let mut a = dev.upload(&floats(&mut r, m * k, -1.0, 1.0)).unwrap();
                 let mut b = dev.upload(&floats(&mut r, k * n, -1.0, 1.0)).unwrap();

@@ -230,8 +230,9 @@ fn epilogues_fuse_into_the_vendor_call_and_replay_equals_eager() {
             assert_eq!(plan.launch_count(), launches, "{case}: {dot}");
         }
 
-        // Switched off, the same products run unfused (three launches beside them on CUDA)
-        // and agree with the fused ones within the products' tolerance.
+        // Switched off, the same products run unfused (three launches beside them on CUDA);
+        // with tuning switched the other way, on another algorithm; both agree with the
+        // default route within the products' tolerance.
         if fusing {
             let dims = [64usize, 96, 80];
             let [batch, inp, out] = dims;
@@ -240,8 +241,10 @@ fn epilogues_fuse_into_the_vendor_call_and_replay_equals_eager() {
             let x = floats(&mut r, batch * inp, -1.0, 1.0);
             let dy = floats(&mut r, batch * out, -1.0, 1.0);
             let mut outs = Vec::new();
-            for on in [true, false] {
+            let tune = dev.vendor_tune();
+            for (on, tuned) in [(true, tune), (false, tune), (true, !tune)] {
                 dev.set_vendor_fused(on);
+                dev.set_vendor_tune(tuned);
                 let mut s = [&w0, &b0, &vec![POISON; out * inp], &vec![POISON; out]]
                     .map(|v| dev.upload(v).unwrap());
                 let mut step = FusedLayer::new(dev).unwrap();
@@ -264,10 +267,14 @@ fn epilogues_fuse_into_the_vendor_call_and_replay_equals_eager() {
                 );
             }
             dev.set_vendor_fused(true);
-            for (i, (one, two)) in outs[0].iter().zip(&outs[1]).enumerate() {
-                let other: Vec<f64> = two.iter().map(|&v| v as f64).collect();
-                let e = rel_err(one, &other);
-                assert!(e <= TOL, "output {i}: fused and unfused differ by {e:.2e}");
+            dev.set_vendor_tune(tune);
+            let other_tuning = if tune { "untuned" } else { "tuned" };
+            for (route, other) in [("unfused", &outs[1]), (other_tuning, &outs[2])] {
+                for (i, (one, two)) in outs[0].iter().zip(other).enumerate() {
+                    let other: Vec<f64> = two.iter().map(|&v| v as f64).collect();
+                    let e = rel_err(one, &other);
+                    assert!(e <= TOL, "output {i}: fused and {route} differ by {e:.2e}");
+                }
             }
         }
     });

@@ -961,6 +961,15 @@ pub enum Split {
 /// (531 vs 802 µs).
 pub const VENDOR_MIN_MACS: usize = 1 << 26;
 
+/// Under [`Tile::Auto`], products with at least this many multiply-adds take the vendor BLAS
+/// where it runs them in one library call with nothing after them: no epilogue, or one that
+/// fuses into the call ([`Launch::gemm_fused`]: cuBLASLt on CUDA, a bias with ReLU or none,
+/// or the bias gradient). Measured on the H200 (BENCHMARKS.md, session of 2026-12-02b):
+/// MLP-S with its two 12.8 M products fused on cuBLASLt replayed in 44.21 µs against 45.91 on
+/// the DSL kernels; from 2^22 (its 4.2 M products too) in 50.86; MLP-M with its 5.2 M
+/// ten-class products on cuBLASLt in 441.45 against 438.52.
+pub const VENDOR_MIN_MACS_FUSED: usize = 1 << 23;
+
 /// Under [`Tile::Auto`], a product that would take [`Tile::T16`] takes [`Tile::T32`] on CUDA
 /// where `C` has at least this many elements. The two sum every element in the same order
 /// (the same bits), so the choice is speed alone. Measured on the H200 (BENCHMARKS.md,
@@ -973,7 +982,8 @@ pub const T32_MIN_OUTPUTS: usize = 1 << 17;
 /// Which implementation and tiling a product uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Tile {
-    /// The device's vendor BLAS for products of at least [`VENDOR_MIN_MACS`] multiply-adds,
+    /// The device's vendor BLAS for products of at least [`VENDOR_MIN_MACS`] multiply-adds
+    /// (or the device's [`vendor_min_macs`](graphed_runtime::Device::vendor_min_macs)),
     /// where the device has one and the epilogue allows (cuBLAS on CUDA: see [`matmul`]);
     /// otherwise [`Tile::T64`] when the product has at least 64 tiles of 64×64, else
     /// [`Tile::T16`] — or, on CUDA, [`Tile::T32`] for at least [`T32_MIN_OUTPUTS`] elements
@@ -1312,8 +1322,15 @@ fn launch<C: Launch + ?Sized>(
     if let Some((_, aux)) = epi.gate {
         expect_len(op, "gate", aux.len(), mn)?;
     }
+    let dev = a.device();
+    let one_call = dev.vendor_fused() && fusion(epi, db.is_some()).is_ok();
+    let vendor_from = dev.vendor_min_macs().unwrap_or(if one_call {
+        VENDOR_MIN_MACS_FUSED as u64
+    } else {
+        VENDOR_MIN_MACS as u64
+    });
     let db = if g.tile == Tile::Vendor
-        || (g.tile == Tile::Auto && mn.saturating_mul(g.k) >= VENDOR_MIN_MACS)
+        || (g.tile == Tile::Auto && mn.saturating_mul(g.k) as u64 >= vendor_from)
     {
         match vendor(cx, g, a, b, c, db, epi)? {
             Routed::Done => return Ok(()),
@@ -1547,6 +1564,24 @@ enum Routed<'d> {
     Declined(Option<&'d mut Buffer<f32>>),
 }
 
+/// How `epi` (and row sums into a bias gradient, `has_db`) runs with a vendor product in one
+/// library call: `Ok(None)` nothing to fuse, `Ok(Some(f))` fused as `f`, `Err(())` not in one
+/// call (the epilogue or row sums follow as launches, or the DSL kernel runs it all).
+#[allow(clippy::result_unit_err)]
+fn fusion(epi: &Epilogue<'_>, has_db: bool) -> std::result::Result<Option<Fused>, ()> {
+    let never_accumulates = epi
+        .accumulate
+        .is_none_or(|a| matches!(a.erase(), graphed_runtime::ErasedScalar::Const(_, 0)));
+    match (epi.bias.is_some(), epi.act, epi.gate.is_some(), has_db) {
+        (false, Act::Identity, false, false) => Ok(None),
+        _ if !never_accumulates => Err(()),
+        (true, Act::Identity, false, false) => Ok(Some(Fused::Bias)),
+        (true, Act::Relu, false, false) => Ok(Some(Fused::BiasRelu)),
+        (false, Act::Identity, false, true) => Ok(Some(Fused::BiasGrad)),
+        _ => Err(()),
+    }
+}
+
 /// The product through the vendor BLAS, then the epilogue and row sums as launches of their
 /// own. Declines (running nothing) where the device has no vendor BLAS, or the epilogue both
 /// transforms and accumulates (that would need a temporary).
@@ -1570,14 +1605,12 @@ fn vendor<'d, C: Launch + ?Sized>(
     }
     // One library call where it fuses the epilogue (cuBLASLt on CUDA): a bias, with ReLU
     // or none, or the bias gradient beside the product. Else the product, then the launches.
-    let fused = match (epi.bias, epi.act, epi.gate, &db) {
-        _ if !never_accumulates => None,
-        (Some(bias), Act::Identity, None, None) => Some((Fused::Bias, bias)),
-        (Some(bias), Act::Relu, None, None) => Some((Fused::BiasRelu, bias)),
-        (None, Act::Identity, None, Some(db)) => Some((Fused::BiasGrad, &**db)),
-        _ => None,
-    };
-    if let Some((f, v)) = fused {
+    if let Ok(Some(f)) = fusion(epi, db.is_some()) {
+        let v = match (&db, epi.bias) {
+            (Some(db), _) => &**db,
+            (None, Some(bias)) => bias,
+            (None, None) => unreachable!("a fusion has its vector"),
+        };
         if graphed_runtime::blas::product_fused(cx, &g.blas(accumulate), a, b, c, f, v)? {
             return Ok(Routed::Done);
         }

@@ -154,6 +154,9 @@ pub(crate) struct GemmShape {
     pub types: GemmTypes,
     /// The epilogue fused into the library call, if any.
     pub fused: Option<Fused>,
+    /// The library runs the fastest of its candidate algorithms, timed on first use
+    /// ([`crate::Device::vendor_tune`]), not its heuristic's first.
+    pub tuned: bool,
 }
 
 impl Sgemm {
@@ -183,6 +186,7 @@ impl Sgemm {
                 math: self.math,
             },
             fused: None,
+            tuned: false,
         }
     }
 

@@ -78,6 +78,11 @@ pub(crate) struct DeviceInner {
     pub(crate) vendor_blas: AtomicBool,
     /// Vendor products may fuse their epilogue (see [`Device::set_vendor_fused`]).
     pub(crate) vendor_fused: AtomicBool,
+    /// Vendor products run their timed-fastest algorithm (see [`Device::set_vendor_tune`]).
+    pub(crate) vendor_tune: AtomicBool,
+    /// The size from which the kernel library routes products to the vendor BLAS, when set
+    /// (0: the library's rule; see [`Device::set_vendor_min_macs`]).
+    pub(crate) vendor_min_macs: AtomicU64,
     /// The kernel library may pick its subgroup variants (see [`Device::set_library_subgroups`]).
     pub(crate) library_subgroups: AtomicBool,
     /// The kernel library's products may split `k` to fill the multiprocessors (see
@@ -171,10 +176,19 @@ impl Device {
                 peak: AtomicU64::new(0),
                 vendor_blas: AtomicBool::new(vendor_blas_from_env()),
                 vendor_fused: AtomicBool::new(switch_from_env("GRAPHED_VENDOR_FUSED")),
+                vendor_tune: AtomicBool::new(
+                    kind == BackendKind::Cuda && switch_on_from_env("GRAPHED_VENDOR_TUNE"),
+                ),
                 library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
                 split_fill: AtomicBool::new(switch_from_env("GRAPHED_SPLIT_FILL")),
                 split_serial: AtomicBool::new(
                     kind == BackendKind::Cuda && switch_on_from_env("GRAPHED_SPLIT_SERIAL"),
+                ),
+                vendor_min_macs: AtomicU64::new(
+                    std::env::var("GRAPHED_VENDOR_MIN_MACS")
+                        .ok()
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0),
                 ),
                 backend,
             }),
@@ -679,21 +693,24 @@ impl Device {
         switch && self.inner.backend.blas(types)
     }
 
-    /// Whether a product of `shape` with its fused epilogue ([`crate::blas::Fused`]) goes to
-    /// the vendor BLAS in one call here, its operands and vector `views` as they are
-    /// placed: the vendor BLAS and its fusion on ([`Device::set_vendor_fused`]), and the
-    /// library running that shape at the views' alignment.
-    pub(crate) fn routes_gemm_fused(
+    /// Whether a product of `shape` goes to the vendor library here (with its fused
+    /// epilogue, [`crate::blas::Fused`], in one call), its operands (and vector) `views` as
+    /// they are placed: the vendor BLAS on, and fusion on for a fused shape
+    /// ([`Device::set_vendor_fused`]). Marks the shape tuned where
+    /// [`Device::vendor_tune`] is on, and has the backend make its plan (timing the
+    /// candidates of a tuned shape), so that lowering and later calls only look it up.
+    pub(crate) fn prepare_gemm(
         &self,
-        shape: &crate::blas::GemmShape,
-        views: [&RawView; 4],
+        shape: &mut crate::blas::GemmShape,
+        views: &[&RawView],
     ) -> bool {
-        self.inner.vendor_fused.load(Ordering::Relaxed)
-            && self.routes_gemm(shape.types)
-            && self
-                .inner
-                .backend
-                .blas_fused(shape, crate::blas::alignment(&views))
+        if !self.routes_gemm(shape.types) || (shape.fused.is_some() && !self.vendor_fused()) {
+            return false;
+        }
+        shape.tuned = self.vendor_tune();
+        self.inner
+            .backend
+            .prepare_gemm(shape, crate::blas::alignment(views))
     }
 
     /// An eager product through the vendor BLAS, with `fused` and its vector when given
@@ -712,11 +729,8 @@ impl Device {
             g.check_fused(self.id(), f, v, [a, b, c])?;
             shape.fused = Some(f);
         }
-        let routed = match fused {
-            None => self.routes_gemm(shape.types),
-            Some((_, v)) => self.routes_gemm_fused(&shape, [a, b, c, v]),
-        };
-        if !routed {
+        let views: Vec<&RawView> = [a, b, c].into_iter().chain(fused.map(|(_, v)| v)).collect();
+        if !self.prepare_gemm(&mut shape, &views) {
             return Ok(false);
         }
         if thread_records() {
@@ -746,6 +760,46 @@ impl Device {
     /// two ops, as on every other backend).
     pub fn vendor_fused(&self) -> bool {
         self.inner.vendor_fused.load(Ordering::Relaxed)
+    }
+
+    /// Whether vendor products run the fastest of the library's candidate algorithms for
+    /// their shape, each timed once on the device when the shape is first used (cuBLASLt's
+    /// heuristic offers up to 8), instead of the heuristic's first choice. Off by default:
+    /// on the H200 the MLP-M step replayed slower with it (456.1 against 447.1 µs;
+    /// BENCHMARKS.md, session of 2026-12-02b), the candidates timed alone on zeroed operands
+    /// ranking otherwise than inside the step. `GRAPHED_VENDOR_TUNE=1` or
+    /// [`Device::set_vendor_tune`] turns it on (CUDA only). A choice
+    /// is kept for the device's lifetime, so eager calls and recordings of a shape run the
+    /// same kernel and replay equals eager bitwise; another process may time another
+    /// candidate fastest, and its results then differ from this one's in the last bits (as
+    /// with another library version).
+    pub fn vendor_tune(&self) -> bool {
+        self.inner.vendor_tune.load(Ordering::Relaxed)
+    }
+
+    /// The number of multiply-adds from which the kernel library's automatic route sends a
+    /// product to the vendor BLAS here, when set ([`Device::set_vendor_min_macs`],
+    /// `GRAPHED_VENDOR_MIN_MACS=N`); `None`: the library's own rule
+    /// (`graphed_kernels::matmul::Tile::Auto`).
+    pub fn vendor_min_macs(&self) -> Option<u64> {
+        Some(self.inner.vendor_min_macs.load(Ordering::Relaxed)).filter(|&n| n > 0)
+    }
+
+    /// Sets or clears ([`None`]) the size from which products go to the vendor BLAS
+    /// ([`Device::vendor_min_macs`]). Set it before recording: a recording keeps the routes
+    /// it was made with.
+    pub fn set_vendor_min_macs(&self, macs: Option<u64>) {
+        self.inner.vendor_min_macs.store(
+            macs.unwrap_or(0).max(u64::from(macs.is_some())),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Switches tuning of vendor products on or off ([`Device::vendor_tune`]). Set it before
+    /// recording: a recording keeps the algorithm it was made with, and eager runs follow the
+    /// current setting.
+    pub fn set_vendor_tune(&self, on: bool) {
+        self.inner.vendor_tune.store(on, Ordering::Relaxed);
     }
 
     /// Switches the fused vendor route on or off ([`Device::vendor_fused`]). Set it before

@@ -227,13 +227,10 @@ impl Step {
             g.check_fused(self.device.id(), f, v, [a, b, c])?;
             shape.fused = Some(f);
         }
-        // `routes_gemm` also loads and sets up the library (and `routes_gemm_fused` asks it
-        // for the fused shape), so lowering never does.
-        let routed = match fused {
-            None => self.device.routes_gemm(shape.types),
-            Some((_, v)) => self.device.routes_gemm_fused(&shape, [a, b, c, v]),
-        };
-        if !routed {
+        // `prepare_gemm` also loads and sets up the library and makes its plan for the shape
+        // (timing the candidates of a tuned one), so lowering never does.
+        let views: Vec<&RawView> = [a, b, c].into_iter().chain(fused.map(|(_, v)| v)).collect();
+        if !self.device.prepare_gemm(&mut shape, &views) {
             return Ok(false);
         }
         let (a, b, c) = (a.clone(), b.clone(), c.clone());

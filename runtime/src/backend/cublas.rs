@@ -184,79 +184,6 @@ impl Cublas {
     }
 }
 
-impl Cublas {
-    /// Issues the product `g` with its fused epilogue through cuBLASLt on the handle's
-    /// stream, sharing cuBLAS's workspace (the plan orders every library call after the
-    /// last, so they never run at once), `α`, `β` at `alpha`, `alpha + 4` and the vector at
-    /// `v`.
-    ///
-    /// # Safety
-    /// As [`Cublas::gemm`], and `v` points at the epilogue's `f32` vector ([`Fused`]),
-    /// overlapping no operand; every pointer is aligned to `align` bytes.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn gemm_fused(
-        &self,
-        g: &GemmShape,
-        align: usize,
-        alpha: sys::CUdeviceptr,
-        a: sys::CUdeviceptr,
-        b: sys::CUdeviceptr,
-        c: sys::CUdeviceptr,
-        v: sys::CUdeviceptr,
-    ) -> Result<()> {
-        let err = |what: String| Error::Launch {
-            kernel: "sgemm",
-            reason: format!("cuBLASLt: {what}"),
-        };
-        let Some(lt) = &self.lt else {
-            return Err(err("not loaded".into()));
-        };
-        let mut plans = lt.plans.lock().unwrap_or_else(|p| p.into_inner());
-        let plan = plans
-            .entry((*g, align))
-            .or_insert_with(|| LtPlan::new(lt.handle, g, align));
-        let Some(plan) = plan else {
-            return Err(err(format!(
-                "no algorithm for the {}×{}×{} product with a fused {}",
-                g.m,
-                g.n,
-                g.k,
-                g.fused.map_or("epilogue", Fused::name)
-            )));
-        };
-        // SAFETY: the caller's contract; the descriptor is this plan's (under the lock), and
-        // the driver reads the vector's address when the call is issued (or captured).
-        unsafe {
-            ltr::set_matmul_desc_attribute(
-                plan.desc,
-                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                (&v as *const sys::CUdeviceptr).cast(),
-                std::mem::size_of::<sys::CUdeviceptr>(),
-            )
-            .map_err(|e| err(format!("set the vector: {e}")))?;
-            ltr::matmul(
-                lt.handle,
-                plan.desc,
-                alpha as *const std::ffi::c_void,
-                (alpha + 4) as *const std::ffi::c_void,
-                b as *const std::ffi::c_void,
-                plan.layouts[0],
-                a as *const std::ffi::c_void,
-                plan.layouts[1],
-                c as *const std::ffi::c_void,
-                plan.layouts[2],
-                c as *mut std::ffi::c_void,
-                plan.layouts[2],
-                &plan.algo,
-                self._workspace.ptr as *mut std::ffi::c_void,
-                WORKSPACE_BYTES,
-                self.stream as lt::cudaStream_t,
-            )
-        }
-        .map_err(|e| err(e.to_string()))
-    }
-}
-
 /// cuBLAS's name for an element type of a product.
 fn data_type(d: DType) -> bsys::cudaDataType {
     match d {
@@ -276,15 +203,21 @@ impl Drop for Cublas {
     }
 }
 
-/// cuBLASLt for products with a fused epilogue ([`Fused`]): one handle, and per shape and
-/// alignment the descriptors and the algorithm its heuristic picked, made on first use and
-/// kept, so an eager call and the recording of the same product run the same kernel.
+/// How many algorithms of cuBLASLt's heuristic a tuned product times.
+const CANDIDATES: usize = 8;
+
+/// Timed runs of each candidate (after two untimed ones).
+const TIMED_RUNS: usize = 5;
+
+/// cuBLASLt: one handle, and per product shape and alignment the descriptors and the
+/// algorithm it runs, made on first use (outside any capture) and kept, so an eager call and
+/// the recording of the same product run the same kernel.
 pub(crate) struct Lt {
     handle: lt::cublasLtHandle_t,
     plans: Mutex<HashMap<(GemmShape, usize), Option<LtPlan>>>,
 }
 
-/// A fused product as cuBLASLt runs it.
+/// A product as cuBLASLt runs it.
 struct LtPlan {
     desc: lt::cublasLtMatmulDesc_t,
     /// Layouts of cuBLASLt's `A` (our `B`), `B` (our `A`) and `C`/`D` (our `C`).
@@ -294,7 +227,7 @@ struct LtPlan {
 
 impl Drop for LtPlan {
     fn drop(&mut self) {
-        // SAFETY: made once by `LtPlan::new`, destroyed once here.
+        // SAFETY: made once by `LtPlan::describe`, destroyed once here.
         unsafe {
             let _ = ltr::destroy_matmul_desc(self.desc);
             for l in self.layouts {
@@ -312,11 +245,23 @@ fn lt_type(d: DType) -> lt::cudaDataType {
     }
 }
 
+/// The row-major shape `(rows, cols)` of a product's `A`, `B` and `C` as stored.
+fn stored(g: &GemmShape) -> [(usize, usize); 3] {
+    [
+        if g.ta { (g.k, g.m) } else { (g.m, g.k) },
+        if g.tb { (g.n, g.k) } else { (g.k, g.n) },
+        (g.m, g.n),
+    ]
+}
+
 impl LtPlan {
-    /// The descriptors of `g` (its `fused` set) and the heuristic's first algorithm for
-    /// operands at `align` bytes, or `None` where cuBLASLt has none.
-    fn new(handle: lt::cublasLtHandle_t, g: &GemmShape, align: usize) -> Option<LtPlan> {
-        let fused = g.fused?;
+    /// The descriptors of `g` and up to [`CANDIDATES`] algorithms cuBLASLt's heuristic offers
+    /// for operands at `align` bytes, best first; `None` where it offers none.
+    fn describe(
+        handle: lt::cublasLtHandle_t,
+        g: &GemmShape,
+        align: usize,
+    ) -> Option<(LtPlan, Vec<lt::cublasLtMatmulAlgo_t>)> {
         let t = g.types;
         let compute = match t.math {
             Math::F32 => lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
@@ -324,70 +269,52 @@ impl LtPlan {
         };
         let desc = ltr::create_matmul_desc(compute, lt::cudaDataType::CUDA_R_32F).ok()?;
         // Row-major `C = op(A)·op(B)` is column-major `Cᵀ = op(B)ᵀ·op(A)ᵀ` (as for cuBLAS
-        // above): cuBLASLt's `A` is our `B`, its `B` our `A`; stored matrices are their
-        // column-major transposes.
-        let (m, n, k) = (g.m as u64, g.n as u64, g.k as u64);
-        let layout = |d: DType, rows: u64, cols: u64| {
-            ltr::create_matrix_layout(lt_type(d), rows, cols, rows as i64).ok()
+        // above): cuBLASLt's `A` is our `B`, its `B` our `A`; a stored row-major `r × c`
+        // matrix is a column-major `c × r` one with leading dimension `c`.
+        let [sa, sb, sc] = stored(g);
+        let layout = |d: DType, (r, c): (usize, usize)| {
+            ltr::create_matrix_layout(lt_type(d), c as u64, r as u64, c as i64).ok()
         };
-        let b_lt = if g.tb { (k, n) } else { (n, k) };
-        let a_lt = if g.ta { (m, k) } else { (k, m) };
-        let layouts = match (
-            layout(t.input, b_lt.0, b_lt.1),
-            layout(t.input, a_lt.0, a_lt.1),
-            layout(t.output, n, m),
-        ) {
-            (Some(x), Some(y), Some(z)) => [x, y, z],
-            (x, y, z) => {
-                // SAFETY: whatever was made is destroyed once, here.
-                unsafe {
-                    let _ = ltr::destroy_matmul_desc(desc);
-                    for l in [x, y, z].into_iter().flatten() {
-                        let _ = ltr::destroy_matrix_layout(l);
-                    }
+        let made = [
+            layout(t.input, sb),
+            layout(t.input, sa),
+            layout(t.output, sc),
+        ];
+        let [Some(x), Some(y), Some(z)] = made else {
+            // SAFETY: whatever was made is destroyed once, here.
+            unsafe {
+                let _ = ltr::destroy_matmul_desc(desc);
+                for l in made.into_iter().flatten() {
+                    let _ = ltr::destroy_matrix_layout(l);
                 }
-                return None;
             }
+            return None;
         };
-        let mut plan = LtPlan {
+        let plan = LtPlan {
             desc,
-            layouts,
+            layouts: [x, y, z],
             algo: lt::cublasLtMatmulAlgo_t { data: [0; 8] },
         };
-        let epilogue = match fused {
-            Fused::Bias => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-            Fused::BiasRelu => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
-            Fused::BiasGrad => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BGRADB,
+        let epilogue = match g.fused {
+            None => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
+            Some(Fused::Bias) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+            Some(Fused::BiasRelu) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_RELU_BIAS,
+            Some(Fused::BiasGrad) => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BGRADB,
         };
-        let op = |t: bool| -> i32 { i32::from(t) }; // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1
         use lt::cublasLtMatmulDescAttributes_t as A;
         // SAFETY: each attribute gets a value of its documented type and size.
         let set = unsafe {
             let attr = |a: A, p: *const std::ffi::c_void, size: usize| {
                 ltr::set_matmul_desc_attribute(desc, a, p, size)
             };
-            let mode = lt::cublasLtPointerMode_t::CUBLASLT_POINTER_MODE_DEVICE as i32;
-            let (ta, tb) = (op(g.tb), op(g.ta));
-            let bias_type = lt::cudaDataType::CUDA_R_32F as i32;
-            attr(
+            let int = |a: A, v: i32| attr(a, (&v as *const i32).cast(), 4);
+            // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1; cuBLASLt's `A` is our `B`.
+            int(
                 A::CUBLASLT_MATMUL_DESC_POINTER_MODE,
-                (&mode as *const i32).cast(),
-                4,
+                lt::cublasLtPointerMode_t::CUBLASLT_POINTER_MODE_DEVICE as i32,
             )
-            .and_then(|()| {
-                attr(
-                    A::CUBLASLT_MATMUL_DESC_TRANSA,
-                    (&ta as *const i32).cast(),
-                    4,
-                )
-            })
-            .and_then(|()| {
-                attr(
-                    A::CUBLASLT_MATMUL_DESC_TRANSB,
-                    (&tb as *const i32).cast(),
-                    4,
-                )
-            })
+            .and_then(|()| int(A::CUBLASLT_MATMUL_DESC_TRANSA, i32::from(g.tb)))
+            .and_then(|()| int(A::CUBLASLT_MATMUL_DESC_TRANSB, i32::from(g.ta)))
             .and_then(|()| {
                 attr(
                     A::CUBLASLT_MATMUL_DESC_EPILOGUE,
@@ -395,45 +322,45 @@ impl LtPlan {
                     std::mem::size_of::<lt::cublasLtEpilogue_t>(),
                 )
             })
-            .and_then(|()| {
-                attr(
+            .and_then(|()| match g.fused {
+                Some(_) => int(
                     A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                    (&bias_type as *const i32).cast(),
-                    4,
-                )
+                    lt::cudaDataType::CUDA_R_32F as i32,
+                ),
+                None => Ok(()),
             })
         };
         if set.is_err() {
             return None;
         }
         let pref = ltr::create_matmul_pref().ok()?;
-        let mut results = [lt::cublasLtMatmulHeuristicResult_t {
+        let empty = lt::cublasLtMatmulHeuristicResult_t {
             algo: lt::cublasLtMatmulAlgo_t { data: [0; 8] },
             workspaceSize: 0,
             state: lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS,
             wavesCount: 0.0,
             reserved: [0; 4],
-        }];
+        };
+        let mut results = [empty; CANDIDATES];
         let mut found = 0;
         use lt::cublasLtMatmulPreferenceAttributes_t as P;
         // SAFETY: attributes of their documented types; the layouts and descriptor are live;
-        // `results` has room for the one algorithm asked for.
+        // `results` has room for the algorithms asked for.
         let ok = unsafe {
-            let pattr = |a: P, v: u64| {
-                ltr::set_matmul_pref_attribute(pref, a, (&v as *const u64).cast(), 8)
-            };
-            let align32 = |a: P| {
-                let v = align as u32;
-                ltr::set_matmul_pref_attribute(pref, a, (&v as *const u32).cast(), 4)
-            };
-            let ok = pattr(
+            let bytes = WORKSPACE_BYTES as u64;
+            let align = align as u32;
+            let u32_attr =
+                |a: P| ltr::set_matmul_pref_attribute(pref, a, (&align as *const u32).cast(), 4);
+            let ok = ltr::set_matmul_pref_attribute(
+                pref,
                 P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                WORKSPACE_BYTES as u64,
+                (&bytes as *const u64).cast(),
+                8,
             )
-            .and_then(|()| align32(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES))
-            .and_then(|()| align32(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES))
-            .and_then(|()| align32(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES))
-            .and_then(|()| align32(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES))
+            .and_then(|()| u32_attr(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES))
+            .and_then(|()| u32_attr(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES))
+            .and_then(|()| u32_attr(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES))
+            .and_then(|()| u32_attr(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES))
             .is_ok()
                 && lt::cublasLtMatmulAlgoGetHeuristic(
                     handle,
@@ -443,7 +370,7 @@ impl LtPlan {
                     plan.layouts[2],
                     plan.layouts[2],
                     pref,
-                    1,
+                    CANDIDATES as i32,
                     results.as_mut_ptr(),
                     &mut found,
                 )
@@ -452,12 +379,27 @@ impl LtPlan {
             let _ = ltr::destroy_matmul_pref(pref);
             ok
         };
-        if !ok || found < 1 || results[0].state.result().is_err() {
+        let algos: Vec<_> = results[..(found.max(0) as usize).min(CANDIDATES)]
+            .iter()
+            .filter(|r| r.state.result().is_ok())
+            .map(|r| r.algo)
+            .collect();
+        if !ok || algos.is_empty() {
             return None;
         }
-        plan.algo = results[0].algo;
-        Some(plan)
+        Some((plan, algos))
     }
+}
+
+/// Device pointers of one product's operands: `α` (and `β` after it), `A`, `B`, `C` and the
+/// fused epilogue's vector (any valid pointer without one).
+#[derive(Clone, Copy)]
+pub(crate) struct Operands {
+    pub alpha: sys::CUdeviceptr,
+    pub a: sys::CUdeviceptr,
+    pub b: sys::CUdeviceptr,
+    pub c: sys::CUdeviceptr,
+    pub v: sys::CUdeviceptr,
 }
 
 impl Lt {
@@ -472,16 +414,6 @@ impl Lt {
             plans: Mutex::new(HashMap::new()),
         })
     }
-
-    /// Whether cuBLASLt runs `g` (its `fused` set) with operands at `align` bytes; asks its
-    /// heuristic once per shape and alignment.
-    pub(crate) fn supports(&self, g: &GemmShape, align: usize) -> bool {
-        let mut plans = self.plans.lock().unwrap_or_else(|p| p.into_inner());
-        plans
-            .entry((*g, align))
-            .or_insert_with(|| LtPlan::new(self.handle, g, align))
-            .is_some()
-    }
 }
 
 impl Drop for Lt {
@@ -494,5 +426,185 @@ impl Drop for Lt {
         unsafe {
             let _ = ltr::destroy_handle(self.handle);
         }
+    }
+}
+
+impl Cublas {
+    /// Makes, once per shape and alignment, the cuBLASLt plan of `g` (`g.fused` set, or
+    /// `g.tuned`) for operands at `align` bytes and returns whether there is one. A tuned
+    /// shape takes the fastest of the heuristic's candidates, each timed on temporaries of
+    /// the product's sizes on the handle's stream; an untuned one the heuristic's first.
+    /// Without a plan a fused product has no route and an unfused one runs on cuBLAS.
+    ///
+    /// # Safety
+    /// The handle's context is bound and the stream is not capturing (the caller holds the
+    /// backend's lock outside a lowering).
+    pub(crate) unsafe fn prepare(&self, g: &GemmShape, align: usize) -> bool {
+        let Some(lt) = &self.lt else { return false };
+        let mut plans = lt.plans.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = plans.get(&(*g, align)) {
+            return p.is_some();
+        }
+        let plan = LtPlan::describe(lt.handle, g, align).and_then(|(mut plan, algos)| {
+            plan.algo = if g.tuned && algos.len() > 1 {
+                // SAFETY: the caller's contract.
+                unsafe { self.fastest(lt, &plan, g, &algos) }?
+            } else {
+                algos[0]
+            };
+            Some(plan)
+        });
+        let made = plan.is_some();
+        plans.insert((*g, align), plan);
+        made
+    }
+
+    /// The fastest of `algos` for `plan`, timed on zeroed temporaries (`None` where none ran).
+    ///
+    /// # Safety
+    /// As [`Cublas::prepare`].
+    unsafe fn fastest(
+        &self,
+        lt: &Lt,
+        plan: &LtPlan,
+        g: &GemmShape,
+        algos: &[lt::cublasLtMatmulAlgo_t],
+    ) -> Option<lt::cublasLtMatmulAlgo_t> {
+        use cudarc::driver::result as dr;
+        let [sa, sb, sc] = stored(g);
+        let (i, o) = (g.types.input.size(), g.types.output.size());
+        let sizes = [
+            8,
+            sa.0 * sa.1 * i,
+            sb.0 * sb.1 * i,
+            sc.0 * sc.1 * o,
+            g.m.max(g.n) * 4,
+        ];
+        let mut mem = Vec::new();
+        for bytes in sizes {
+            // SAFETY: the context is bound (the caller's contract); freed below.
+            match unsafe { dr::malloc_sync(bytes.max(4)) } {
+                Ok(p) => mem.push(p),
+                Err(_) => break,
+            }
+        }
+        let events = (
+            dr::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
+            dr::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
+        );
+        let mut best: Option<(f32, lt::cublasLtMatmulAlgo_t)> = None;
+        if let (5, (Ok(start), Ok(end))) = (mem.len(), events) {
+            let ops = Operands {
+                alpha: mem[0],
+                a: mem[1],
+                b: mem[2],
+                c: mem[3],
+                v: mem[4],
+            };
+            // SAFETY: every temporary was just allocated with its size; α = 1, β = 0 and the
+            // operands zero, written on the stream before the runs.
+            unsafe {
+                for (&p, &bytes) in mem.iter().zip(&sizes) {
+                    let _ = sys::cuMemsetD8Async(p, 0, bytes, self.stream);
+                }
+                let _ = sys::cuMemsetD32Async(ops.alpha, 1.0f32.to_bits(), 1, self.stream);
+                for algo in algos {
+                    let run = || self.run(lt, plan, algo, ops);
+                    if run().and_then(|()| run()).is_err() {
+                        continue;
+                    }
+                    let _ = dr::event::record(start, self.stream);
+                    let ran = (0..TIMED_RUNS).try_for_each(|_| run());
+                    let _ = dr::event::record(end, self.stream);
+                    if ran.is_err() || dr::stream::synchronize(self.stream).is_err() {
+                        continue;
+                    }
+                    if let Ok(ms) = dr::event::elapsed(start, end) {
+                        if best.is_none_or(|(t, _)| ms < t) {
+                            best = Some((ms, *algo));
+                        }
+                    }
+                }
+                let _ = dr::stream::synchronize(self.stream);
+            }
+        }
+        // SAFETY: made above, destroyed and freed once (after the stream drained).
+        unsafe {
+            if let Ok(e) = events.0 {
+                let _ = dr::event::destroy(e);
+            }
+            if let Ok(e) = events.1 {
+                let _ = dr::event::destroy(e);
+            }
+            for p in mem {
+                let _ = dr::free_sync(p);
+            }
+        }
+        best.map(|(_, algo)| algo)
+    }
+
+    /// Issues one cuBLASLt product of `plan` with `algo` on the handle's stream.
+    ///
+    /// # Safety
+    /// As [`Cublas::gemm_lt`].
+    unsafe fn run(
+        &self,
+        lt: &Lt,
+        plan: &LtPlan,
+        algo: &lt::cublasLtMatmulAlgo_t,
+        p: Operands,
+    ) -> std::result::Result<(), ltr::CublasError> {
+        // SAFETY: the caller's contract; the descriptor is the plan's (under the plans'
+        // lock), and the library reads the vector's address when the call is issued.
+        unsafe {
+            ltr::set_matmul_desc_attribute(
+                plan.desc,
+                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                (&p.v as *const sys::CUdeviceptr).cast(),
+                std::mem::size_of::<sys::CUdeviceptr>(),
+            )?;
+            ltr::matmul(
+                lt.handle,
+                plan.desc,
+                p.alpha as *const std::ffi::c_void,
+                (p.alpha + 4) as *const std::ffi::c_void,
+                p.b as *const std::ffi::c_void,
+                plan.layouts[0],
+                p.a as *const std::ffi::c_void,
+                plan.layouts[1],
+                p.c as *const std::ffi::c_void,
+                plan.layouts[2],
+                p.c as *mut std::ffi::c_void,
+                plan.layouts[2],
+                algo,
+                self._workspace.ptr as *mut std::ffi::c_void,
+                WORKSPACE_BYTES,
+                self.stream as lt::cudaStream_t,
+            )
+        }
+    }
+
+    /// Issues the product `g` through the cuBLASLt plan [`Cublas::prepare`] made for it and
+    /// returns `true`, or returns `false` (issuing nothing) where there is none. cuBLASLt
+    /// shares cuBLAS's workspace: the plan orders every library call after the last, so
+    /// they never run at once.
+    ///
+    /// # Safety
+    /// As [`Cublas::gemm`], with `p.alpha` at `α`, `β`; `p.v` at the epilogue's `f32` vector
+    /// ([`Fused`]), overlapping no operand, where `g` fuses one; every pointer aligned to
+    /// `align` bytes.
+    pub(crate) unsafe fn gemm_lt(&self, g: &GemmShape, align: usize, p: Operands) -> Result<bool> {
+        let Some(lt) = &self.lt else { return Ok(false) };
+        let plans = lt.plans.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(Some(plan)) = plans.get(&(*g, align)) else {
+            return Ok(false);
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.run(lt, plan, &plan.algo, p) }
+            .map(|()| true)
+            .map_err(|e| Error::Launch {
+                kernel: "sgemm",
+                reason: format!("cuBLASLt: {e}"),
+            })
     }
 }

@@ -213,18 +213,37 @@ unsafe fn issue_product(
     v: Option<&RawView>,
 ) -> Result<()> {
     let (pa, pb, pc) = (view_ptr(a), view_ptr(b), view_ptr(c));
-    match (shape.fused, v) {
-        (None, None) => unsafe { blas.gemm(shape, alpha, pa, pb, pc) },
-        (Some(_), Some(v)) => {
-            let align = crate::blas::alignment(&[a, b, c, v]);
-            // SAFETY: the caller's contract; the alignment is the views' own.
-            unsafe { blas.gemm_fused(shape, align, alpha, pa, pb, pc, view_ptr(v)) }
-        }
-        _ => Err(Error::Launch {
+    if shape.fused.is_some() != v.is_some() {
+        return Err(Error::Launch {
             kernel: "sgemm",
             reason: "a fused product without its vector (or a vector without an epilogue)".into(),
-        }),
+        });
     }
+    if shape.fused.is_some() || shape.tuned {
+        let views = [a, b, c].into_iter().chain(v).collect::<Vec<_>>();
+        let ops = super::cublas::Operands {
+            alpha,
+            a: pa,
+            b: pb,
+            c: pc,
+            v: v.map_or(pc, view_ptr),
+        };
+        // SAFETY: the caller's contract; the alignment is the views' own.
+        if unsafe { blas.gemm_lt(shape, crate::blas::alignment(&views), ops) }? {
+            return Ok(());
+        }
+        if shape.fused.is_some() {
+            return Err(Error::Launch {
+                kernel: "sgemm",
+                reason: format!(
+                    "no cuBLASLt plan for the {}×{}×{} product with its fused epilogue",
+                    shape.m, shape.n, shape.k
+                ),
+            });
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { blas.gemm(shape, alpha, pa, pb, pc) }
 }
 
 /// The number of CUDA GPUs (0 when the driver is missing or reports none).
@@ -933,16 +952,25 @@ impl Backend for CudaBackend {
         // of the ring slot.
         unsafe { issue_product(blas, shape, at + 4, a, b, c, v) }
     }
-    /// cuBLASLt runs the shape with its epilogue at that alignment (its heuristic has an
-    /// algorithm; asked once per shape and alignment).
-    fn blas_fused(&self, shape: &GemmShape, align: usize) -> bool {
+    /// cuBLASLt's plan for the shape (tuned: the fastest candidate, timed on this stream).
+    fn prepare_gemm(&self, shape: &GemmShape, align: usize) -> bool {
+        let unfused = shape.fused.is_none();
         if !self.blas(shape.types) {
             return false;
+        }
+        if unfused && !shape.tuned {
+            return true; // plain cuBLAS
         }
         let Ok(_g) = self.enter() else { return false };
         let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
         match &*blas {
-            BlasState::Ready(b) => b.lt.as_ref().is_some_and(|lt| lt.supports(shape, align)),
+            // SAFETY: the context is bound and the lock held outside any lowering, so the
+            // stream is not capturing.
+            BlasState::Ready(b) => {
+                // SAFETY: as above.
+                let planned = unsafe { b.prepare(shape, align) };
+                planned || unfused
+            }
             _ => false,
         }
     }

@@ -98,15 +98,18 @@ pub(crate) trait Backend: Send + Sync {
     fn blas(&self, _types: GemmTypes) -> bool {
         false
     }
-    /// Whether this backend runs `shape`, whose [`GemmShape::fused`] is set, in one library
-    /// call with operands at `align` bytes ([`Backend::sgemm`] with the vector); asks the
-    /// library once per shape and remembers. Never called inside a lowering.
-    fn blas_fused(&self, _shape: &GemmShape, _align: usize) -> bool {
-        false
+    /// Makes the vendor library's plan for `shape` with operands at `align` bytes, once per
+    /// shape and alignment (choosing its algorithm: the fastest of its candidates, timed,
+    /// where [`GemmShape::tuned`]), and returns whether the library runs the shape with its
+    /// [`GemmShape::fused`] epilogue in one call (an unfused shape always runs: on its plan, or
+    /// on the plain BLAS call without one). Called before a product is issued or recorded,
+    /// never inside a lowering.
+    fn prepare_gemm(&self, shape: &GemmShape, _align: usize) -> bool {
+        shape.fused.is_none()
     }
     /// `C = op(A)·op(B)` (+ `C` when `flag != 0`) through the vendor BLAS (the shape's types
     /// are ones [`Backend::blas`] accepted), with `v` the fused epilogue's vector when the
-    /// shape has one ([`Backend::blas_fused`] accepted it).
+    /// shape has one ([`Backend::prepare_gemm`] accepted it).
     fn sgemm(
         &self,
         _shape: &GemmShape,

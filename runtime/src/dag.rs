@@ -57,9 +57,18 @@ fn accesses(op: &Op) -> Vec<Access> {
             .into_iter()
             .flatten()
             .collect(),
-        // `C` is read too when the product accumulates; a write conflicts with either.
+        // `C` is read too when the product accumulates; a write conflicts with either. A
+        // call that uses the library's shared workspace is ordered after every other such
+        // call; one whose algorithm needs none (a cuBLASLt plan without workspace) only by
+        // its operands, so independent products may run side by side.
         Op::Sgemm {
-            a, b, c, v, shape, ..
+            a,
+            b,
+            c,
+            v,
+            shape,
+            workspace,
+            ..
         } => {
             let vector = v.as_ref().and_then(|v| {
                 access(
@@ -70,7 +79,7 @@ fn accesses(op: &Op) -> Vec<Access> {
             [access(a, false), access(b, false), access(c, true), vector]
                 .into_iter()
                 .flatten()
-                .chain([library])
+                .chain(workspace.then_some(library))
                 .collect()
         }
         #[cfg(feature = "nccl")]
@@ -410,6 +419,7 @@ mod tests {
             b: view(b, 0, 2),
             c: c.clone(),
             v: None,
+            workspace: true,
         };
         // Disjoint products still share cuBLAS's workspace: ordered.
         let ops = [
@@ -417,6 +427,36 @@ mod tests {
             gemm(&bufs[0], &bufs[1], &bufs[3]),
         ];
         assert_eq!(Dag::of(&ops).edges(), vec![(0, 1)]);
+        // Calls whose algorithms need no workspace are ordered by their operands only: the
+        // disjoint pair runs side by side, beside a workspace user too, while one reading
+        // what another writes still follows it.
+        let own = |op: Op| match op {
+            Op::Sgemm {
+                shape,
+                args,
+                a,
+                b,
+                c,
+                v,
+                ..
+            } => Op::Sgemm {
+                shape,
+                args,
+                a,
+                b,
+                c,
+                v,
+                workspace: false,
+            },
+            other => other,
+        };
+        let ops = [
+            own(gemm(&bufs[0], &bufs[1], &bufs[2])),
+            own(gemm(&bufs[0], &bufs[1], &bufs[3])),
+            gemm(&bufs[0], &bufs[1], &bufs[4]),
+            own(gemm(&bufs[2], &bufs[1], &bufs[5])),
+        ];
+        assert_eq!(Dag::of(&ops).edges(), vec![(0, 3)]);
         // A chain orders everything a DAG does, not the other way round.
         let ops = [
             copy(&bufs[0], &bufs[1]),
@@ -455,6 +495,7 @@ mod tests {
             b: view(&bufs[1], 0, 2),
             c: bufs[2].clone(),
             v: Some(view(v, 0, 2)),
+            workspace: true,
         };
         // The gradient written (op 0) is then copied (op 1): an edge.
         let ops = [gemm(Fused::BiasGrad, &bufs[3]), copy(&bufs[3], &bufs[4])];

@@ -703,9 +703,9 @@ impl Device {
         &self,
         shape: &mut crate::blas::GemmShape,
         views: &[&RawView],
-    ) -> bool {
+    ) -> Option<bool> {
         if !self.routes_gemm(shape.types) || (shape.fused.is_some() && !self.vendor_fused()) {
-            return false;
+            return None;
         }
         shape.tuned = self.vendor_tune();
         self.inner
@@ -730,7 +730,7 @@ impl Device {
             shape.fused = Some(f);
         }
         let views: Vec<&RawView> = [a, b, c].into_iter().chain(fused.map(|(_, v)| v)).collect();
-        if !self.prepare_gemm(&mut shape, &views) {
+        if self.prepare_gemm(&mut shape, &views).is_none() {
             return Ok(false);
         }
         if thread_records() {

@@ -109,6 +109,9 @@ pub(crate) enum Op {
         /// The fused epilogue's vector ([`GemmShape::fused`]): a bias read, or a bias
         /// gradient written.
         v: Option<RawView>,
+        /// The call uses the library's shared workspace (so it is ordered after every other
+        /// library call); `false`: it touches nothing but its operands.
+        workspace: bool,
     },
     /// An in-place all-reduce across the ranks of a communicator.
     #[cfg(feature = "nccl")]

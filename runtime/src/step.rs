@@ -230,9 +230,9 @@ impl Step {
         // `prepare_gemm` also loads and sets up the library and makes its plan for the shape
         // (timing the candidates of a tuned one), so lowering never does.
         let views: Vec<&RawView> = [a, b, c].into_iter().chain(fused.map(|(_, v)| v)).collect();
-        if !self.device.prepare_gemm(&mut shape, &views) {
+        let Some(workspace) = self.device.prepare_gemm(&mut shape, &views) else {
             return Ok(false);
-        }
+        };
         let (a, b, c) = (a.clone(), b.clone(), c.clone());
         let v = fused.map(|(_, v)| v.clone());
         for v in [&a, &b, &c].into_iter().chain(v.as_ref()) {
@@ -295,6 +295,7 @@ impl Step {
             b,
             c,
             v,
+            workspace,
         });
         Ok(true)
     }

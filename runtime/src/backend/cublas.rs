@@ -223,6 +223,8 @@ struct LtPlan {
     /// Layouts of cuBLASLt's `A` (our `B`), `B` (our `A`) and `C`/`D` (our `C`).
     layouts: [lt::cublasLtMatrixLayout_t; 3],
     algo: lt::cublasLtMatmulAlgo_t,
+    /// Workspace bytes `algo` uses (0: it touches nothing but its operands).
+    workspace: usize,
 }
 
 impl Drop for LtPlan {
@@ -261,7 +263,7 @@ impl LtPlan {
         handle: lt::cublasLtHandle_t,
         g: &GemmShape,
         align: usize,
-    ) -> Option<(LtPlan, Vec<lt::cublasLtMatmulAlgo_t>)> {
+    ) -> Option<(LtPlan, Vec<(lt::cublasLtMatmulAlgo_t, usize)>)> {
         let t = g.types;
         let compute = match t.math {
             Math::F32 => lt::cublasComputeType_t::CUBLAS_COMPUTE_32F,
@@ -294,6 +296,7 @@ impl LtPlan {
             desc,
             layouts: [x, y, z],
             algo: lt::cublasLtMatmulAlgo_t { data: [0; 8] },
+            workspace: 0,
         };
         let epilogue = match g.fused {
             None => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
@@ -382,7 +385,7 @@ impl LtPlan {
         let algos: Vec<_> = results[..(found.max(0) as usize).min(CANDIDATES)]
             .iter()
             .filter(|r| r.state.result().is_ok())
-            .map(|r| r.algo)
+            .map(|r| (r.algo, r.workspaceSize))
             .collect();
         if !ok || algos.is_empty() {
             return None;
@@ -431,22 +434,23 @@ impl Drop for Lt {
 
 impl Cublas {
     /// Makes, once per shape and alignment, the cuBLASLt plan of `g` (`g.fused` set, or
-    /// `g.tuned`) for operands at `align` bytes and returns whether there is one. A tuned
-    /// shape takes the fastest of the heuristic's candidates, each timed on temporaries of
-    /// the product's sizes on the handle's stream; an untuned one the heuristic's first.
-    /// Without a plan a fused product has no route and an unfused one runs on cuBLAS.
+    /// `g.tuned`) for operands at `align` bytes, and returns the workspace bytes its algorithm
+    /// uses, or `None` where there is no plan. A tuned shape takes the fastest of the
+    /// heuristic's candidates, each timed on temporaries of the product's sizes on the
+    /// handle's stream; an untuned one the heuristic's first. Without a plan a fused product
+    /// has no route and an unfused one runs on cuBLAS.
     ///
     /// # Safety
     /// The handle's context is bound and the stream is not capturing (the caller holds the
     /// backend's lock outside a lowering).
-    pub(crate) unsafe fn prepare(&self, g: &GemmShape, align: usize) -> bool {
-        let Some(lt) = &self.lt else { return false };
+    pub(crate) unsafe fn prepare(&self, g: &GemmShape, align: usize) -> Option<usize> {
+        let lt = self.lt.as_ref()?;
         let mut plans = lt.plans.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = plans.get(&(*g, align)) {
-            return p.is_some();
+            return p.as_ref().map(|p| p.workspace);
         }
         let plan = LtPlan::describe(lt.handle, g, align).and_then(|(mut plan, algos)| {
-            plan.algo = if g.tuned && algos.len() > 1 {
+            (plan.algo, plan.workspace) = if g.tuned && algos.len() > 1 {
                 // SAFETY: the caller's contract.
                 unsafe { self.fastest(lt, &plan, g, &algos) }?
             } else {
@@ -454,7 +458,7 @@ impl Cublas {
             };
             Some(plan)
         });
-        let made = plan.is_some();
+        let made = plan.as_ref().map(|p| p.workspace);
         plans.insert((*g, align), plan);
         made
     }
@@ -468,8 +472,8 @@ impl Cublas {
         lt: &Lt,
         plan: &LtPlan,
         g: &GemmShape,
-        algos: &[lt::cublasLtMatmulAlgo_t],
-    ) -> Option<lt::cublasLtMatmulAlgo_t> {
+        algos: &[(lt::cublasLtMatmulAlgo_t, usize)],
+    ) -> Option<(lt::cublasLtMatmulAlgo_t, usize)> {
         use cudarc::driver::result as dr;
         let [sa, sb, sc] = stored(g);
         let (i, o) = (g.types.input.size(), g.types.output.size());
@@ -492,7 +496,7 @@ impl Cublas {
             dr::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
             dr::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
         );
-        let mut best: Option<(f32, lt::cublasLtMatmulAlgo_t)> = None;
+        let mut best: Option<(f32, (lt::cublasLtMatmulAlgo_t, usize))> = None;
         if let (5, (Ok(start), Ok(end))) = (mem.len(), events) {
             let ops = Operands {
                 alpha: mem[0],
@@ -508,8 +512,8 @@ impl Cublas {
                     let _ = sys::cuMemsetD8Async(p, 0, bytes, self.stream);
                 }
                 let _ = sys::cuMemsetD32Async(ops.alpha, 1.0f32.to_bits(), 1, self.stream);
-                for algo in algos {
-                    let run = || self.run(lt, plan, algo, ops);
+                for candidate in algos {
+                    let run = || self.run(lt, plan, &candidate.0, ops);
                     if run().and_then(|()| run()).is_err() {
                         continue;
                     }
@@ -521,7 +525,7 @@ impl Cublas {
                     }
                     if let Ok(ms) = dr::event::elapsed(start, end) {
                         if best.is_none_or(|(t, _)| ms < t) {
-                            best = Some((ms, *algo));
+                            best = Some((ms, *candidate));
                         }
                     }
                 }

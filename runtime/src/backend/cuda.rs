@@ -688,6 +688,7 @@ impl CudaBackend {
                         b,
                         c,
                         v,
+                        ..
                     } => {
                         let blas = blas.expect("checked before the capture");
                         let alpha = arena_mem.ptr + (offsets[*args] as u64 + 1) * 4;
@@ -953,25 +954,26 @@ impl Backend for CudaBackend {
         unsafe { issue_product(blas, shape, at + 4, a, b, c, v) }
     }
     /// cuBLASLt's plan for the shape (tuned: the fastest candidate, timed on this stream).
-    fn prepare_gemm(&self, shape: &GemmShape, align: usize) -> bool {
+    fn prepare_gemm(&self, shape: &GemmShape, align: usize) -> Option<bool> {
         let unfused = shape.fused.is_none();
         if !self.blas(shape.types) {
-            return false;
+            return None;
         }
         if unfused && !shape.tuned {
-            return true; // plain cuBLAS
+            return Some(true); // plain cuBLAS
         }
-        let Ok(_g) = self.enter() else { return false };
+        let _g = self.enter().ok()?;
         let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
         match &*blas {
-            // SAFETY: the context is bound and the lock held outside any lowering, so the
-            // stream is not capturing.
             BlasState::Ready(b) => {
-                // SAFETY: as above.
-                let planned = unsafe { b.prepare(shape, align) };
-                planned || unfused
+                // SAFETY: the context is bound and the lock held outside any lowering, so the
+                // stream is not capturing.
+                match unsafe { b.prepare(shape, align) } {
+                    Some(workspace) => Some(workspace > 0),
+                    None => unfused.then_some(true),
+                }
             }
-            _ => false,
+            _ => None,
         }
     }
     fn lower(&self, plan: &Plan) -> Result<Box<dyn Recording>> {

@@ -263,6 +263,7 @@ impl HostReplay {
                 b,
                 c,
                 v,
+                ..
             } => HostBackend::default().sgemm(
                 shape,
                 self.plan.launch_args[*args][0],

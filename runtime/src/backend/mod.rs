@@ -100,12 +100,14 @@ pub(crate) trait Backend: Send + Sync {
     }
     /// Makes the vendor library's plan for `shape` with operands at `align` bytes, once per
     /// shape and alignment (choosing its algorithm: the fastest of its candidates, timed,
-    /// where [`GemmShape::tuned`]), and returns whether the library runs the shape with its
-    /// [`GemmShape::fused`] epilogue in one call (an unfused shape always runs: on its plan, or
-    /// on the plain BLAS call without one). Called before a product is issued or recorded,
-    /// never inside a lowering.
-    fn prepare_gemm(&self, shape: &GemmShape, _align: usize) -> bool {
-        shape.fused.is_none()
+    /// where [`GemmShape::tuned`]). Returns `None` where the library cannot run the shape with
+    /// its [`GemmShape::fused`] epilogue in one call (an unfused shape always runs: on its
+    /// plan, or on the plain BLAS call without one), else whether the call uses the library's
+    /// shared workspace (`false`: it touches nothing but its operands, so a plan may run it
+    /// beside other library calls). Called before a product is issued or recorded, never
+    /// inside a lowering.
+    fn prepare_gemm(&self, shape: &GemmShape, _align: usize) -> Option<bool> {
+        shape.fused.is_none().then_some(true)
     }
     /// `C = op(A)·op(B)` (+ `C` when `flag != 0`) through the vendor BLAS (the shape's types
     /// are ones [`Backend::blas`] accepted), with `v` the fused epilogue's vector when the

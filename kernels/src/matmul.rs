@@ -190,23 +190,9 @@ macro_rules! tiled_product {
         tiled_product! {
             @kernels $(#[$doc])* $name, $serial;
             (
-                m: u32,
-                n: u32,
-                k: u32,
-                kc: u32,
-                ta: bool,
-                tb: bool,
-                has_bias: bool,
-                act: u32,
-                gate: u32,
-                accumulate: bool,
-                has_db: bool,
-                a: &[f32],
-                b: &[f32],
-                bias: &[f32],
-                aux: &[f32],
-                c: &mut [f32],
-                db: &mut [f32],
+                m: u32, n: u32, k: u32, kc: u32, ta: bool, tb: bool,
+                has_bias: bool, act: u32, gate: u32, accumulate: bool, has_db: bool,
+                a: &[f32], b: &[f32], bias: &[f32], aux: &[f32], c: &mut [f32], db: &mut [f32],
             )
             {
                 const SIDE: u32 = $side;
@@ -264,8 +250,10 @@ macro_rules! tiled_product {
                     if t < tiles {
                         let k0 = kz + t * K_STEP;
                         for q in 0..SHARE {
-                            pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
-                            pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
+                            pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q,
+                                m, k, k1);
+                            pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q,
+                                n, k, k1);
                         }
                     }
                     if t > 0 {
@@ -296,14 +284,8 @@ macro_rules! tiled_product {
         #[allow(clippy::too_many_arguments)]
         pub fn $serial(
             $($params)*
-            parts: u32,
-            e_has_bias: bool,
-            e_act: u32,
-            e_gate: u32,
-            e_accumulate: bool,
-            out_c: &mut [f32],
-            out_db: &mut [f32],
-            counters: &mut [u32],
+            parts: u32, e_has_bias: bool, e_act: u32, e_gate: u32, e_accumulate: bool,
+            out_c: &mut [f32], out_db: &mut [f32], counters: &mut [u32],
         ) {
             $($body)*
             // This invocation's partial is stored: fence it device-wide before the arrival is
@@ -648,16 +630,9 @@ macro_rules! epilogue_cast_kernels {
         #[device]
         #[allow(clippy::too_many_arguments)]
         fn $span(
-            first: u32,
-            stride: u32,
-            n: u32,
-            has_bias: bool,
-            act: u32,
-            gate: u32,
-            bias: &[f32],
-            aux: &[f32],
-            c: &mut [f32],
-            c16: &mut [$t],
+            first: u32, stride: u32,
+            n: u32, has_bias: bool, act: u32, gate: u32, bias: &[f32], aux: &[f32],
+            c: &mut [f32], c16: &mut [$t],
         ) {
             let len = c.len();
             let mut idx = first;
@@ -673,14 +648,8 @@ macro_rules! epilogue_cast_kernels {
         #[kernel(workgroup = 256)]
         #[allow(clippy::too_many_arguments)]
         pub fn $cast(
-            n: u32,
-            has_bias: bool,
-            act: u32,
-            gate: u32,
-            bias: &[f32],
-            aux: &[f32],
-            c: &mut [f32],
-            c16: &mut [$t],
+            n: u32, has_bias: bool, act: u32, gate: u32, bias: &[f32], aux: &[f32],
+            c: &mut [f32], c16: &mut [$t],
         ) {
             $span(global_id().x, global_size().x, n, has_bias, act, gate, bias, aux, c, c16);
         }
@@ -689,20 +658,9 @@ macro_rules! epilogue_cast_kernels {
         #[kernel(workgroup = 256)]
         #[allow(clippy::too_many_arguments)]
         pub fn $sums(
-            n: u32,
-            has_bias: bool,
-            act: u32,
-            gate: u32,
-            sum_groups: u32,
-            m: u32,
-            k: u32,
-            accumulate: bool,
-            bias: &[f32],
-            aux: &[f32],
-            a: &[f32],
-            c: &mut [f32],
-            c16: &mut [$t],
-            db: &mut [f32],
+            n: u32, has_bias: bool, act: u32, gate: u32,
+            sum_groups: u32, m: u32, k: u32, accumulate: bool,
+            bias: &[f32], aux: &[f32], a: &[f32], c: &mut [f32], c16: &mut [$t], db: &mut [f32],
         ) {
             // Two jobs side by side, split by workgroup (a uniform branch): the first
             // `sum_groups` workgroups sum, the others run the epilogue.

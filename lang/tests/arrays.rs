@@ -144,7 +144,7 @@ fn constant_ranges_unroll_within_the_limits_and_others_stay_loops() {
 }
 
 #[test]
-fn constant_loops_that_index_no_array_stay_loops_that_wgsl_emits_as_copies() {
+fn constant_loops_that_index_no_array_stay_loops_that_wgsl_emits_as_copies_up_to_16_trips() {
     let k = kernel(quote! {
         fn k(x: &[f32], y: &mut [f32]) {
             let s = shared::<f32, 64>();
@@ -180,6 +180,29 @@ fn constant_loops_that_index_no_array_stay_loops_that_wgsl_emits_as_copies() {
     assert!(!wgsl.contains("for ("), "{wgsl}");
     assert_eq!(wgsl.matches("workgroupBarrier()").count(), 16, "{wgsl}");
     assert!(wgsl.contains("= 15u;"), "{wgsl}");
+
+    // Past 16 trips WGSL keeps the loop too (as `matmul_t16`'s 64-step `k` loop), for the
+    // driver to unroll; the values still bound nested loops as if it were copies.
+    let k = kernel(quote! {
+        fn k(x: &[f32], y: &mut [f32]) {
+            let t = local_id().x;
+            let mut acc = 0.0f32;
+            for kk in 0..17u32 {
+                acc = fma(x[kk * 64 + t], x[kk], acc);
+            }
+            for kk in 0..64u32 {
+                acc += x[kk * 64 + t];
+            }
+            y[t] = acc;
+        }
+    });
+    assert_eq!(count(&k.body, &is_for), 2);
+    let cuda = emit::cuda::emit(&k);
+    assert_eq!(cuda.matches("for (").count(), 2, "{cuda}");
+    let wgsl = valid_wgsl(&k);
+    assert_eq!(wgsl.matches("for (").count(), 2, "{wgsl}");
+    assert!(wgsl.contains("< kk_"), "{wgsl}");
+    assert!(!wgsl.contains("= 16u;"), "{wgsl}");
 
     // A constant loop of no trips: no copy, and the barriers after it keep their places.
     let k = kernel(quote! {

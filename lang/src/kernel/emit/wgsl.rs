@@ -13,6 +13,20 @@ use super::wgsl_half::{slice_layout, Layout};
 use super::bounds;
 use crate::kernel::ir::*;
 
+/// Trips up to which a constant loop that the checker left a loop (its variable indexes no
+/// per-invocation array) is written as copies of its body; a longer one stays a loop, for the
+/// driver to unroll as far as it pays, as NVRTC does with the CUDA C. `matmul_t16`'s 64-step
+/// `k` loop as 64 copies was the change in the sampler's hot loop when NVIDIA Vulkan replayed
+/// it 0.4–1.9% slower than at e50955d, where it was a loop (the same copies in CUDA C had been
+/// slower than NVRTC's unrolling on the H200); `matmul_t64`'s 16-step loop keeps its copies,
+/// with which NVIDIA Vulkan's MLP-M got faster.
+pub(crate) const COPIES_MAX_TRIPS: usize = 16;
+
+/// Whether a constant loop with these values of its variable is emitted as copies.
+fn as_copies(values: &[i64]) -> bool {
+    values.len() <= COPIES_MAX_TRIPS
+}
+
 /// The kernel as a WGSL compute shader (one entry point, `main`).
 pub fn emit(k: &Kernel) -> String {
     emit_with(k, None)
@@ -354,7 +368,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                         body,
                         constant: Some(values),
                         ..
-                    } => values.iter().for_each(|_| self.block(body)),
+                    } if as_copies(values) => values.iter().for_each(|_| self.block(body)),
                     Stmt::For {
                         start,
                         end,
@@ -792,7 +806,7 @@ impl Wgsl<'_> {
                 body,
                 constant: Some(values),
                 ..
-            } => {
+            } if as_copies(values) => {
                 // One copy per value, each binding the variable: straight-line code, as the
                 // checker's unrolled loops (`storage_barriers` walks it so too).
                 for &v in values {

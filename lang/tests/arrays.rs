@@ -478,3 +478,28 @@ fn a_divergent_barrier_in_an_unrolled_loop_is_reported_once() {
         errs[0]
     );
 }
+
+#[test]
+fn if_values_on_a_flag_are_statement_ifs_in_wgsl() {
+    let k = kernel(quote! {
+        fn k(t: bool, n: u32, x: &[f32], y: &mut [f32]) {
+            let i = global_id().x;
+            // On a flag, with an arm that computes: a statement `if` (only the taken arm runs).
+            let at = if t { i * n + 1 } else { n * 2 + i };
+            // On a comparison, or with operands for arms: `select`.
+            let w = if i < n { x[i] * 2.0 } else { 0.0 };
+            let s = if t { 1.0 } else { 0.5 };
+            if at < y.len() {
+                y[at] = w * s;
+            }
+        }
+    });
+    let wgsl = valid_wgsl(&k);
+    assert!(wgsl.contains("if (t_p) {"), "{wgsl}");
+    assert!(!wgsl.contains("select(((n_p * 2u)"), "{wgsl}");
+    assert!(wgsl.contains("select(0e0f, "), "{wgsl}");
+    assert!(wgsl.contains("select(5e-1f, 1e0f, t_p)"), "{wgsl}");
+    // CUDA C keeps its conditional expressions.
+    let cuda = emit::cuda::emit(&k);
+    assert_eq!(cuda.matches("(t_p ? ").count(), 2, "{cuda}");
+}

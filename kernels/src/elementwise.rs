@@ -122,131 +122,85 @@ fn gelu_inner(z: f64) -> f64 {
     (2.0 / std::f64::consts::PI).sqrt() * (z + 0.044715 * z * z * z)
 }
 
-/// Sets every element of `y` to `value`.
-#[kernel(workgroup = 256)]
-pub fn fill_f32(value: f32, y: &mut [f32]) {
-    let n = y.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+/// Elementwise kernels as grid-stride loops: `$name` runs `$body` for every `$i` below
+/// `$len.len()`, `$len` one of its slices.
+macro_rules! grid_stride_kernels {
+    ($(
+        $(#[$doc:meta])*
+        pub fn $name:ident($($params:tt)*) over $len:ident |$i:ident| { $($body:tt)* }
+    )*) => {$(
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        pub fn $name($($params)*) {
+            let n = $len.len();
+            let stride = global_size().x;
+            let mut $i = global_id().x;
+            while $i < n {
+                $($body)*
+                $i += stride;
+            }
+        }
+    )*};
+}
+
+grid_stride_kernels! {
+    /// Sets every element of `y` to `value`.
+    pub fn fill_f32(value: f32, y: &mut [f32]) over y |i| {
         y[i] = value;
-        i += stride;
     }
-}
 
-/// `y = f(x)` for the activation `act` ([`Act::code`]).
-#[kernel(workgroup = 256)]
-pub fn ew_unary(act: u32, x: &[f32], y: &mut [f32]) {
-    let n = y.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `y = f(x)` for the activation `act` ([`Act::code`]).
+    pub fn ew_unary(act: u32, x: &[f32], y: &mut [f32]) over y |i| {
         y[i] = activate(act, x[i]);
-        i += stride;
     }
-}
 
-/// `dx = dy · f′(x)` for the activation `act`, from the forward input `x`.
-#[kernel(workgroup = 256)]
-pub fn ew_unary_backward(act: u32, x: &[f32], dy: &[f32], dx: &mut [f32]) {
-    let n = dx.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `dx = dy · f′(x)` for the activation `act`, from the forward input `x`.
+    pub fn ew_unary_backward(act: u32, x: &[f32], dy: &[f32], dx: &mut [f32]) over dx |i| {
         dx[i] = activate_backward(act, x[i], dy[i]);
-        i += stride;
     }
-}
 
-/// `z = a·x + b·y` (`op == 0`) or `z = a·x·y` (`op == 1`).
-#[kernel(workgroup = 256)]
-pub fn ew_binary(op: u32, a: f32, b: f32, x: &[f32], y: &[f32], z: &mut [f32]) {
-    let n = z.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `z = a·x + b·y` (`op == 0`) or `z = a·x·y` (`op == 1`).
+    pub fn ew_binary(op: u32, a: f32, b: f32, x: &[f32], y: &[f32], z: &mut [f32]) over z |i| {
         if op == 0 {
             z[i] = a * x[i] + b * y[i];
         } else {
             z[i] = a * x[i] * y[i];
         }
-        i += stride;
     }
-}
 
-/// `y = a·x`.
-#[kernel(workgroup = 256)]
-pub fn ew_scale(a: f32, x: &[f32], y: &mut [f32]) {
-    let n = y.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `y = a·x`.
+    pub fn ew_scale(a: f32, x: &[f32], y: &mut [f32]) over y |i| {
         y[i] = a * x[i];
-        i += stride;
     }
-}
 
-/// `y = a·y`, in place.
-#[kernel(workgroup = 256)]
-pub fn ew_scale_in_place(a: f32, y: &mut [f32]) {
-    let n = y.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `y = a·y`, in place.
+    pub fn ew_scale_in_place(a: f32, y: &mut [f32]) over y |i| {
         y[i] = a * y[i];
-        i += stride;
     }
-}
 
-/// `y = a·x + y`.
-#[kernel(workgroup = 256)]
-pub fn ew_axpy(a: f32, x: &[f32], y: &mut [f32]) {
-    let n = y.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `y = a·x + y`.
+    pub fn ew_axpy(a: f32, x: &[f32], y: &mut [f32]) over y |i| {
         y[i] = a * x[i] + y[i];
-        i += stride;
     }
-}
 
-/// `dx = dz`, `dy = dz` (the backward of `z = x + y`).
-#[kernel(workgroup = 256)]
-pub fn ew_copy2(dz: &[f32], dx: &mut [f32], dy: &mut [f32]) {
-    let n = dz.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `dx = dz`, `dy = dz` (the backward of `z = x + y`).
+    pub fn ew_copy2(dz: &[f32], dx: &mut [f32], dy: &mut [f32]) over dz |i| {
         let g = dz[i];
         dx[i] = g;
         dy[i] = g;
-        i += stride;
     }
-}
 
-/// `dx = dz·y`, `dy = dz·x` (the backward of `z = x·y`).
-#[kernel(workgroup = 256)]
-pub fn ew_mul_backward(x: &[f32], y: &[f32], dz: &[f32], dx: &mut [f32], dy: &mut [f32]) {
-    let n = dz.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `dx = dz·y`, `dy = dz·x` (the backward of `z = x·y`).
+    pub fn ew_mul_backward(x: &[f32], y: &[f32], dz: &[f32], dx: &mut [f32], dy: &mut [f32])
+    over dz |i| {
         let g = dz[i];
         dx[i] = g * y[i];
         dy[i] = g * x[i];
-        i += stride;
     }
-}
 
-/// `y[r, c] = f(x[r, c] + b[c])` over a row-major `rows × cols` matrix.
-#[kernel(workgroup = 256)]
-pub fn bias_act(act: u32, cols: u32, x: &[f32], b: &[f32], y: &mut [f32]) {
-    let n = y.len();
-    let stride = global_size().x;
-    let mut i = global_id().x;
-    while i < n {
+    /// `y[r, c] = f(x[r, c] + b[c])` over a row-major `rows × cols` matrix.
+    pub fn bias_act(act: u32, cols: u32, x: &[f32], b: &[f32], y: &mut [f32]) over y |i| {
         y[i] = activate(act, x[i] + b[i % cols]);
-        i += stride;
     }
 }
 
@@ -345,15 +299,43 @@ pub fn mul<C: Launch + ?Sized>(
     )
 }
 
-/// `y = a·x`.
-pub fn scale<C: Launch + ?Sized>(
-    cx: &C,
-    a: impl IntoScalarArg<f32>,
-    x: &Buffer<f32>,
-    y: &mut Buffer<f32>,
-) -> Result<()> {
-    let n = same_len("scale", &[("y", y.len()), ("x", x.len())])?;
-    ew_scale::launch(cx, Grid::workgroups(groups(n)), a, x, y)
+/// Launchers `$name($cx, $a, $x, $y)` of the ops of a scalar `$a`, a slice `$x` and a
+/// slice `$y` written, running `$body`.
+macro_rules! scalar_ops {
+    ($($(#[$doc:meta])* $name:ident($cx:ident, $a:ident, $x:ident, $y:ident) $body:block)*) => {$(
+        $(#[$doc])*
+        pub fn $name<C: Launch + ?Sized>(
+            $cx: &C,
+            $a: impl IntoScalarArg<f32>,
+            $x: &Buffer<f32>,
+            $y: &mut Buffer<f32>,
+        ) -> Result<()> $body
+    )*};
+}
+
+scalar_ops! {
+    /// `y = a·x`.
+    scale(cx, a, x, y) {
+        let n = same_len("scale", &[("y", y.len()), ("x", x.len())])?;
+        ew_scale::launch(cx, Grid::workgroups(groups(n)), a, x, y)
+    }
+
+    /// `y = a·x + y`.
+    axpy(cx, a, x, y) {
+        let n = same_len("axpy", &[("y", y.len()), ("x", x.len())])?;
+        ew_axpy::launch(cx, Grid::workgroups(groups(n)), a, x, y)
+    }
+
+    /// Backward of `y = a·x`: `dx = a·dy`.
+    scale_backward(cx, a, dy, dx) {
+        scale(cx, a, dy, dx)
+    }
+
+    /// Backward of `y ← a·x + y` with respect to `x`: `dx = a·dy` (the gradient of `y` passes
+    /// through unchanged).
+    axpy_backward(cx, a, dy, dx) {
+        scale(cx, a, dy, dx)
+    }
 }
 
 /// `y = a·y`, in place.
@@ -364,17 +346,6 @@ pub fn scale_in_place<C: Launch + ?Sized>(
 ) -> Result<()> {
     u32_of("length", y.len())?;
     ew_scale_in_place::launch(cx, Grid::workgroups(groups(y.len())), a, y)
-}
-
-/// `y = a·x + y`.
-pub fn axpy<C: Launch + ?Sized>(
-    cx: &C,
-    a: impl IntoScalarArg<f32>,
-    x: &Buffer<f32>,
-    y: &mut Buffer<f32>,
-) -> Result<()> {
-    let n = same_len("axpy", &[("y", y.len()), ("x", x.len())])?;
-    ew_axpy::launch(cx, Grid::workgroups(groups(n)), a, x, y)
 }
 
 /// Backward of `z = x + y`: `dx = dz`, `dy = dz` (one launch).
@@ -411,27 +382,6 @@ pub fn mul_backward<C: Launch + ?Sized>(
         ],
     )?;
     ew_mul_backward::launch(cx, Grid::workgroups(groups(n)), x, y, dz, dx, dy)
-}
-
-/// Backward of `y = a·x`: `dx = a·dy`.
-pub fn scale_backward<C: Launch + ?Sized>(
-    cx: &C,
-    a: impl IntoScalarArg<f32>,
-    dy: &Buffer<f32>,
-    dx: &mut Buffer<f32>,
-) -> Result<()> {
-    scale(cx, a, dy, dx)
-}
-
-/// Backward of `y ← a·x + y` with respect to `x`: `dx = a·dy` (the gradient of `y` passes
-/// through unchanged).
-pub fn axpy_backward<C: Launch + ?Sized>(
-    cx: &C,
-    a: impl IntoScalarArg<f32>,
-    dy: &Buffer<f32>,
-    dx: &mut Buffer<f32>,
-) -> Result<()> {
-    scale(cx, a, dy, dx)
 }
 
 /// `y = f(x)` for the activation `act`.

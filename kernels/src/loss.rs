@@ -21,33 +21,68 @@ use crate::shape::{expect_at_least, expect_len, u32_of};
 /// Rows of at most this many classes get one invocation per row; wider rows one workgroup.
 pub const NARROW_CLASSES: usize = 64;
 
+/// A loss kernel `$name` over a grid-stride share, in the order of [`crate::reduce`]: `$body`
+/// binds `acc`, the sum of this invocation's terms over its elements `first, first + stride,
+/// …`; workgroup `w` writes `out[w] = lscale · Σ acc`, the sum by `$tree` (`tree_wg` or
+/// `tree_sg`). `$params`, each followed by a comma, are the kernel's parameters before `out`
+/// and include `lscale`.
+macro_rules! partial_sum_kernel {
+    ($tree:ident, $(#[$doc:meta])* $name:ident($($params:tt)*) { $($body:tt)* }) => {
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        #[allow(clippy::too_many_arguments)]
+        pub fn $name($($params)* out: &mut [f32]) {
+            let s = shared::<f32, 256>();
+            let t = local_id().x;
+            let first = global_id().x;
+            let stride = global_size().x;
+            $($body)*
+            let total = $tree(0u32, acc, s, t);
+            partial(t, total, lscale, out, workgroup_id().x);
+        }
+    };
+}
+
 /// The loss kernels, once for each way of summing over a workgroup: `$tree(op, v, s, t)` is
 /// `tree_wg` (a tree in workgroup memory) or `tree_sg` (its first levels on subgroups), which
 /// combine in the same order and so give the same bits (see [`crate::reduce_subgroup`]).
 macro_rules! loss_kernels {
     ($tree:ident, $how:literal, $narrow:ident, $wide:ident, $mse:ident) => {
-        /// Softmax cross-entropy of rows of at most [`NARROW_CLASSES`] classes, one
-        /// invocation per row: `dlogits = (softmax(z) − onehot(label))·gscale`, and workgroup
-        /// `w` writes `out[w] = lscale · Σ_rows (ln Σ_j e^(z_j − max) − (z_label − max))`. A
-        /// label `≥ classes` marks a row to ignore: no loss, zero gradient.
-        #[doc = $how]
-        #[kernel(workgroup = 256)]
-        pub fn $narrow(
-            classes: u32,
-            lscale: f32,
-            gscale: f32,
-            logits: &[f32],
-            labels: &[u32],
-            dlogits: &mut [f32],
-            out: &mut [f32],
-        ) {
-            let s = shared::<f32, 256>();
-            let t = local_id().x;
-            let first = global_id().x;
-            let stride = global_size().x;
-            let acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
-            let total = $tree(0u32, acc, s, t);
-            partial(t, total, lscale, out, workgroup_id().x);
+        // The two cross-entropies take the same arguments: the launcher picks one by width.
+        loss_kernels!(
+            @xent $tree, $how, $narrow, $wide,
+            (
+                classes: u32, lscale: f32, gscale: f32,
+                logits: &[f32], labels: &[u32], dlogits: &mut [f32],
+            )
+        );
+
+        partial_sum_kernel! {
+            $tree,
+            /// Mean squared error pass: workgroup `w` writes `out[w] = lscale · Σ (p − y)²` over
+            /// its grid-stride share (order of [`crate::reduce`]), and, when `write_grad`, `grad =
+            /// gscale · (p − y)` (added to `grad` when `accumulate`).
+            #[doc = $how]
+            $mse(
+                lscale: f32, gscale: f32, write_grad: bool, accumulate: bool,
+                pred: &[f32], target: &[f32], grad: &mut [f32],
+            ) {
+                let acc =
+                    mse_span(gscale, write_grad, accumulate, pred, target, grad, first, stride);
+            }
+        }
+    };
+    (@xent $tree:ident, $how:literal, $narrow:ident, $wide:ident, ($($params:tt)*)) => {
+        partial_sum_kernel! {
+            $tree,
+            /// Softmax cross-entropy of rows of at most [`NARROW_CLASSES`] classes, one
+            /// invocation per row: `dlogits = (softmax(z) − onehot(label))·gscale`, and workgroup
+            /// `w` writes `out[w] = lscale · Σ_rows (ln Σ_j e^(z_j − max) − (z_label − max))`. A
+            /// label `≥ classes` marks a row to ignore: no loss, zero gradient.
+            #[doc = $how]
+            $narrow($($params)*) {
+                let acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
+            }
         }
 
         /// Softmax cross-entropy of wide rows, one workgroup per row (rows `w, w + G, …`):
@@ -55,15 +90,7 @@ macro_rules! loss_kernels {
         /// as for the narrow rows.
         #[doc = $how]
         #[kernel(workgroup = 256)]
-        pub fn $wide(
-            classes: u32,
-            lscale: f32,
-            gscale: f32,
-            logits: &[f32],
-            labels: &[u32],
-            dlogits: &mut [f32],
-            out: &mut [f32],
-        ) {
+        pub fn $wide($($params)* out: &mut [f32]) {
             let s = shared::<f32, 256>();
             let t = local_id().x;
             let mut acc = 0.0;
@@ -80,32 +107,6 @@ macro_rules! loss_kernels {
                 r += num_workgroups().x;
             }
             partial(t, acc, lscale, out, workgroup_id().x);
-        }
-
-        /// Mean squared error pass: workgroup `w` writes `out[w] = lscale · Σ (p − y)²` over
-        /// its grid-stride share (order of [`crate::reduce`]), and, when `write_grad`, `grad =
-        /// gscale · (p − y)` (added to `grad` when `accumulate`).
-        #[doc = $how]
-        #[kernel(workgroup = 256)]
-        pub fn $mse(
-            lscale: f32,
-            gscale: f32,
-            write_grad: bool,
-            accumulate: bool,
-            pred: &[f32],
-            target: &[f32],
-            grad: &mut [f32],
-            out: &mut [f32],
-        ) {
-            let s = shared::<f32, 256>();
-            let t = local_id().x;
-            let first = global_id().x;
-            let stride = global_size().x;
-            let acc = mse_span(
-                gscale, write_grad, accumulate, pred, target, grad, first, stride,
-            );
-            let total = $tree(0u32, acc, s, t);
-            partial(t, total, lscale, out, workgroup_id().x);
         }
     };
 }
@@ -130,43 +131,31 @@ loss_kernels!(
 /// summing over a workgroup (`$tree`) and 16-bit type (`$t`).
 macro_rules! xent_cast_kernel {
     ($tree:ident, $t:ident, $(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        #[kernel(workgroup = 256)]
-        #[allow(clippy::too_many_arguments)]
-        pub fn $name(
-            classes: u32,
-            lscale: f32,
-            gscale: f32,
-            scaled: bool,
-            logits: &[f32],
-            labels: &[u32],
-            scale: &[f32],
-            dlogits: &mut [f32],
-            dlogits16: &mut [$t],
-            out: &mut [f32],
-        ) {
-            let s = shared::<f32, 256>();
-            let t = local_id().x;
-            let first = global_id().x;
-            let stride = global_size().x;
-            let acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
-            // This invocation's own rows again (it wrote them: no barrier needed): times the
-            // loss scale, as `scaler::scale_by`, and rounded.
-            let mut r = first;
-            while r < labels.len() {
-                for j in 0..classes {
-                    let at = r * classes + j;
-                    let mut v = dlogits[at];
-                    if scaled {
-                        v = v * scale[0];
-                        dlogits[at] = v;
+        partial_sum_kernel! {
+            $tree,
+            $(#[$doc])*
+            $name(
+                classes: u32, lscale: f32, gscale: f32, scaled: bool,
+                logits: &[f32], labels: &[u32], scale: &[f32],
+                dlogits: &mut [f32], dlogits16: &mut [$t],
+            ) {
+                let acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
+                // This invocation's own rows again (it wrote them: no barrier needed): times the
+                // loss scale, as `scaler::scale_by`, and rounded.
+                let mut r = first;
+                while r < labels.len() {
+                    for j in 0..classes {
+                        let at = r * classes + j;
+                        let mut v = dlogits[at];
+                        if scaled {
+                            v = v * scale[0];
+                            dlogits[at] = v;
+                        }
+                        dlogits16[at] = v as $t;
                     }
-                    dlogits16[at] = v as $t;
+                    r += stride;
                 }
-                r += stride;
             }
-            let total = $tree(0u32, acc, s, t);
-            partial(t, total, lscale, out, workgroup_id().x);
         }
     };
 }

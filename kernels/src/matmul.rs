@@ -88,21 +88,186 @@ fn store(v: f32, at: u32, accumulate: bool, c: &mut [f32]) {
     c[at] = x;
 }
 
-/// A tiled product kernel `$name` and, from the same body, its serial split-K sibling
-/// `$serial`: the body run with the epilogue off (the launcher passes no bias, activation,
-/// gate or accumulation) writes layer `z`'s raw partial product into `c` and its row sums into
-/// `db` (the scratch of a split product, as [`matmul`]'s two-launch split), then the
-/// workgroups of each output tile count their arrivals on `counters[tile]`, and the last to
-/// arrive sums the tile's `parts` partials in increasing `z` and applies the epilogue
-/// (`e_*`) into `out_c` and `out_db` exactly as [`matmul_split_sum`] would, so the bits are
-/// the two-launch path's. It leaves its counter 0 again for the next launch. `$side`: the
-/// tile's side.
+/// The tiled product kernels, one skeleton for every tiling. Invoked as
+///
+/// ```text
+/// tiled_product! {
+///     /// docs
+///     $name, serial $serial;
+///     side S, k step K, stride P;
+///     registers acc = [0.0f32; ..], d = [0.0f32; ..];
+///     locals { the tiling's own locals }
+///     steps whole |kk| { one k value } sums |kk| { its row sums' share }   (or `steps partial`)
+///     finish { row sums and epilogue }
+/// }
+/// ```
+///
+/// it writes `$name` (the parameters of [`matmul_t64`]) on `S×S` tiles of `C`, `k` in steps
+/// of `K` staged in workgroup memory `sa`/`sb` (`K` rows of `P` words, one per value of `k`),
+/// each of the 256 invocations storing `S·K/256` elements of each tile per step that it
+/// loaded into registers (`pa`/`pb`) while the previous step computed. `steps whole` runs
+/// every step over `K` values of `k` (the tile loads zero what lies past `k`); `steps
+/// partial` gives whole steps a constant trip count (unrolled by GPU compilers) and loops the
+/// last, partial step of `k` over what it holds (the test is `k0 + K <= k1`: written as
+/// `steps == K`, LLVM merged the two loops into the partial one, never unrolled whole). The
+/// tiling's fragments see the skeleton's locals (`tid`, `tx`, `ty`, `row0`, `col0`, `sums`,
+/// `zc`, `zd`, `k0`, `k1`, …) and its constants `SIDE`, `K_STEP`, `STRIDE`.
+///
+/// From the same body it writes the serial split-K sibling `$serial`: the body run with the
+/// epilogue off (the launcher passes no bias, activation, gate or accumulation) writes layer
+/// `z`'s raw partial product into `c` and its row sums into `db` (the scratch of a split
+/// product, as [`matmul`]'s two-launch split), then the workgroups of each output tile count
+/// their arrivals on `counters[tile]`, and the last to arrive sums the tile's `parts`
+/// partials in increasing `z` and applies the epilogue (`e_*`) into `out_c` and `out_db`
+/// exactly as [`matmul_split_sum`] would, so the bits are the two-launch path's. It leaves its
+/// counter 0 again for the next launch.
 macro_rules! tiled_product {
     (
-        side = $side:literal;
-        serial $serial:ident;
         $(#[$doc:meta])*
-        pub fn $name:ident($($params:tt)*) { $($body:tt)* }
+        $name:ident, serial $serial:ident;
+        side $side:literal, k step $kstep:literal, stride $stride:literal;
+        registers acc = $acc:tt, d = $d:tt;
+        locals { $($locals:tt)* }
+        steps whole |$kk:ident| { $($step:tt)* }
+        sums |$sk:ident| { $($sums:tt)* }
+        finish { $($finish:tt)* }
+    ) => {
+        tiled_product! {
+            @body $(#[$doc])* $name, $serial; $side, $kstep, $stride; $acc, $d;
+            { $($locals)* }
+            {
+                for $kk in 0..K_STEP {
+                    $($step)*
+                }
+                if sums {
+                    for $sk in 0..K_STEP {
+                        $($sums)*
+                    }
+                }
+            }
+            { $($finish)* }
+        }
+    };
+    (
+        $(#[$doc:meta])*
+        $name:ident, serial $serial:ident;
+        side $side:literal, k step $kstep:literal, stride $stride:literal;
+        registers acc = $acc:tt, d = $d:tt;
+        locals { $($locals:tt)* }
+        steps partial { $($slocals:tt)* } |$kk:ident| { $($step:tt)* }
+        sums |$sk:ident| in 0..$send:tt { $($sums:tt)* }
+        finish { $($finish:tt)* }
+    ) => {
+        tiled_product! {
+            @body $(#[$doc])* $name, $serial; $side, $kstep, $stride; $acc, $d;
+            { $($locals)* }
+            {
+                let k0 = kz + (t - 1) * K_STEP;
+                $($slocals)*
+                if k0 + K_STEP <= k1 {
+                    for $kk in 0..K_STEP {
+                        $($step)*
+                    }
+                } else {
+                    for $kk in 0..(k1 - k0) {
+                        $($step)*
+                    }
+                }
+                if sums {
+                    for $sk in 0..$send {
+                        $($sums)*
+                    }
+                }
+            }
+            { $($finish)* }
+        }
+    };
+    (
+        @body $(#[$doc:meta])* $name:ident, $serial:ident; $side:literal, $kstep:literal,
+        $stride:literal; $acc:tt, $d:tt;
+        { $($locals:tt)* } { $($step:tt)* } { $($finish:tt)* }
+    ) => {
+        tiled_product! {
+            @kernels $(#[$doc])* $name, $serial;
+            (
+                m: u32, n: u32, k: u32, kc: u32, ta: bool, tb: bool,
+                has_bias: bool, act: u32, gate: u32, accumulate: bool, has_db: bool,
+                a: &[f32], b: &[f32], bias: &[f32], aux: &[f32], c: &mut [f32], db: &mut [f32],
+            )
+            {
+                const SIDE: u32 = $side;
+                const K_STEP: u32 = $kstep;
+                const STRIDE: u32 = $stride;
+                // Elements of each tile one invocation stores per step.
+                const SHARE: u32 = SIDE * K_STEP / 256;
+                const WORDS: u32 = K_STEP * STRIDE;
+                // Rows (columns) and values of `k` between an invocation's elements of a tile.
+                const ROWS_APART: u32 = 256 / K_STEP;
+                const KS_APART: u32 = 256 / SIDE;
+                const K_ROUND: u32 = K_STEP - 1;
+                let sa = shared::<f32, WORDS>();
+                let sb = shared::<f32, WORDS>();
+                let tid = local_id().x;
+                let tx = tid % 16;
+                let ty = tid / 16;
+                let row0 = workgroup_id().y * SIDE;
+                let col0 = workgroup_id().x * SIDE;
+                $($locals)*
+                // Element q of this invocation's share of a tile: (row or column, k) =
+                // (r + dr·q, kk + dk·q), consecutive invocations along the dimension that is
+                // contiguous in memory.
+                let ra = if ta { tid % SIDE } else { tid / K_STEP };
+                let ka = if ta { tid / SIDE } else { tid % K_STEP };
+                let dra = if ta { 0u32 } else { ROWS_APART };
+                let dka = if ta { KS_APART } else { 0u32 };
+                let cb = if tb { tid / K_STEP } else { tid % SIDE };
+                let kb = if tb { tid % K_STEP } else { tid / SIDE };
+                let dcb = if tb { ROWS_APART } else { 0u32 };
+                let dkb = if tb { 0u32 } else { KS_APART };
+                // This invocation's share of the next tile (loaded ahead), its block of `C` and
+                // its rows' sums: registers, as every index of them is a constant of an
+                // unrolled loop.
+                let mut pa = [0.0f32; SHARE];
+                let mut pb = [0.0f32; SHARE];
+                let mut acc = $acc;
+                let mut d = $d;
+                let sums = has_db && workgroup_id().x == 0 && tx == 0;
+                // This launch's part of `k`: `[kz, k1)`, part `z` of a split `k` (else all of it).
+                let z = workgroup_id().z;
+                let kz = z * kc;
+                let k1 = min(k, kz + kc);
+                let zc = z * m * n;
+                let zd = z * m;
+                let tiles = (k1 - kz + K_ROUND) / K_STEP;
+                for t in 0..(tiles + 1) {
+                    if t > 0 {
+                        for q in 0..SHARE {
+                            sa[(ka + q * dka) * STRIDE + ra + q * dra] = pa[q];
+                            sb[(kb + q * dkb) * STRIDE + cb + q * dcb] = pb[q];
+                        }
+                        barrier();
+                    }
+                    if t < tiles {
+                        let k0 = kz + t * K_STEP;
+                        for q in 0..SHARE {
+                            pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q,
+                                m, k, k1);
+                            pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q,
+                                n, k, k1);
+                        }
+                    }
+                    if t > 0 {
+                        $($step)*
+                        barrier();
+                    }
+                }
+                $($finish)*
+            }
+        }
+    };
+    (
+        @kernels $(#[$doc:meta])* $name:ident, $serial:ident;
+        ($($params:tt)*) { $($body:tt)* }
     ) => {
         $(#[$doc])*
         #[kernel(workgroup = 256)]
@@ -119,14 +284,8 @@ macro_rules! tiled_product {
         #[allow(clippy::too_many_arguments)]
         pub fn $serial(
             $($params)*
-            parts: u32,
-            e_has_bias: bool,
-            e_act: u32,
-            e_gate: u32,
-            e_accumulate: bool,
-            out_c: &mut [f32],
-            out_db: &mut [f32],
-            counters: &mut [u32],
+            parts: u32, e_has_bias: bool, e_act: u32, e_gate: u32, e_accumulate: bool,
+            out_c: &mut [f32], out_db: &mut [f32], counters: &mut [u32],
         ) {
             $($body)*
             // This invocation's partial is stored: fence it device-wide before the arrival is
@@ -148,9 +307,9 @@ macro_rules! tiled_product {
                 // `matmul_split_sum`'s sums, over this tile's elements.
                 let s_mn = m * n;
                 let mut s_e = tid;
-                while s_e < $side * $side {
-                    let s_row = workgroup_id().y * $side + s_e / $side;
-                    let s_col = workgroup_id().x * $side + s_e % $side;
+                while s_e < SIDE * SIDE {
+                    let s_row = workgroup_id().y * SIDE + s_e / SIDE;
+                    let s_col = workgroup_id().x * SIDE + s_e % SIDE;
                     if s_row < m && s_col < n {
                         let s_idx = s_row * n + s_col;
                         let mut s_v = c[s_idx];
@@ -162,8 +321,8 @@ macro_rules! tiled_product {
                     }
                     s_e += 256;
                 }
-                if has_db && workgroup_id().x == 0 && tid < $side {
-                    let s_row = workgroup_id().y * $side + tid;
+                if has_db && workgroup_id().x == 0 && tid < SIDE {
+                    let s_row = workgroup_id().y * SIDE + tid;
                     if s_row < m {
                         let mut s_d = db[s_row];
                         for s_z in 1..parts {
@@ -181,8 +340,6 @@ macro_rules! tiled_product {
 }
 
 tiled_product! {
-    side = 64;
-    serial matmul_t64_serial;
     /// `C = op(A)·op(B)` on 64×64 tiles (4×4 per invocation), `k` in steps of 16. `ta`/`tb`: `A`
     /// is stored `k × m` / `B` is stored `n × k`. Epilogue per element: `+ bias[col]` (when
     /// `has_bias`), activation `act`, times `gate′(aux[row, col])` (when `gate != 0`),
@@ -194,105 +351,40 @@ tiled_product! {
     ///
     /// Step `t` stores the tile that step `t − 1` loaded into registers, then loads the next
     /// tile while it computes on this one, so global loads overlap the arithmetic.
-    pub fn matmul_t64(
-        m: u32,
-        n: u32,
-        k: u32,
-        kc: u32,
-        ta: bool,
-        tb: bool,
-        has_bias: bool,
-        act: u32,
-        gate: u32,
-        accumulate: bool,
-        has_db: bool,
-        a: &[f32],
-        b: &[f32],
-        bias: &[f32],
-        aux: &[f32],
-        c: &mut [f32],
-        db: &mut [f32],
-    ) {
-        let sa = shared::<f32, 1088>();
-        let sb = shared::<f32, 1088>();
-        let tid = local_id().x;
-        let tx = tid % 16;
-        let ty = tid / 16;
+    matmul_t64, serial matmul_t64_serial;
+    side 64, k step 16, stride 68;
+    // The 4×4 block: row `i`, column `j` at `acc[i * 4 + j]`.
+    registers acc = [0.0f32; 16], d = [0.0f32; 4];
+    locals {
         // Rows ty·4 + i and columns tx·4 + j: each invocation's four values of a k-slice are
         // adjacent and 16-byte aligned in workgroup memory (row stride 68), ready for vector
         // loads (NVRTC does not form them from this CUDA C yet; still 11% faster on the H200
         // than rows ty + 16i).
         let ty4 = ty * 4;
         let tx4 = tx * 4;
-        let row0 = workgroup_id().y * 64;
-        let col0 = workgroup_id().x * 64;
-        // Element q of this invocation's share of a tile: (row or column, k) = (r + dr·q, kk + dk·q),
-        // consecutive invocations along the dimension that is contiguous in memory.
-        let ra = if ta { tid % 64 } else { tid / 16 };
-        let ka = if ta { tid / 64 } else { tid % 16 };
-        let dra = if ta { 0u32 } else { 16u32 };
-        let dka = if ta { 4u32 } else { 0u32 };
-        let cb = if tb { tid / 16 } else { tid % 64 };
-        let kb = if tb { tid % 16 } else { tid / 64 };
-        let dcb = if tb { 16u32 } else { 0u32 };
-        let dkb = if tb { 0u32 } else { 4u32 };
-        // This invocation's share of the next tile (loaded ahead), its 4×4 block of `C` (row
-        // `i`, column `j` at `acc[i * 4 + j]`) and its rows' sums: registers, as every index below
-        // is a constant of an unrolled loop.
-        let mut pa = [0.0f32; 4];
-        let mut pb = [0.0f32; 4];
-        let mut acc = [0.0f32; 16];
-        let mut d = [0.0f32; 4];
-        let sums = has_db && workgroup_id().x == 0 && tx == 0;
-        // This launch's part of `k`: `[kz, k1)`, part `z` of a split `k` (else all of it).
-        let z = workgroup_id().z;
-        let kz = z * kc;
-        let k1 = min(k, kz + kc);
-        let zc = z * m * n;
-        let zd = z * m;
-        let tiles = (k1 - kz + 15) / 16;
-        for t in 0..(tiles + 1) {
-            if t > 0 {
-                for q in 0..4u32 {
-                    sa[(ka + q * dka) * 68 + ra + q * dra] = pa[q];
-                    sb[(kb + q * dkb) * 68 + cb + q * dcb] = pb[q];
-                }
-                barrier();
-            }
-            if t < tiles {
-                let k0 = kz + t * 16;
-                for q in 0..4u32 {
-                    pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
-                    pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
-                }
-            }
-            if t > 0 {
-                for kk in 0..16u32 {
-                    let o = kk * 68;
-                    let mut av = [0.0f32; 4];
-                    let mut bv = [0.0f32; 4];
-                    for i in 0..4u32 {
-                        av[i] = sa[o + ty4 + i];
-                    }
-                    for j in 0..4u32 {
-                        bv[j] = sb[o + tx4 + j];
-                    }
-                    for i in 0..4u32 {
-                        for j in 0..4u32 {
-                            acc[i * 4 + j] = fma(av[i], bv[j], acc[i * 4 + j]);
-                        }
-                    }
-                }
-                if sums {
-                    for kk in 0..16u32 {
-                        for i in 0..4u32 {
-                            d[i] += sa[kk * 68 + ty4 + i];
-                        }
-                    }
-                }
-                barrier();
+    }
+    steps whole |kk| {
+        let o = kk * STRIDE;
+        let mut av = [0.0f32; 4];
+        let mut bv = [0.0f32; 4];
+        for i in 0..4u32 {
+            av[i] = sa[o + ty4 + i];
+        }
+        for j in 0..4u32 {
+            bv[j] = sb[o + tx4 + j];
+        }
+        for i in 0..4u32 {
+            for j in 0..4u32 {
+                acc[i * 4 + j] = fma(av[i], bv[j], acc[i * 4 + j]);
             }
         }
+    }
+    sums |kk| {
+        for i in 0..4u32 {
+            d[i] += sa[kk * STRIDE + ty4 + i];
+        }
+    }
+    finish {
         if sums {
             for i in 0..4u32 {
                 let row = row0 + ty4 + i;
@@ -331,96 +423,23 @@ tiled_product! {
 }
 
 tiled_product! {
-    side = 16;
-    serial matmul_t16_serial;
     /// `C = op(A)·op(B)` on 16×16 tiles, one element per invocation, `k` in steps of 64 (few
     /// steps for the long `k` of small products, where each step's latency dominates), with the
     /// same register prefetch. Parameters and epilogue as in [`matmul_t64`].
-    pub fn matmul_t16(
-        m: u32,
-        n: u32,
-        k: u32,
-        kc: u32,
-        ta: bool,
-        tb: bool,
-        has_bias: bool,
-        act: u32,
-        gate: u32,
-        accumulate: bool,
-        has_db: bool,
-        a: &[f32],
-        b: &[f32],
-        bias: &[f32],
-        aux: &[f32],
-        c: &mut [f32],
-        db: &mut [f32],
-    ) {
-        let sa = shared::<f32, 1088>();
-        let sb = shared::<f32, 1088>();
-        let tid = local_id().x;
-        let tx = tid % 16;
-        let ty = tid / 16;
-        let row0 = workgroup_id().y * 16;
-        let col0 = workgroup_id().x * 16;
+    matmul_t16, serial matmul_t16_serial;
+    side 16, k step 64, stride 17;
+    registers acc = 0.0, d = 0.0;
+    locals {
         let row = row0 + ty;
         let col = col0 + tx;
-        // Element q of this invocation's share of a 16×64 tile, as in `matmul_t64`.
-        let ra = if ta { tid % 16 } else { tid / 64 };
-        let ka = if ta { tid / 16 } else { tid % 64 };
-        let dra = if ta { 0u32 } else { 4u32 };
-        let dka = if ta { 16u32 } else { 0u32 };
-        let cb = if tb { tid / 64 } else { tid % 16 };
-        let kb = if tb { tid % 64 } else { tid / 16 };
-        let dcb = if tb { 4u32 } else { 0u32 };
-        let dkb = if tb { 0u32 } else { 16u32 };
-        let mut pa = [0.0f32; 4];
-        let mut pb = [0.0f32; 4];
-        let mut acc = 0.0;
-        let mut d = 0.0;
-        let sums = has_db && workgroup_id().x == 0 && tx == 0;
-        // This launch's part of `k`, as in `matmul_t64`.
-        let z = workgroup_id().z;
-        let kz = z * kc;
-        let k1 = min(k, kz + kc);
-        let zc = z * m * n;
-        let zd = z * m;
-        let tiles = (k1 - kz + 63) / 64;
-        for t in 0..(tiles + 1) {
-            if t > 0 {
-                for q in 0..4u32 {
-                    sa[(ka + q * dka) * 17 + ra + q * dra] = pa[q];
-                    sb[(kb + q * dkb) * 17 + cb + q * dcb] = pb[q];
-                }
-                barrier();
-            }
-            if t < tiles {
-                let k0 = kz + t * 64;
-                for q in 0..4u32 {
-                    pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
-                    pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
-                }
-            }
-            if t > 0 {
-                // A constant trip count for whole steps (unrolled by GPU compilers); only the
-                // last, partial step of `k` loops over what it holds.
-                let k0 = kz + (t - 1) * 64;
-                if k0 + 64 <= k1 {
-                    for kk in 0..64u32 {
-                        acc = fma(sa[kk * 17 + ty], sb[kk * 17 + tx], acc);
-                    }
-                } else {
-                    for kk in 0..(k1 - k0) {
-                        acc = fma(sa[kk * 17 + ty], sb[kk * 17 + tx], acc);
-                    }
-                }
-                if sums {
-                    for kk in 0..min(64u32, k1 - k0) {
-                        d += sa[kk * 17 + ty];
-                    }
-                }
-                barrier();
-            }
-        }
+    }
+    steps partial {} |kk| {
+        acc = fma(sa[kk * STRIDE + ty], sb[kk * STRIDE + tx], acc);
+    }
+    sums |kk| in 0..(min(K_STEP, k1 - k0)) {
+        d += sa[kk * STRIDE + ty];
+    }
+    finish {
         if row < m {
             if sums {
                 store(d, zd + row, accumulate, db);
@@ -435,8 +454,6 @@ tiled_product! {
 }
 
 tiled_product! {
-    side = 32;
-    serial matmul_t32_serial;
     /// `C = op(A)·op(B)` on 32×32 tiles, 256 invocations each computing a 2×2 block (rows
     /// `ty + 16i`, columns `tx + 16j`), `k` in steps of 64 through workgroup memory with the
     /// register prefetch of [`matmul_t64`]: as many steps as [`matmul_t16`] (the step count, each
@@ -446,123 +463,38 @@ tiled_product! {
     /// epilogue, split-K layers and row sums as in [`matmul_t64`]; each element is the same sum
     /// in the same order (increasing `k` from 0 within its part, one `fma` per term).
     ///
-    /// Its two tiles take 16,896 bytes of workgroup memory: past WebGPU's default minimum of
+    /// Its two tiles take 16,896 bytes of workgroup memory (64 values of k × 32 rows or
+    /// columns, row stride 33: both the stores of a tile load, consecutive invocations along k
+    /// or along rows, and the reads fall in distinct banks): past WebGPU's default minimum of
     /// 16 KiB (desktop adapters offer 32 KiB or more; on one that does not, the wgpu backend
     /// refuses the launch with [`Error::Limit`]).
-    pub fn matmul_t32(
-        m: u32,
-        n: u32,
-        k: u32,
-        kc: u32,
-        ta: bool,
-        tb: bool,
-        has_bias: bool,
-        act: u32,
-        gate: u32,
-        accumulate: bool,
-        has_db: bool,
-        a: &[f32],
-        b: &[f32],
-        bias: &[f32],
-        aux: &[f32],
-        c: &mut [f32],
-        db: &mut [f32],
-    ) {
-        // 64 values of k × 32 rows (columns), row stride 33: both the stores of a tile load
-        // (consecutive invocations along k, or along rows) and the reads fall in distinct banks.
-        let sa = shared::<f32, 2112>();
-        let sb = shared::<f32, 2112>();
-        let tid = local_id().x;
-        let tx = tid % 16;
-        let ty = tid / 16;
-        let row0 = workgroup_id().y * 32;
-        let col0 = workgroup_id().x * 32;
-        // Element q of this invocation's share of a 32×64 tile, as in `matmul_t64`: 8 each.
-        let ra = if ta { tid % 32 } else { tid / 64 };
-        let ka = if ta { tid / 32 } else { tid % 64 };
-        let dra = if ta { 0u32 } else { 4u32 };
-        let dka = if ta { 8u32 } else { 0u32 };
-        let cb = if tb { tid / 64 } else { tid % 32 };
-        let kb = if tb { tid % 64 } else { tid / 32 };
-        let dcb = if tb { 4u32 } else { 0u32 };
-        let dkb = if tb { 0u32 } else { 8u32 };
-        // Registers, as every index below is a constant of an unrolled loop: the next tile's
-        // share, the 2×2 block (row `i`, column `j` at `acc[i * 2 + j]`) and its rows' sums.
-        let mut pa = [0.0f32; 8];
-        let mut pb = [0.0f32; 8];
-        let mut acc = [0.0f32; 4];
-        let mut d = [0.0f32; 2];
-        let sums = has_db && workgroup_id().x == 0 && tx == 0;
-        // This launch's part of `k`, as in `matmul_t64`.
-        let z = workgroup_id().z;
-        let kz = z * kc;
-        let k1 = min(k, kz + kc);
-        let zc = z * m * n;
-        let zd = z * m;
-        let tiles = (k1 - kz + 63) / 64;
-        for t in 0..(tiles + 1) {
-            if t > 0 {
-                for q in 0..8u32 {
-                    sa[(ka + q * dka) * 33 + ra + q * dra] = pa[q];
-                    sb[(kb + q * dkb) * 33 + cb + q * dcb] = pb[q];
-                }
-                barrier();
-            }
-            if t < tiles {
-                let k0 = kz + t * 64;
-                for q in 0..8u32 {
-                    pa[q] = tile_load(a, ta, row0 + ra + dra * q, k0 + ka + dka * q, m, k, k1);
-                    pb[q] = tile_load(b, !tb, col0 + cb + dcb * q, k0 + kb + dkb * q, n, k, k1);
-                }
-            }
-            if t > 0 {
-                // Whole steps have a constant trip count (unrolled by GPU compilers); only the
-                // last, partial step of `k` loops over what it holds, as in `matmul_t16`. (The
-                // test is `matmul_t16`'s: with `steps == 64` LLVM merges the two loops into the
-                // partial one, never unrolled whole.)
-                let k0 = kz + (t - 1) * 64;
-                let steps = min(64u32, k1 - k0);
-                if k0 + 64 <= k1 {
-                    for kk in 0..64u32 {
-                        let o = kk * 33;
-                        let mut av = [0.0f32; 2];
-                        let mut bv = [0.0f32; 2];
-                        for i in 0..2u32 {
-                            av[i] = sa[o + ty + 16 * i];
-                            bv[i] = sb[o + tx + 16 * i];
-                        }
-                        for i in 0..2u32 {
-                            for j in 0..2u32 {
-                                acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
-                            }
-                        }
-                    }
-                } else {
-                    for kk in 0..(k1 - k0) {
-                        let o = kk * 33;
-                        let mut av = [0.0f32; 2];
-                        let mut bv = [0.0f32; 2];
-                        for i in 0..2u32 {
-                            av[i] = sa[o + ty + 16 * i];
-                            bv[i] = sb[o + tx + 16 * i];
-                        }
-                        for i in 0..2u32 {
-                            for j in 0..2u32 {
-                                acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
-                            }
-                        }
-                    }
-                }
-                if sums {
-                    for kk in 0..steps {
-                        for i in 0..2u32 {
-                            d[i] += sa[kk * 33 + ty + 16 * i];
-                        }
-                    }
-                }
-                barrier();
+    matmul_t32, serial matmul_t32_serial;
+    side 32, k step 64, stride 33;
+    // The 2×2 block: row `i`, column `j` at `acc[i * 2 + j]`.
+    registers acc = [0.0f32; 4], d = [0.0f32; 2];
+    locals {}
+    // The sums' bound before the step's loops (NVRTC's code for either place differs in
+    // each tiling; each keeps the place it was measured with).
+    steps partial { let steps = min(K_STEP, k1 - k0); } |kk| {
+        let o = kk * STRIDE;
+        let mut av = [0.0f32; 2];
+        let mut bv = [0.0f32; 2];
+        for i in 0..2u32 {
+            av[i] = sa[o + ty + 16 * i];
+            bv[i] = sb[o + tx + 16 * i];
+        }
+        for i in 0..2u32 {
+            for j in 0..2u32 {
+                acc[i * 2 + j] = fma(av[i], bv[j], acc[i * 2 + j]);
             }
         }
+    }
+    sums |kk| in 0..steps {
+        for i in 0..2u32 {
+            d[i] += sa[kk * STRIDE + ty + 16 * i];
+        }
+    }
+    finish {
         if sums {
             for i in 0..2u32 {
                 let row = row0 + ty + 16 * i;
@@ -698,16 +630,9 @@ macro_rules! epilogue_cast_kernels {
         #[device]
         #[allow(clippy::too_many_arguments)]
         fn $span(
-            first: u32,
-            stride: u32,
-            n: u32,
-            has_bias: bool,
-            act: u32,
-            gate: u32,
-            bias: &[f32],
-            aux: &[f32],
-            c: &mut [f32],
-            c16: &mut [$t],
+            first: u32, stride: u32,
+            n: u32, has_bias: bool, act: u32, gate: u32, bias: &[f32], aux: &[f32],
+            c: &mut [f32], c16: &mut [$t],
         ) {
             let len = c.len();
             let mut idx = first;
@@ -723,14 +648,8 @@ macro_rules! epilogue_cast_kernels {
         #[kernel(workgroup = 256)]
         #[allow(clippy::too_many_arguments)]
         pub fn $cast(
-            n: u32,
-            has_bias: bool,
-            act: u32,
-            gate: u32,
-            bias: &[f32],
-            aux: &[f32],
-            c: &mut [f32],
-            c16: &mut [$t],
+            n: u32, has_bias: bool, act: u32, gate: u32, bias: &[f32], aux: &[f32],
+            c: &mut [f32], c16: &mut [$t],
         ) {
             $span(global_id().x, global_size().x, n, has_bias, act, gate, bias, aux, c, c16);
         }
@@ -739,20 +658,9 @@ macro_rules! epilogue_cast_kernels {
         #[kernel(workgroup = 256)]
         #[allow(clippy::too_many_arguments)]
         pub fn $sums(
-            n: u32,
-            has_bias: bool,
-            act: u32,
-            gate: u32,
-            sum_groups: u32,
-            m: u32,
-            k: u32,
-            accumulate: bool,
-            bias: &[f32],
-            aux: &[f32],
-            a: &[f32],
-            c: &mut [f32],
-            c16: &mut [$t],
-            db: &mut [f32],
+            n: u32, has_bias: bool, act: u32, gate: u32,
+            sum_groups: u32, m: u32, k: u32, accumulate: bool,
+            bias: &[f32], aux: &[f32], a: &[f32], c: &mut [f32], c16: &mut [$t], db: &mut [f32],
         ) {
             // Two jobs side by side, split by workgroup (a uniform branch): the first
             // `sum_groups` workgroups sum, the others run the epilogue.
@@ -1305,6 +1213,18 @@ pub fn matmul_row_sums<C: Launch + ?Sized>(
     launch(cx, g, a, b, c, Some(db), epi)
 }
 
+/// `$kernel::launch($args)` for the kernel of `tile` among the tilings' `(t64, t32, t16)`,
+/// which take the same arguments.
+macro_rules! by_tile {
+    ($tile:expr, ($t64:ident, $t32:ident, $t16:ident), ($($args:tt)*)) => {
+        match $tile {
+            Tile::T64 => $t64::launch($($args)*),
+            Tile::T32 => $t32::launch($($args)*),
+            _ => $t16::launch($($args)*),
+        }
+    };
+}
+
 fn launch<C: Launch + ?Sized>(
     cx: &C,
     g: Gemm,
@@ -1359,23 +1279,15 @@ fn launch<C: Launch + ?Sized>(
         return split_k(cx, g, kc, tile, (gx, gy), a, b, c, db, epi);
     }
     let grid = Grid::workgroups_2d(gx, gy);
-    let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
-    // Unused inputs are bound to `a` (never read); an unused `db` to an empty view past `c`.
-    let bias = epi.bias.unwrap_or(a);
-    let aux = epi.gate.map(|(_, x)| x).unwrap_or(a);
-    let accumulate = epi.accumulate.unwrap_or(ScalarArg::from(false));
+    let e = epi.args(a);
     let has_db = db.is_some();
-    let mut empty;
-    let db = match db {
-        Some(d) => d,
-        None => {
-            empty = c.slice(c.len()..c.len())?;
-            &mut empty
-        }
-    };
+    let mut empty = None;
+    let db = db_or_empty(db, c, &mut empty)?;
     let (m, n, k) = (g.m as u32, g.n as u32, g.k as u32);
-    match tile {
-        Tile::T64 => matmul_t64::launch(
+    by_tile!(
+        tile,
+        (matmul_t64, matmul_t32, matmul_t16),
+        (
             cx,
             grid,
             m,
@@ -1384,61 +1296,57 @@ fn launch<C: Launch + ?Sized>(
             k,
             g.ta,
             g.tb,
-            epi.bias.is_some(),
-            epi.act.code(),
-            gate,
-            accumulate,
+            e.has_bias,
+            e.act,
+            e.gate,
+            e.accumulate,
             has_db,
             a,
             b,
-            bias,
-            aux,
+            e.bias,
+            e.aux,
             c,
             db,
-        ),
-        Tile::T32 => matmul_t32::launch(
-            cx,
-            grid,
-            m,
-            n,
-            k,
-            k,
-            g.ta,
-            g.tb,
-            epi.bias.is_some(),
-            epi.act.code(),
-            gate,
-            accumulate,
-            has_db,
-            a,
-            b,
-            bias,
-            aux,
-            c,
-            db,
-        ),
-        _ => matmul_t16::launch(
-            cx,
-            grid,
-            m,
-            n,
-            k,
-            k,
-            g.ta,
-            g.tb,
-            epi.bias.is_some(),
-            epi.act.code(),
-            gate,
-            accumulate,
-            has_db,
-            a,
-            b,
-            bias,
-            aux,
-            c,
-            db,
-        ),
+        )
+    )
+}
+
+/// An [`Epilogue`] as a product kernel's arguments.
+struct EpilogueArgs<'a> {
+    has_bias: bool,
+    act: u32,
+    /// The gate's activation code, 0 for none.
+    gate: u32,
+    bias: &'a Buffer<f32>,
+    aux: &'a Buffer<f32>,
+    accumulate: ScalarArg<bool>,
+}
+
+impl Epilogue<'_> {
+    /// The kernel arguments of this epilogue, an unused `bias` or `aux` bound to `unused`
+    /// (never read).
+    fn args<'s>(&'s self, unused: &'s Buffer<f32>) -> EpilogueArgs<'s> {
+        EpilogueArgs {
+            has_bias: self.bias.is_some(),
+            act: self.act.code(),
+            gate: self.gate.map(|(act, _)| act.code()).unwrap_or(0),
+            bias: self.bias.unwrap_or(unused),
+            aux: self.gate.map(|(_, x)| x).unwrap_or(unused),
+            accumulate: self.accumulate.unwrap_or(ScalarArg::from(false)),
+        }
     }
+}
+
+/// `db`, or (a kernel's unused row sums) an empty view past the end of `c`, kept in `empty`.
+fn db_or_empty<'d>(
+    db: Option<&'d mut Buffer<f32>>,
+    c: &Buffer<f32>,
+    empty: &'d mut Option<Buffer<f32>>,
+) -> Result<&'d mut Buffer<f32>> {
+    Ok(match db {
+        Some(d) => d,
+        None => empty.insert(c.slice(c.len()..c.len())?),
+    })
 }
 
 /// A product split by [`Gemm::split_parts`]: layer `z` of one launch computes the raw partial
@@ -1487,20 +1395,9 @@ fn split_k<C: Launch + ?Sized>(
     let grid = Grid::workgroups_3d(gx, gy, parts as u32);
     let (mu, nu, ku, kcu) = (g.m as u32, g.n as u32, g.k as u32, kc as u32);
     let no = false;
-    let gate = epi.gate.map(|(act, _)| act.code()).unwrap_or(0);
-    // Unused inputs are bound to `a` (never read); an unused `db` to an empty view past `c`.
-    let bias = epi.bias.unwrap_or(a);
-    let aux = epi.gate.map(|(_, x)| x).unwrap_or(a);
-    let accumulate = epi.accumulate.unwrap_or(ScalarArg::from(false));
-    let (has_bias, act) = (epi.bias.is_some(), epi.act.code());
-    let mut empty;
-    let db = match db {
-        Some(d) => d,
-        None => {
-            empty = c.slice(c.len()..c.len())?;
-            &mut empty
-        }
-    };
+    let e = epi.args(a);
+    let mut empty = None;
+    let db = db_or_empty(db, c, &mut empty)?;
     let counters = if a.device().split_serial() {
         cx.counters(gx as usize * gy as usize)?
     } else {
@@ -1508,52 +1405,63 @@ fn split_k<C: Launch + ?Sized>(
     };
     if let Some(mut cnt) = counters {
         let parts = parts as u32;
-        return match tile {
-            Tile::T64 => matmul_t64_serial::launch(
-                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
-                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
-            ),
-            Tile::T32 => matmul_t32_serial::launch(
-                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
-                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
-            ),
-            _ => matmul_t16_serial::launch(
-                cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, bias, aux,
-                &mut pc, &mut pd, parts, has_bias, act, gate, accumulate, c, db, &mut cnt,
-            ),
-        };
+        return by_tile!(
+            tile,
+            (matmul_t64_serial, matmul_t32_serial, matmul_t16_serial),
+            (
+                cx,
+                grid,
+                mu,
+                nu,
+                ku,
+                kcu,
+                g.ta,
+                g.tb,
+                no,
+                0u32,
+                0u32,
+                no,
+                has_db,
+                a,
+                b,
+                e.bias,
+                e.aux,
+                &mut pc,
+                &mut pd,
+                parts,
+                e.has_bias,
+                e.act,
+                e.gate,
+                e.accumulate,
+                c,
+                db,
+                &mut cnt,
+            )
+        );
     }
-    if tile == Tile::T64 {
-        matmul_t64::launch(
+    by_tile!(
+        tile,
+        (matmul_t64, matmul_t32, matmul_t16),
+        (
             cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, a, a, &mut pc,
             &mut pd,
-        )?;
-    } else if tile == Tile::T32 {
-        matmul_t32::launch(
-            cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, a, a, &mut pc,
-            &mut pd,
-        )?;
-    } else {
-        matmul_t16::launch(
-            cx, grid, mu, nu, ku, kcu, g.ta, g.tb, no, 0u32, 0u32, no, has_db, a, b, a, a, &mut pc,
-            &mut pd,
-        )?;
-    }
+        )
+    )?;
     matmul_split_sum::launch(
         cx,
         Grid::workgroups(groups(mn.max(m))),
         mu,
         nu,
         parts as u32,
-        has_bias,
-        act,
-        gate,
-        accumulate,
+        e.has_bias,
+        e.act,
+        e.gate,
+        e.accumulate,
         has_db,
         &pc,
         &pd,
-        bias,
-        aux,
+        e.bias,
+        e.aux,
         c,
         db,
     )

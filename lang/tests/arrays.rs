@@ -144,7 +144,7 @@ fn constant_ranges_unroll_within_the_limits_and_others_stay_loops() {
 }
 
 #[test]
-fn constant_loops_that_index_no_array_stay_loops_that_wgsl_emits_as_copies() {
+fn constant_loops_that_index_no_array_stay_loops_that_wgsl_emits_as_copies_up_to_16_trips() {
     let k = kernel(quote! {
         fn k(x: &[f32], y: &mut [f32]) {
             let s = shared::<f32, 64>();
@@ -180,6 +180,29 @@ fn constant_loops_that_index_no_array_stay_loops_that_wgsl_emits_as_copies() {
     assert!(!wgsl.contains("for ("), "{wgsl}");
     assert_eq!(wgsl.matches("workgroupBarrier()").count(), 16, "{wgsl}");
     assert!(wgsl.contains("= 15u;"), "{wgsl}");
+
+    // Past 16 trips WGSL keeps the loop too (as `matmul_t16`'s 64-step `k` loop), for the
+    // driver to unroll; the values still bound nested loops as if it were copies.
+    let k = kernel(quote! {
+        fn k(x: &[f32], y: &mut [f32]) {
+            let t = local_id().x;
+            let mut acc = 0.0f32;
+            for kk in 0..17u32 {
+                acc = fma(x[kk * 64 + t], x[kk], acc);
+            }
+            for kk in 0..64u32 {
+                acc += x[kk * 64 + t];
+            }
+            y[t] = acc;
+        }
+    });
+    assert_eq!(count(&k.body, &is_for), 2);
+    let cuda = emit::cuda::emit(&k);
+    assert_eq!(cuda.matches("for (").count(), 2, "{cuda}");
+    let wgsl = valid_wgsl(&k);
+    assert_eq!(wgsl.matches("for (").count(), 2, "{wgsl}");
+    assert!(wgsl.contains("< kk_"), "{wgsl}");
+    assert!(!wgsl.contains("= 16u;"), "{wgsl}");
 
     // A constant loop of no trips: no copy, and the barriers after it keep their places.
     let k = kernel(quote! {
@@ -454,4 +477,29 @@ fn a_divergent_barrier_in_an_unrolled_loop_is_reported_once() {
         "{}",
         errs[0]
     );
+}
+
+#[test]
+fn if_values_on_a_flag_are_statement_ifs_in_wgsl() {
+    let k = kernel(quote! {
+        fn k(t: bool, n: u32, x: &[f32], y: &mut [f32]) {
+            let i = global_id().x;
+            // On a flag, with an arm that computes: a statement `if` (only the taken arm runs).
+            let at = if t { i * n + 1 } else { n * 2 + i };
+            // On a comparison, or with operands for arms: `select`.
+            let w = if i < n { x[i] * 2.0 } else { 0.0 };
+            let s = if t { 1.0 } else { 0.5 };
+            if at < y.len() {
+                y[at] = w * s;
+            }
+        }
+    });
+    let wgsl = valid_wgsl(&k);
+    assert!(wgsl.contains("if (t_p) {"), "{wgsl}");
+    assert!(!wgsl.contains("select(((n_p * 2u)"), "{wgsl}");
+    assert!(wgsl.contains("select(0e0f, "), "{wgsl}");
+    assert!(wgsl.contains("select(5e-1f, 1e0f, t_p)"), "{wgsl}");
+    // CUDA C keeps its conditional expressions.
+    let cuda = emit::cuda::emit(&k);
+    assert_eq!(cuda.matches("(t_p ? ").count(), 2, "{cuda}");
 }

@@ -1,9 +1,10 @@
 //! Every kernel's CUDA C compiles with NVRTC (no GPU needed; skipped without libnvrtc unless
 //! `GRAPHED_REQUIRE` lists `nvrtc`).
 //!
-//! With `GRAPHED_DUMP_PTX=DIR`, the test also writes each kernel's PTX to `DIR/<name>.ptx`:
-//! what `ptxas -v --gpu-name sm_90` and `nvdisasm` read to compare a kernel's registers and
-//! instructions before and after a change to its source.
+//! With `GRAPHED_DUMP_PTX=DIR`, the test also writes each kernel's PTX to `DIR/<name>.ptx`
+//! (what `ptxas -v --gpu-name sm_90` and `nvdisasm` read to compare a kernel's registers and
+//! instructions before and after a change to its source) and its sources beside it:
+//! `<name>.cu` and `<name>.wgsl`, `<name>.checked.cu` and `<name>.checked.wgsl`, to diff.
 
 use graphed_kernels::{
     elementwise as ew, loss, matmul, matmul_mma as mma, optim, reduce, reduce_subgroup as rsg, rng,
@@ -53,8 +54,17 @@ fn every_kernel_compiles_for_cuda() {
             .unwrap_or_else(|e| panic!("{}: {e}\n{}", k.name, k.cuda));
         assert!(ptx.contains(&format!(".entry {}", k.name)), "{}", k.name);
         if let Some(dir) = &dump {
-            std::fs::write(dir.join(format!("{}.ptx", k.name)), &ptx)
-                .unwrap_or_else(|e| panic!("{}: writing its PTX to {dir:?}: {e}", k.name));
+            let files = [
+                ("ptx", ptx.as_str()),
+                ("cu", k.cuda),
+                ("wgsl", k.wgsl),
+                ("checked.cu", k.checked.cuda),
+                ("checked.wgsl", k.checked.wgsl),
+            ];
+            for (ext, text) in files {
+                std::fs::write(dir.join(format!("{}.{ext}", k.name)), text)
+                    .unwrap_or_else(|e| panic!("{}: writing its {ext} to {dir:?}: {e}", k.name));
+            }
         }
     }
 }

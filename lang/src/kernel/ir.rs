@@ -445,7 +445,8 @@ pub enum Stmt {
         step: Option<Expr>,
         body: Vec<Stmt>,
         /// The variable's values when the range is known at compile time and short (see
-        /// the checker's `unroll`): the WGSL emitter writes one copy of the body per value.
+        /// the checker's `unroll`): the WGSL emitter writes one copy of the body per value
+        /// when there are at most `emit::wgsl::COPIES_MAX_TRIPS` of them.
         constant: Option<Vec<i64>>,
     },
     While {

@@ -7,10 +7,12 @@
 //! of its body, one per value of the loop variable, each with the variable bound to that
 //! value: indices built from it are then known at compile time, so the array stays in
 //! registers on every target. Any other constant loop stays one `Stmt::For` carrying its
-//! values: WGSL emits it as copies (GPU drivers behind naga unroll little themselves), CUDA C
-//! and the host as a loop, which NVRTC and rustc unroll as far as pays (copies from the front
-//! end made the 16×16 product tile's 64-step loop straight-line code, slower on the H200
-//! than NVRTC's own choice). The meaning is the loop's: the same values in the same order.
+//! values: WGSL emits it as copies up to 16 trips (`emit::wgsl::COPIES_MAX_TRIPS`), CUDA C,
+//! the host and longer WGSL ones as a loop, which NVRTC, rustc and the driver unroll as far
+//! as pays (copies from the front end made the 16×16 product tile's 64-step loop
+//! straight-line code, slower on the H200 than NVRTC's own choice, and the sampler on NVIDIA
+//! Vulkan slower than with the loop). The meaning is the loop's: the same values in the same
+//! order.
 
 use std::collections::{HashMap, HashSet};
 

@@ -13,6 +13,64 @@ use super::wgsl_half::{slice_layout, Layout};
 use super::bounds;
 use crate::kernel::ir::*;
 
+/// Trips up to which a constant loop that the checker left a loop (its variable indexes no
+/// per-invocation array) is written as copies of its body; a longer one stays a loop, for the
+/// driver to unroll as far as it pays, as NVRTC does with the CUDA C. `matmul_t16`'s 64-step
+/// `k` loop as 64 copies was the change in the sampler's hot loop when NVIDIA Vulkan replayed
+/// it 0.4–1.9% slower than at e50955d, where it was a loop (the same copies in CUDA C had been
+/// slower than NVRTC's unrolling on the H200); `matmul_t64`'s 16-step loop keeps its copies,
+/// with which NVIDIA Vulkan's MLP-M got faster.
+pub(crate) const COPIES_MAX_TRIPS: usize = 16;
+
+/// Whether a constant loop with these values of its variable is emitted as copies.
+fn as_copies(values: &[i64]) -> bool {
+    values.len() <= COPIES_MAX_TRIPS
+}
+
+/// Whether `let x = if c { a } else { b };` is worth a statement `if` in WGSL rather than a
+/// `select`, which evaluates both arms: `c` is a flag (a `bool` parameter or local, such as
+/// `tile_load`'s transposition, the same for a whole launch, so the branch costs little), an
+/// arm computes something (more than a literal, a local or a parameter), and neither calls a
+/// helper or a subgroup operation (which a branch would put under the flag's control flow).
+/// A condition computed per element (a comparison) keeps the `select`.
+fn worth_a_branch(c: &Expr, a: &Expr, b: &Expr) -> bool {
+    let operand = |e: &Expr| {
+        matches!(
+            e.kind,
+            ExprKind::LitF32(_)
+                | ExprKind::LitI32(_)
+                | ExprKind::LitU32(_)
+                | ExprKind::LitBool(_)
+                | ExprKind::Local(_)
+                | ExprKind::Scalar(_)
+        )
+    };
+    matches!(c.kind, ExprKind::Scalar(_) | ExprKind::Local(_))
+        && !(operand(a) && operand(b))
+        && no_calls(a)
+        && no_calls(b)
+}
+
+/// Whether `e` calls no helper and no subgroup operation.
+fn no_calls(e: &Expr) -> bool {
+    use ExprKind::*;
+    let place = |p: &Place| match p {
+        Place::Local(_) => true,
+        Place::Param(_, i) | Place::Shared(_, i) | Place::Array(_, i) => no_calls(i),
+    };
+    match &e.kind {
+        LitF32(_) | LitI32(_) | LitU32(_) | LitBool(_) | Local(_) | Scalar(_) | Len(_) | Id(_) => {
+            true
+        }
+        Load(p) => place(p),
+        Field(a, _) | Unary(_, a) | Cast(a, _) | Bits(a, _) => no_calls(a),
+        Binary(_, a, b) => no_calls(a) && no_calls(b),
+        Cond(c, a, b) => no_calls(c) && no_calls(a) && no_calls(b),
+        Math(_, args) => args.iter().all(no_calls),
+        Call(..) | Subgroup(..) => false,
+    }
+}
+
 /// The kernel as a WGSL compute shader (one entry point, `main`).
 pub fn emit(k: &Kernel) -> String {
     emit_with(k, None)
@@ -354,7 +412,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                         body,
                         constant: Some(values),
                         ..
-                    } => values.iter().for_each(|_| self.block(body)),
+                    } if as_copies(values) => values.iter().for_each(|_| self.block(body)),
                     Stmt::For {
                         start,
                         end,
@@ -666,6 +724,28 @@ impl Wgsl<'_> {
             Stmt::Let {
                 name,
                 ty: t,
+                init:
+                    Some(Expr {
+                        kind: ExprKind::Cond(c, a, b),
+                        ..
+                    }),
+                ..
+            } if self.checked.is_none() && worth_a_branch(c, a, b) => {
+                // `select` evaluates both arms (`tile_load`'s index was two products and a
+                // select per element, where e50955d computed one): a statement `if` evaluates
+                // the one taken, and the driver may still turn a small one into a select.
+                self.line(&format!("var {name}: {};", ty(*t)));
+                self.line(&format!("if ({}) {{", self.expr(c)));
+                for (arm, close) in [(a, "} else {"), (b, "}")] {
+                    self.indent += 1;
+                    self.line(&format!("{name} = {};", self.expr(arm)));
+                    self.indent -= 1;
+                    self.line(close);
+                }
+            }
+            Stmt::Let {
+                name,
+                ty: t,
                 mutable,
                 init,
             } => match (init, mutable) {
@@ -792,7 +872,7 @@ impl Wgsl<'_> {
                 body,
                 constant: Some(values),
                 ..
-            } => {
+            } if as_copies(values) => {
                 // One copy per value, each binding the variable: straight-line code, as the
                 // checker's unrolled loops (`storage_barriers` walks it so too).
                 for &v in values {

@@ -313,6 +313,34 @@ mod tests {
         }
     }
 
+    /// A 2×2×1 vendor product of `a`'s and `b`'s first two elements into all of `c`, using the
+    /// shared workspace, with a fused epilogue and its vector when given.
+    fn product(
+        a: &RawView,
+        b: &RawView,
+        c: &RawView,
+        fused: Option<(crate::blas::Fused, RawView)>,
+    ) -> Op {
+        Op::Sgemm {
+            shape: crate::blas::GemmShape {
+                m: 2,
+                n: 2,
+                k: 1,
+                ta: false,
+                tb: false,
+                types: crate::blas::GemmTypes::F32,
+                fused: fused.as_ref().map(|(f, _)| *f),
+                tuned: false,
+            },
+            args: 0,
+            a: view(a, 0, 2),
+            b: view(b, 0, 2),
+            c: c.clone(),
+            v: fused.map(|(_, v)| v),
+            workspace: true,
+        }
+    }
+
     /// A fill launch writing `y` (reads nothing).
     fn fill(y: &RawView) -> Op {
         fill_on(y, [1, 1, 1])
@@ -403,24 +431,7 @@ mod tests {
     fn library_calls_are_ordered_among_themselves_and_reduction_keeps_reachability() {
         let dev = Device::host();
         let bufs: Vec<RawView> = (0..6).map(|_| whole(&dev, 4)).collect();
-        let gemm = |a: &RawView, b: &RawView, c: &RawView| Op::Sgemm {
-            shape: crate::blas::GemmShape {
-                m: 2,
-                n: 2,
-                k: 1,
-                ta: false,
-                tb: false,
-                types: crate::blas::GemmTypes::F32,
-                fused: None,
-                tuned: false,
-            },
-            args: 0,
-            a: view(a, 0, 2),
-            b: view(b, 0, 2),
-            c: c.clone(),
-            v: None,
-            workspace: true,
-        };
+        let gemm = |a: &RawView, b: &RawView, c: &RawView| product(a, b, c, None);
         // Disjoint products still share cuBLAS's workspace: ordered.
         let ops = [
             gemm(&bufs[0], &bufs[1], &bufs[2]),
@@ -479,23 +490,8 @@ mod tests {
         use crate::blas::Fused;
         let dev = Device::host();
         let bufs: Vec<RawView> = (0..5).map(|_| whole(&dev, 4)).collect();
-        let gemm = |fused: Fused, v: &RawView| Op::Sgemm {
-            shape: crate::blas::GemmShape {
-                m: 2,
-                n: 2,
-                k: 1,
-                ta: false,
-                tb: false,
-                types: crate::blas::GemmTypes::F32,
-                fused: Some(fused),
-                tuned: false,
-            },
-            args: 0,
-            a: view(&bufs[0], 0, 2),
-            b: view(&bufs[1], 0, 2),
-            c: bufs[2].clone(),
-            v: Some(view(v, 0, 2)),
-            workspace: true,
+        let gemm = |fused: Fused, v: &RawView| {
+            product(&bufs[0], &bufs[1], &bufs[2], Some((fused, view(v, 0, 2))))
         };
         // The gradient written (op 0) is then copied (op 1): an edge.
         let ops = [gemm(Fused::BiasGrad, &bufs[3]), copy(&bufs[3], &bufs[4])];

@@ -339,6 +339,19 @@ fn a_fused_call_checks_its_vector_and_flag_on_every_backend() {
             &inside,
         ));
         assert!(why.contains("overlaps an operand"), "{why}");
+        // A vector of another device.
+        let other = Device::open_new(BackendKind::Host).unwrap();
+        let elsewhere = other.upload(&floats(&mut r, n, -1.0, 1.0)).unwrap();
+        let why = msg(product_fused(
+            dev,
+            &g,
+            &a,
+            &b,
+            &mut c,
+            Fused::Bias,
+            &elsewhere,
+        ));
+        assert!(why.contains("lives on another device"), "{why}");
         // None of them ran: the output still holds its poison.
         assert!(
             c.to_host().unwrap().iter().all(|v| v.is_nan()),

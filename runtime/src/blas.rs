@@ -24,6 +24,17 @@
 //! The accumulate flag may be a per-step scalar: the CUDA backend keeps `β` in device memory
 //! beside the flag and updates it before each replay, so switching between overwriting and
 //! accumulating never recaptures.
+//!
+//! # Fused epilogues
+//!
+//! [`Launch::gemm_fused`] ([`product_fused`]) runs a product with a bias, a bias and ReLU, or
+//! the bias gradient beside a weight gradient ([`Fused`]) in one library call: cuBLASLt's
+//! epilogues on CUDA, where its heuristic has an algorithm for the shape, types and the
+//! operands' alignment (asked once per device and kept, so eager calls and recordings run the
+//! same kernel); every other backend answers `false` and the caller runs the epilogue as a
+//! launch. A fused product never accumulates. A plan orders vendor calls that use the
+//! library's shared workspace after one another, and a call whose algorithm needs none only by
+//! its operands.
 
 use crate::buffer::{Buffer, RawView};
 use crate::dtype::{bf16, f16, DType, Element};
@@ -289,8 +300,8 @@ impl Sgemm {
     }
 }
 
-/// The alignment in bytes (4, 8 or 16) every view of `views` starts at, given allocations
-/// and arena placements at 16 bytes or more.
+/// The alignment in bytes (a power of two up to 16) every view of `views` starts at, given
+/// allocations and arena placements at 16 bytes or more.
 pub(crate) fn alignment(views: &[&RawView]) -> usize {
     views
         .iter()

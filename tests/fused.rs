@@ -292,65 +292,36 @@ fn a_fused_call_checks_its_vector_and_flag_on_every_backend() {
         let b = dev.upload(&floats(&mut r, k * n, -1.0, 1.0)).unwrap();
         let mut c = dev.upload(&vec![POISON; m * n]).unwrap();
         let g = Sgemm::new(m, n, k);
-        let msg = |res: Result<bool>| match res {
-            Err(Error::Launch { reason, .. }) => reason,
-            other => panic!("{}: expected a launch error, got {other:?}", dev.kind()),
-        };
-        // A bias takes n elements, a bias gradient m.
         let short = dev.upload(&floats(&mut r, n - 1, -1.0, 1.0)).unwrap();
-        let why = msg(product_fused(dev, &g, &a, &b, &mut c, Fused::Bias, &short));
-        assert!(why.contains(&format!("takes {n} f32 elements")), "{why}");
         let wrong = dev.upload(&floats(&mut r, n, -1.0, 1.0)).unwrap();
-        let why = msg(product_fused(
-            dev,
-            &g,
-            &a,
-            &b,
-            &mut c,
-            Fused::BiasGrad,
-            &wrong,
-        ));
-        assert!(why.contains(&format!("takes {m} f32 elements")), "{why}");
-        // A fused product never accumulates.
         let bias = dev.upload(&floats(&mut r, n, -1.0, 1.0)).unwrap();
+        let inside = c.slice(0..m).unwrap();
+        let other = Device::open_new(BackendKind::Host).unwrap();
+        let elsewhere = other.upload(&floats(&mut r, n, -1.0, 1.0)).unwrap();
         let acc = Sgemm {
             accumulate: true.into(),
             ..g
         };
-        let why = msg(product_fused(
-            dev,
-            &acc,
-            &a,
-            &b,
-            &mut c,
-            Fused::BiasRelu,
-            &bias,
-        ));
+        // The reason of the launch error a fused call must give.
+        let mut refused = |g: &Sgemm, f: Fused, v: &Buffer<f32>| match product_fused(
+            dev, g, &a, &b, &mut c, f, v,
+        ) {
+            Err(Error::Launch { reason, .. }) => reason,
+            other => panic!("{}: expected a launch error, got {other:?}", dev.kind()),
+        };
+        // A bias takes n elements, a bias gradient m.
+        let why = refused(&g, Fused::Bias, &short);
+        assert!(why.contains(&format!("takes {n} f32 elements")), "{why}");
+        let why = refused(&g, Fused::BiasGrad, &wrong);
+        assert!(why.contains(&format!("takes {m} f32 elements")), "{why}");
+        // A fused product never accumulates.
+        let why = refused(&acc, Fused::BiasRelu, &bias);
         assert!(why.contains("never accumulates"), "{why}");
         // The vector overlapping the output.
-        let inside = c.slice(0..m).unwrap();
-        let why = msg(product_fused(
-            dev,
-            &g,
-            &a,
-            &b,
-            &mut c,
-            Fused::BiasGrad,
-            &inside,
-        ));
+        let why = refused(&g, Fused::BiasGrad, &inside);
         assert!(why.contains("overlaps an operand"), "{why}");
         // A vector of another device.
-        let other = Device::open_new(BackendKind::Host).unwrap();
-        let elsewhere = other.upload(&floats(&mut r, n, -1.0, 1.0)).unwrap();
-        let why = msg(product_fused(
-            dev,
-            &g,
-            &a,
-            &b,
-            &mut c,
-            Fused::Bias,
-            &elsewhere,
-        ));
+        let why = refused(&g, Fused::Bias, &elsewhere);
         assert!(why.contains("lives on another device"), "{why}");
         // None of them ran: the output still holds its poison.
         assert!(

@@ -1475,7 +1475,6 @@ enum Routed<'d> {
 /// How `epi` (and row sums into a bias gradient, `has_db`) runs with a vendor product in one
 /// library call: `Ok(None)` nothing to fuse, `Ok(Some(f))` fused as `f`, `Err(())` not in one
 /// call (the epilogue or row sums follow as launches, or the DSL kernel runs it all).
-#[allow(clippy::result_unit_err)]
 fn fusion(epi: &Epilogue<'_>, has_db: bool) -> std::result::Result<Option<Fused>, ()> {
     let never_accumulates = epi
         .accumulate

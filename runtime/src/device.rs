@@ -693,24 +693,37 @@ impl Device {
         switch && self.inner.backend.blas(types)
     }
 
-    /// Whether a product of `shape` goes to the vendor library here (with its fused
-    /// epilogue, [`crate::blas::Fused`], in one call), its operands (and vector) `views` as
-    /// they are placed: the vendor BLAS on, and fusion on for a fused shape
-    /// ([`Device::set_vendor_fused`]). Marks the shape tuned where
-    /// [`Device::vendor_tune`] is on, and has the backend make its plan (timing the
-    /// candidates of a tuned shape), so that lowering and later calls only look it up.
-    pub(crate) fn prepare_gemm(
+    /// Checks a vendor product (its operands, and a fused epilogue's vector and flag) and
+    /// routes it: `None` where it does not go to the vendor library here (the vendor BLAS
+    /// off, fusion off for a fused product ([`Device::set_vendor_fused`]), or no route for
+    /// its types, epilogue or alignment), else its shape (marked tuned where
+    /// [`Device::vendor_tune`] is on) and whether the call uses the library's shared
+    /// workspace. The backend makes the library's plan here (timing the candidates of a tuned
+    /// shape), so that lowering and later calls only look it up. Eager products and
+    /// recordings ([`crate::Step`]) both route through it.
+    pub(crate) fn route_product(
         &self,
-        shape: &mut crate::blas::GemmShape,
-        views: &[&RawView],
-    ) -> Option<bool> {
+        g: &crate::blas::Sgemm,
+        [a, b, c]: [&RawView; 3],
+        fused: Option<(crate::blas::Fused, &RawView)>,
+    ) -> Result<Option<(crate::blas::GemmShape, bool)>> {
+        g.check(self.id(), a, b, c)?;
+        let mut shape = g.shape(a, c);
+        if let Some((f, v)) = fused {
+            g.check_fused(self.id(), f, v, [a, b, c])?;
+            shape.fused = Some(f);
+        }
         if !self.routes_gemm(shape.types) || (shape.fused.is_some() && !self.vendor_fused()) {
-            return None;
+            return Ok(None);
         }
         shape.tuned = self.vendor_tune();
-        self.inner
+        let views: Vec<&RawView> = [a, b, c].into_iter().chain(fused.map(|(_, v)| v)).collect();
+        let align = crate::blas::alignment(&views);
+        Ok(self
+            .inner
             .backend
-            .prepare_gemm(shape, crate::blas::alignment(views))
+            .prepare_gemm(&shape, align)
+            .map(|workspace| (shape, workspace)))
     }
 
     /// An eager product through the vendor BLAS, with `fused` and its vector when given
@@ -723,16 +736,9 @@ impl Device {
         c: &RawView,
         fused: Option<(crate::blas::Fused, &RawView)>,
     ) -> Result<bool> {
-        g.check(self.id(), a, b, c)?;
-        let mut shape = g.shape(a, c);
-        if let Some((f, v)) = fused {
-            g.check_fused(self.id(), f, v, [a, b, c])?;
-            shape.fused = Some(f);
-        }
-        let views: Vec<&RawView> = [a, b, c].into_iter().chain(fused.map(|(_, v)| v)).collect();
-        if self.prepare_gemm(&mut shape, &views).is_none() {
+        let Some((shape, _)) = self.route_product(g, [a, b, c], fused)? else {
             return Ok(false);
-        }
+        };
         if thread_records() {
             return Err(Error::LaunchOutsideRecording("sgemm"));
         }

@@ -221,16 +221,9 @@ impl Step {
         c: &RawView,
         fused: Option<(crate::blas::Fused, &RawView)>,
     ) -> Result<bool> {
-        g.check(self.device.id(), a, b, c)?;
-        let mut shape = g.shape(a, c);
-        if let Some((f, v)) = fused {
-            g.check_fused(self.device.id(), f, v, [a, b, c])?;
-            shape.fused = Some(f);
-        }
-        // `prepare_gemm` also loads and sets up the library and makes its plan for the shape
+        // Routing also loads and sets up the library and makes its plan for the shape
         // (timing the candidates of a tuned one), so lowering never does.
-        let views: Vec<&RawView> = [a, b, c].into_iter().chain(fused.map(|(_, v)| v)).collect();
-        let Some(workspace) = self.device.prepare_gemm(&mut shape, &views) else {
+        let Some((shape, workspace)) = self.device.route_product(g, [a, b, c], fused)? else {
             return Ok(false);
         };
         let (a, b, c) = (a.clone(), b.clone(), c.clone());

@@ -104,8 +104,8 @@ pub(crate) trait Backend: Send + Sync {
     /// its [`GemmShape::fused`] epilogue in one call (an unfused shape always runs: on its
     /// plan, or on the plain BLAS call without one), else whether the call uses the library's
     /// shared workspace (`false`: it touches nothing but its operands, so a plan may run it
-    /// beside other library calls). Called before a product is issued or recorded, never
-    /// inside a lowering.
+    /// beside other library calls). Called before a product is issued or recorded, after
+    /// [`Backend::blas`] accepted its types, never inside a lowering.
     fn prepare_gemm(&self, shape: &GemmShape, _align: usize) -> Option<bool> {
         shape.fused.is_none().then_some(true)
     }

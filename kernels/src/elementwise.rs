@@ -502,17 +502,35 @@ macro_rules! cast_two_kernel {
         $(#[$doc])*
         #[kernel(workgroup = 256)]
         pub fn $name(a: &[f32], b: &[f32], a16: &mut [$t], b16: &mut [$t]) {
+            // Four elements a pass, `total` apart, every load before any store (the
+            // in-place epilogues' pattern, `crate::matmul::EPILOGUE_ELEMENTS`).
             let na = a.len();
             let n = na + b.len();
-            let stride = global_size().x;
-            let mut i = global_id().x;
-            while i < n {
-                if i < na {
-                    a16[i] = a[i] as $t;
-                } else {
-                    b16[i - na] = b[i - na] as $t;
+            let total = global_size().x;
+            let mut base = global_id().x;
+            while base < n {
+                let mut vs = [0.0f32; 4];
+                for j in 0..4u32 {
+                    if j * total < n - base {
+                        let i = base + j * total;
+                        if i < na {
+                            vs[j] = a[i];
+                        } else {
+                            vs[j] = b[i - na];
+                        }
+                    }
                 }
-                i += stride;
+                for j in 0..4u32 {
+                    if j * total < n - base {
+                        let i = base + j * total;
+                        if i < na {
+                            a16[i] = vs[j] as $t;
+                        } else {
+                            b16[i - na] = vs[j] as $t;
+                        }
+                    }
+                }
+                base += 4u32 * total;
             }
         }
     };
@@ -551,7 +569,7 @@ pub fn cast_two<C: Launch + ?Sized, H: Element>(
     expect_len(op, "b16", b16.len(), b.len())?;
     let n = a.len().saturating_add(b.len());
     u32_of("cast_two elements", n)?;
-    let g = Grid::workgroups(groups(n));
+    let g = Grid::workgroups(groups(n.div_ceil(4)));
     match H::DTYPE {
         DType::BF16 => {
             let mut x = Buffer::<bf16>::try_from_view(a16.raw_view())?;

@@ -9,17 +9,19 @@
 //! `graphed::train::train_step`'s step; `Tf32` is the same step with the vendor
 //! BLAS's products opted in to TF32 (products the DSL kernels run stay full `f32`).
 //!
-//! One step of `L` layers in 16 bits is `3L + 2` launches (`f16`: `3L + 4`) and `3L − 1`
-//! library calls (MLP-M, `L = 5`: 17 and 14; it was `5L + 2`, 27, before the launches below
-//! wrote the 16-bit copies), in order:
-//! the casts of the weights (one for all) and of the input in one launch ([`cast_two`]);
+//! One step of `L` layers in 16 bits is `4L + 1` launches (`f16`: `4L + 3`) and `3L − 1`
+//! library calls (MLP-M, `L = 5`: 21 and 14; it was `5L + 2`, 27, before the launches below
+//! wrote the 16-bit copies, and `3L + 2` while one launch cast all the weights), in order:
+//! the casts of layer 0's weights and of the input in one launch ([`cast_two`]), and of
+//! each further layer's weights in a launch of its own issued a layer ahead, which the
+//! graph runs beside the products before it ([`cast`]);
 //! per layer a 16-bit product into `f32`, then its bias and activation in place, which (but
 //! for the logits) also writes the activation's 16-bit copy ([`gemm_epilogue_cast`]); the
 //! loss and its gradient `dz` with `dz`'s 16-bit copy, for `f16` times the loss scale
 //! ([`softmax_cross_entropy_cast`]; past [`NARROW_CLASSES`] classes the loss, then the
 //! scale and cast, [`LossScaler::scale_cast`], one launch more); per layer backward the
-//! weight gradient as a 16-bit product into the `f32` gradients, the bias gradient (row
-//! sums of the `f32` `dz`, [`gemm_row_sums`]: its own launch, which the graph runs beside
+//! weight gradient as a 16-bit product into the `f32` gradients, the bias gradient (column
+//! sums of the `f32` `dz`, [`column_sums`]: its own launch, which the graph runs beside
 //! the products; folded into the gate launch below it waited for the input-gradient
 //! product: bf16 MLP-M 249.2 µs on the H200 against 224.0 as its own launch) and (but the
 //! first) the input gradient as a product, then one launch with its activation gate and
@@ -32,11 +34,10 @@ use graphed_kernels::loss::{
     softmax_cross_entropy_cast, softmax_cross_entropy_scaled, xent_workspace_len, NARROW_CLASSES,
 };
 use graphed_kernels::matmul::{
-    gemm_epilogue, gemm_epilogue_cast, gemm_row_sums, matmul_half, Epilogue, Gemm,
+    column_sums, epilogue_groups, gemm_epilogue, gemm_epilogue_cast, matmul_half, Epilogue, Gemm,
 };
 use graphed_kernels::optim::AdamW;
 use graphed_kernels::scaler::{LossScaler, ScalerConfig};
-use graphed_kernels::shape::groups;
 use graphed_macros::graphed;
 use graphed_runtime::blas::Math;
 use graphed_runtime::cast::cast;
@@ -93,8 +94,8 @@ pub const SCALER: ScalerConfig = ScalerConfig {
 
 /// One training update at `precision`: forward, mean softmax cross-entropy, backward and
 /// AdamW (PyTorch's defaults, weight decay 0.01) on the fp32 master state of `model`,
-/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 17
-/// launches and 14 cuBLAS products per step, `f16` 19 and 14).
+/// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 21
+/// launches and 14 cuBLAS products per step, `f16` 23 and 14).
 #[graphed]
 pub fn mixed_train_step(
     cx: &mut Step,
@@ -134,20 +135,28 @@ fn update_16<H: Element>(
     let last = layers.len() - 1;
     let classes = *sizes.last().expect("an MLP has layers");
 
-    // 16-bit copies of the weights (all at once) and of the input, in one launch.
-    let mut p16 = cx.workspace::<H>(m.params.len())?;
+    // 16-bit copies of the weights and of the input: layer 0's weights with the input in
+    // one launch, every other layer's weights in a launch of their own, issued a layer ahead
+    // (it depends on the master weights alone, so the graph runs it beside the products
+    // before it). One launch for all the weights ran first, on the step's critical path:
+    // 12–14.5 µs of bf16 MLP-M's step on the H200.
+    let p16 = cx.workspace::<H>(m.params.len())?;
     let mut x16 = cx.workspace::<H>(x.len())?;
-    cast_two(cx, &m.params, &mut p16, x, &mut x16)?;
-    let w16 = |l: usize| -> Result<Buffer<H>> {
+    let weights = |l: usize| {
         let (w, _) = mlp.offsets(l);
-        let layer = layers[l];
-        p16.slice(w..w + layer.outputs * layer.inputs)
+        w..w + layers[l].outputs * layers[l].inputs
     };
+    let w16 = |l: usize| -> Result<Buffer<H>> { p16.slice(weights(l)) };
+    let w32 = |l: usize| -> Result<Buffer<f32>> { m.params.slice(weights(l)) };
+    cast_two(cx, &w32(0)?, &mut w16(0)?, x, &mut x16)?;
 
     // Forward: f32 outputs (the logits last) and 16-bit copies of the hidden ones.
     let mut acts: Vec<Buffer<f32>> = Vec::new();
     let mut acts16: Vec<Buffer<H>> = Vec::new();
     for (l, layer) in layers.iter().enumerate() {
+        if l < last {
+            cast(cx, &w32(l + 1)?, &mut w16(l + 1)?)?;
+        }
         let mut z = cx.workspace::<f32>(rows * layer.outputs)?;
         let input = if l == 0 { &x16 } else { &acts16[l - 1] };
         let g = Gemm::nt(rows, layer.outputs, layer.inputs);
@@ -197,19 +206,9 @@ fn update_16<H: Element>(
         let (mut dw, mut db) = mlp.weight_and_bias_grads(l)?;
         let g = Gemm::tn(layer.outputs, layer.inputs, rows);
         matmul_half(cx, g, &dz16, input, &mut dw, false)?;
-        // The bias gradient (row sums of the f32 `dz`) as its own launch: it depends on `dz`
-        // alone, so the graph runs it beside the two products.
-        let sums = Grid::workgroups(groups(layer.outputs));
-        gemm_row_sums::launch(
-            cx,
-            sums,
-            layer.outputs as u32,
-            rows as u32,
-            true,
-            false,
-            &dz,
-            &mut db,
-        )?;
+        // The bias gradient (column sums of the f32 `dz`) as its own launch: it depends on
+        // `dz` alone, so the graph runs it beside the two products.
+        column_sums(cx, &dz, &mut db, false)?;
         if l > 0 {
             let mut dx = cx.workspace::<f32>(rows * layer.inputs)?;
             let g = Gemm::nn(rows, layer.inputs, layer.outputs);
@@ -247,7 +246,7 @@ fn epilogue(
     let any = bias.or(aux).expect("a bias or a gate");
     gemm_epilogue::launch(
         cx,
-        Grid::workgroups(groups(c.len())),
+        Grid::workgroups(epilogue_groups(c.len())),
         cols as u32,
         bias.is_some(),
         act.code(),

@@ -35,9 +35,15 @@ fn softmax_cross_entropy_and_its_gradient() {
     let mut r = rng("softmax_cross_entropy_and_its_gradient");
     // Narrow rows (one invocation per row; past 4096 rows through the workspace) and wide
     // rows (one workgroup per row).
+    // Up to 4096 rows of at most 12 classes go through the workgroup tile in chunks of 256
+    // rows (512×10 is MLP-M's loss; 257×12 and 300×12 end a chunk short; 256×13 is past it).
     let shapes = [
         (1, 1),
         (7, 10),
+        (512, 10),
+        (257, 12),
+        (300, 12),
+        (256, 13),
         (65, 63),
         (63, 65),
         (1000, 7),
@@ -119,6 +125,52 @@ fn softmax_cross_entropy_and_its_gradient() {
         loss::softmax_cross_entropy(dev, &logits, &lab, &mut out, &mut dz, &mut ws).unwrap();
         assert_eq!(out.to_host().unwrap(), vec![1000.0]);
         assert_eq!(dz.to_host().unwrap(), vec![1.0, -1.0, 0.0]);
+    });
+}
+
+/// The staged narrow path (one workgroup, at most 12 classes: rows through the workgroup
+/// tile) gives bitwise the gradients of the unstaged one (the same kernel launched on two
+/// workgroups, each invocation reading its rows from global memory), and a loss within
+/// rounding of it (the two launches add the rows in other orders).
+#[test]
+fn the_staged_cross_entropy_equals_the_unstaged_one_bitwise() {
+    use graphed_runtime::Grid;
+    let mut r = rng("the_staged_cross_entropy_equals_the_unstaged_one_bitwise");
+    on_every_backend(|dev| {
+        for (rows, classes) in [(512usize, 10usize), (300, 12), (5, 1), (1000, 3)] {
+            let z = floats(&mut r, rows * classes, -8.0, 8.0);
+            let mut labels: Vec<u32> = (0..rows)
+                .map(|_| r.random_range(0..classes as u32))
+                .collect();
+            labels[rows / 2] = classes as u32; // an ignored row
+            let (logits, lab) = (dev.upload(&z).unwrap(), dev.upload(&labels).unwrap());
+            let (lscale, gscale) = (1.0 / rows as f32, 0.37 / rows as f32);
+            let run = |groups: u32| {
+                let (mut out, mut dz) = (poisoned(dev, groups as usize), poisoned(dev, z.len()));
+                loss::softmax_xent_narrow::launch(
+                    dev,
+                    Grid::workgroups(groups),
+                    classes as u32,
+                    lscale,
+                    gscale,
+                    &logits,
+                    &lab,
+                    &mut dz,
+                    &mut out,
+                )
+                .unwrap();
+                let total: f32 = out.to_host().unwrap().iter().sum();
+                (total, dz.to_host().unwrap())
+            };
+            let ((staged, g1), (unstaged, g2)) = (run(1), run(2));
+            let case = format!("{} {rows}×{classes}", dev.kind());
+            let bits = |g: &[f32]| g.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&g1), bits(&g2), "{case}: gradients");
+            let (want, want_grad) = xent_reference(&z, &labels, classes, gscale as f64);
+            assert_close(&format!("{case} staged"), &[staged], &[want], TOL);
+            assert_close(&format!("{case} unstaged"), &[unstaged], &[want], TOL);
+            assert_close(&format!("{case} gradient"), &g1, &want_grad, TOL);
+        }
     });
 }
 

@@ -346,9 +346,20 @@ fn vendor_epilogue_and_row_sums_kernels() {
         let aux_host = floats(&mut r, m * n, -3.0, 3.0);
         let bias = dev.upload(&bias_host).unwrap();
         let aux = dev.upload(&aux_host).unwrap();
-        for (act, gate) in [(Act::Relu, Act::Identity), (Act::Gelu, Act::Tanh)] {
+        // One invocation an element, the library's grid (four an invocation), and one
+        // workgroup (each invocation loops: three passes of four, the last partial).
+        let grids = [
+            Grid::threads(m * n),
+            Grid::workgroups(matmul::epilogue_groups(m * n)),
+            Grid::workgroups(1),
+        ];
+        let cases = [
+            (Act::Relu, Act::Identity),
+            (Act::Gelu, Act::Tanh),
+            (Act::Identity, Act::Relu),
+        ];
+        for ((act, gate), grid) in cases.into_iter().flat_map(|c| grids.map(|g| (c, g))) {
             let mut c = dev.upload(&c0).unwrap();
-            let grid = Grid::threads(m * n);
             let (a, g) = (act.code(), gate.code());
             matmul::gemm_epilogue::launch(dev, grid, n as u32, true, a, g, &bias, &aux, &mut c)
                 .unwrap();
@@ -362,7 +373,7 @@ fn vendor_epilogue_and_row_sums_kernels() {
                     }
                 })
                 .collect();
-            let case = format!("epilogue {act:?} gate {gate:?}");
+            let case = format!("epilogue {act:?} gate {gate:?} grid {grid:?}");
             assert_close_floor(&case, &c.to_host().unwrap(), &want, TOL, 0.1);
         }
         // Row sums of op(A) for A stored m × k and k × m, overwriting and accumulating.
@@ -387,6 +398,61 @@ fn vendor_epilogue_and_row_sums_kernels() {
             let case = format!("row sums ta={ta} accumulate={accumulate}");
             assert_close(&case, &db.to_host().unwrap(), &want, TOL);
         }
+    });
+}
+
+/// `column_sums` (a bias gradient from `dY`, spread over the GPU) against an f64 reference:
+/// column and row counts on and off its 16-column blocks and 16-way row slices (and past
+/// eight loads a slice), overwriting and accumulating, more column blocks than workgroups,
+/// and the shape errors.
+#[test]
+fn column_sums_of_a_row_major_matrix() {
+    let mut r = rng("column_sums_of_a_row_major_matrix");
+    on_every_backend(|dev| {
+        let shapes = [
+            (1, 1),
+            (1, 300),
+            (16, 16),
+            (17, 129),
+            (1024, 512),
+            (10, 7),
+            (70_000, 2),
+        ];
+        for (i, &(m, k)) in shapes.iter().enumerate() {
+            let a_host = floats(&mut r, m * k, -1.0, 1.0);
+            let db0 = floats(&mut r, m, -1.0, 1.0);
+            let a = dev.upload(&a_host).unwrap();
+            let accumulate = i % 2 == 1;
+            let mut db = if accumulate {
+                dev.upload(&db0).unwrap()
+            } else {
+                poisoned(dev, m)
+            };
+            matmul::column_sums(dev, &a, &mut db, accumulate).unwrap();
+            let keep = if accumulate { 1.0 } else { 0.0 };
+            let want: Vec<f64> = (0..m)
+                .map(|c| {
+                    (0..k).map(|kk| a_host[kk * m + c] as f64).sum::<f64>() + keep * db0[c] as f64
+                })
+                .collect();
+            let case = format!("column sums {k}×{m} accumulate={accumulate}");
+            assert_close(&case, &db.to_host().unwrap(), &want, TOL);
+        }
+        let a = dev.upload(&floats(&mut r, 10, -1.0, 1.0)).unwrap();
+        let mut db = poisoned(dev, 3);
+        let e = matmul::column_sums(dev, &a, &mut db, false).unwrap_err();
+        assert!(
+            e.to_string().contains("10 elements are not rows of 3"),
+            "{e}"
+        );
+        let mut none = poisoned(dev, 0);
+        let e = matmul::column_sums(dev, &a, &mut none, false).unwrap_err();
+        assert!(
+            e.to_string().contains("10 elements are not rows of 0"),
+            "{e}"
+        );
+        let empty = poisoned(dev, 0);
+        matmul::column_sums(dev, &empty, &mut none, false).unwrap();
     });
 }
 

@@ -26,7 +26,7 @@ fn all() -> Vec<&'static KernelDef> {
             bias_act_backward;
         reduce: reduce_all, reduce_rows;
         rsg: reduce_all_sg, reduce_rows_sg;
-        matmul: matmul_t64, matmul_t16, matmul_t32, gemm_epilogue, gemm_row_sums,
+        matmul: matmul_t64, matmul_t16, matmul_t32, gemm_epilogue, gemm_row_sums, gemm_col_sums,
             gemm_epilogue_cast_bf16, gemm_epilogue_cast_f16, gemm_epilogue_cast_sums_bf16,
             gemm_epilogue_cast_sums_f16, matmul_split_sum, matmul_t64_serial, matmul_t16_serial,
             matmul_t32_serial;

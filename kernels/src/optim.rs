@@ -89,6 +89,30 @@ pub fn adam_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
+    let n = p.len();
+    // Eight elements a pass, `total` apart (each load coalesced), all loads before any
+    // store: the update is memory-bound, and more loads in flight per invocation ran
+    // MLP-M's 4.2M parameters faster on the H200 (45.3 µs with one element a pass, 39.2
+    // with four; BENCHMARKS.md, session of 2026-12-02b). No index wraps: the moments' 2n
+    // elements fit in a u32 (checked when built), so n < 2^31 and `base + 7·total` stays
+    // below 2^32 (`total` is at most 2^18 invocations). The first pass's loads are issued
+    // before the step counter's atomics, whose round trips (every workgroup adds to one
+    // word) they then overlap.
+    let total = global_size().x;
+    let mut base = global_id().x;
+    let mut gs = [0.0f32; 8];
+    let mut ps = [0.0f32; 8];
+    let mut ms = [0.0f32; 8];
+    let mut vs = [0.0f32; 8];
+    for j in 0..8u32 {
+        let i = base + j * total;
+        if i < n {
+            gs[j] = g[i];
+            ps[j] = p[i];
+            ms[j] = mv[i];
+            vs[j] = mv[n + i];
+        }
+    }
     let t = step_number(count, st, local_id().x, global_id().x, num_workgroups().x);
     if t == 0u32 {
         return; // the skip word is set: this step changes nothing
@@ -113,29 +137,7 @@ pub fn adam_step(
     }
     let step = lr / bc1;
     let bc2s = sqrt(bc2);
-    let n = p.len();
-    // Eight elements an iteration, `total` apart (each load coalesced), all loads before
-    // any store: the update is memory-bound, and more loads in flight per invocation ran
-    // MLP-M's 4.2M parameters faster on the H200 (45.3 µs with one element an iteration,
-    // 39.2 with four; BENCHMARKS.md, session of 2026-12-02b). No index wraps: the moments'
-    // 2n elements fit in a u32 (checked when built), so n < 2^31 and `base + 7·total` stays
-    // below 2^32 (`total` is at most 2^18 invocations).
-    let total = global_size().x;
-    let mut base = global_id().x;
     while base < n {
-        let mut gs = [0.0f32; 8];
-        let mut ps = [0.0f32; 8];
-        let mut ms = [0.0f32; 8];
-        let mut vs = [0.0f32; 8];
-        for j in 0..8u32 {
-            let i = base + j * total;
-            if i < n {
-                gs[j] = g[i];
-                ps[j] = p[i];
-                ms[j] = mv[i];
-                vs[j] = mv[n + i];
-            }
-        }
         for j in 0..8u32 {
             let i = base + j * total;
             if i < n {
@@ -156,6 +158,16 @@ pub fn adam_step(
             }
         }
         base += 8u32 * total;
+        // The next pass's loads (none past the end).
+        for j in 0..8u32 {
+            let i = base + j * total;
+            if i < n {
+                gs[j] = g[i];
+                ps[j] = p[i];
+                ms[j] = mv[i];
+                vs[j] = mv[n + i];
+            }
+        }
     }
 }
 

@@ -290,3 +290,61 @@ fn the_step_counter_saturates_instead_of_wrapping() {
         assert_eq!(COUNTER_WORDS, 3);
     });
 }
+
+/// One workgroup over 5000 parameters: each invocation takes three passes of eight (the
+/// last partial), its next pass's loads issued after its stores. Bitwise the update of the
+/// library's grid (one pass each), three steps running, with a skipped step between.
+#[test]
+fn adam_step_over_several_passes_equals_one_pass_bitwise() {
+    use graphed_kernels::optim::adam_step;
+    use graphed_runtime::Grid;
+    let mut r = rng("adam_step_over_several_passes_equals_one_pass_bitwise");
+    on_every_backend(|dev| {
+        let n = 5000;
+        let p0 = floats(&mut r, n, -1.0, 1.0);
+        let mv0 = floats(&mut r, 2 * n, 0.0, 0.01);
+        let grads: Vec<Vec<f32>> = (0..3).map(|_| floats(&mut r, n, -1.0, 1.0)).collect();
+        let run = |groups: u32| {
+            let mut p = dev.upload(&p0).unwrap();
+            let mut mv = dev.upload(&mv0).unwrap();
+            let mut count = dev.upload(&[0u32; COUNTER_WORDS]).unwrap();
+            for (s, g) in grads.iter().enumerate() {
+                let g = dev.upload(g).unwrap();
+                if s == 1 {
+                    count.write(&[groups * s as u32, s as u32, 1]).unwrap();
+                }
+                let grid = Grid::workgroups(groups);
+                let lr = 1e-2 + s as f32 * 1e-3;
+                adam_step::launch(
+                    dev, grid, lr, 0.9, 0.999, 1e-8, 0.01, true, &mut p, &g, &mut mv, &mut count,
+                )
+                .unwrap();
+                if s == 1 {
+                    count.write(&[groups * s as u32, s as u32, 0]).unwrap();
+                }
+            }
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            (
+                bits(p.to_host().unwrap()),
+                bits(mv.to_host().unwrap()),
+                count.to_host().unwrap(),
+            )
+        };
+        let (one, many) = (run(20), run(1));
+        let case = format!("{}", dev.kind());
+        assert_eq!(one.0, many.0, "{case}: parameters");
+        assert_eq!(one.1, many.1, "{case}: moments");
+        // Two counted steps (the skipped one counted nothing), each workgroup arriving once.
+        assert_eq!(
+            one.2,
+            vec![20 * 2, 2, 0],
+            "{case}: counter of 20 workgroups"
+        );
+        assert_eq!(many.2, vec![2, 2, 0], "{case}: counter of one workgroup");
+        assert_ne!(
+            one.0,
+            p0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{case}: no update"
+        );
+    });
+}

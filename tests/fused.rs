@@ -331,3 +331,77 @@ fn a_fused_call_checks_its_vector_and_flag_on_every_backend() {
         );
     });
 }
+
+/// `matmul_half_bias` (a mixed-precision step's logits): on CUDA one cuBLASLt call with the
+/// bias epilogue, on the host the product then the bias launch; on both within rounding of
+/// an f64 reference from the `bf16` operands, and on CUDA within rounding of the separate
+/// route (the same kernels' order aside). Refused on wgpu (no half products there), and a
+/// bias of the wrong length is a shape error everywhere.
+#[test]
+fn a_half_product_with_its_bias_matches_the_separate_route() {
+    use graphed::bf16;
+    use graphed::kernels::matmul::{epilogue_groups, gemm_epilogue, matmul_half, matmul_half_bias};
+    let mut r = rng("a_half_product_with_its_bias");
+    on_every_backend(|dev| {
+        for [m, n, k] in [[512usize, 10usize, 1024usize], [33, 7, 45], [64, 128, 16]] {
+            let case = format!("{} {m}×{n}×{k}", dev.kind());
+            let a32 = floats(&mut r, m * k, -1.0, 1.0);
+            let b32 = floats(&mut r, n * k, -1.0, 1.0);
+            let bias_h = floats(&mut r, n, -1.0, 1.0);
+            let a16: Vec<bf16> = a32.iter().map(|&v| bf16::from_f32(v)).collect();
+            let b16: Vec<bf16> = b32.iter().map(|&v| bf16::from_f32(v)).collect();
+            let (a, b) = (dev.upload(&a16).unwrap(), dev.upload(&b16).unwrap());
+            let bias = dev.upload(&bias_h).unwrap();
+            let g = Gemm::nt(m, n, k);
+            let mut c = dev.upload(&vec![POISON; m * n]).unwrap();
+            let ran = matmul_half_bias(dev, g, &a, &b, &mut c, &bias);
+            if dev.kind() == BackendKind::Wgpu {
+                let e = ran.unwrap_err();
+                assert!(
+                    e.to_string().contains("half-precision matrix product"),
+                    "{case}: {e}"
+                );
+                continue;
+            }
+            ran.unwrap();
+            let got = c.to_host().unwrap();
+            let want: Vec<f64> = (0..m * n)
+                .map(|i| {
+                    let (row, col) = (i / n, i % n);
+                    let s: f64 = (0..k)
+                        .map(|kk| a16[row * k + kk].to_f64() * b16[col * k + kk].to_f64())
+                        .sum();
+                    s + bias_h[col] as f64
+                })
+                .collect();
+            let err = rel_err(&got, &want);
+            assert!(err < TOL, "{case}: relative error {err:e}");
+            // The separate route: the product, then the bias in place.
+            let mut sep = dev.upload(&vec![POISON; m * n]).unwrap();
+            matmul_half(dev, g, &a, &b, &mut sep, false).unwrap();
+            let grid = graphed::Grid::workgroups(epilogue_groups(m * n));
+            let id = Act::Identity.code();
+            gemm_epilogue::launch(dev, grid, n as u32, true, id, 0, &bias, &bias, &mut sep)
+                .unwrap();
+            let sep = sep.to_host().unwrap();
+            if dev.kind() == BackendKind::Host {
+                assert!(
+                    bitwise_eq(&got, &sep),
+                    "{case}: the host takes the separate route"
+                );
+            } else {
+                let sep64: Vec<f64> = sep.iter().map(|&v| v as f64).collect();
+                let d = rel_err(&got, &sep64);
+                assert!(d < TOL, "{case}: fused against separate {d:e}");
+            }
+        }
+        let a = dev.upload(&[bf16::from_f32(1.0); 4]).unwrap();
+        let mut c = dev.upload(&[0.0f32; 4]).unwrap();
+        let short = dev.upload(&[0.0f32; 1]).unwrap();
+        let e = matmul_half_bias(dev, Gemm::nt(2, 2, 2), &a, &a, &mut c, &short).unwrap_err();
+        assert!(
+            e.to_string().contains("`bias` has 1 elements, expected 2"),
+            "{e}"
+        );
+    });
+}

@@ -34,7 +34,8 @@ use graphed_kernels::loss::{
     softmax_cross_entropy_cast, softmax_cross_entropy_scaled, xent_workspace_len, NARROW_CLASSES,
 };
 use graphed_kernels::matmul::{
-    column_sums, epilogue_groups, gemm_epilogue, gemm_epilogue_cast, matmul_half, Epilogue, Gemm,
+    column_sums, epilogue_groups, gemm_epilogue, gemm_epilogue_cast, matmul_half, matmul_half_bias,
+    Epilogue, Gemm,
 };
 use graphed_kernels::optim::AdamW;
 use graphed_kernels::scaler::{LossScaler, ScalerConfig};
@@ -160,8 +161,15 @@ fn update_16<H: Element>(
         let mut z = cx.workspace::<f32>(rows * layer.outputs)?;
         let input = if l == 0 { &x16 } else { &acts16[l - 1] };
         let g = Gemm::nt(rows, layer.outputs, layer.inputs);
-        matmul_half(cx, g, input, &w16(l)?, &mut z, false)?;
         let (_, b) = mlp.weight_and_bias(l)?;
+        if l == last && layer.act == Act::Identity {
+            // The logits: the bias in the product's own library call where it fuses (one
+            // launch fewer on the step's critical path), else the product, then the bias.
+            matmul_half_bias(cx, g, input, &w16(l)?, &mut z, &b)?;
+            acts.push(z);
+            continue;
+        }
+        matmul_half(cx, g, input, &w16(l)?, &mut z, false)?;
         if l < last {
             // Bias, activation and the 16-bit copy (the next layer's operand) in one launch.
             let mut z16 = cx.workspace::<H>(z.len())?;

@@ -16,7 +16,8 @@
 //! and with the DSL products; on CUDA also with the epilogues not fused into the cuBLASLt call
 //! (`Device::set_vendor_fused(false)`), as variants `eager+unfused`, `replay+unfused`, …, and
 //! with the library's candidate algorithms timed and the fastest run (`Device::set_vendor_tune`),
-//! as `replay+tuned` (also for `mixed`). With
+//! as `replay+tuned`, and with each product's first one-pass algorithm
+//! (`Device::set_vendor_one_pass`), as `replay+onepass` (both also for `mixed`). With
 //! `--variants`, where the device reports its multiprocessors (CUDA), the same steps run again
 //! with split-K's fill rule off (`Device::set_split_fill(false)`), as variants `eager+nosplit`,
 //! `replay+nosplit`, …; and on CUDA with split products summed serially (`Device::split_serial`, off by default: the last
@@ -1474,21 +1475,29 @@ fn main() {
                         // …, and with the library's candidates timed and the fastest run
                         // (`Device::set_vendor_tune(true)`, off by default), as `replay+tuned`.
                         let tune = dev.vendor_tune();
-                        // Also products routed to the library from 2^22 and from 5·10^6
-                        // multiply-adds (`Device::set_vendor_min_macs`) instead of 2^26:
-                        // `replay+v4M`, `replay+v5M`.
+                        // Also each product's first one-pass algorithm (no split-K reduce;
+                        // `Device::set_vendor_one_pass`) as `replay+onepass`, and with
+                        // `--variants` products routed to the library from 2^22 and from
+                        // 5·10^6 multiply-adds (`Device::set_vendor_min_macs`): `replay+v4M`,
+                        // `replay+v5M`.
                         let configs = [
-                            (false, tune, None, "+unfused"),
-                            (true, true, None, "+tuned"),
-                            (true, tune, Some(1u64 << 22), "+v4M"),
-                            (true, tune, Some(5_000_000), "+v5M"),
+                            (false, tune, false, None, "+unfused"),
+                            (true, true, false, None, "+tuned"),
+                            (true, tune, true, None, "+onepass"),
+                            (true, tune, false, Some(1u64 << 22), "+v4M"),
+                            (true, tune, false, Some(5_000_000), "+v5M"),
                         ];
-                        for (fused, tuned, min, name) in configs {
-                            if name == "+tuned" && (tune || kind != BackendKind::Cuda) {
+                        for (fused, tuned, one_pass, min, name) in configs {
+                            let cuda_only = name == "+tuned" || name == "+onepass";
+                            if (name == "+tuned" && tune)
+                                || (cuda_only && kind != BackendKind::Cuda)
+                                || (min.is_some() && !variants)
+                            {
                                 continue;
                             }
                             dev.set_vendor_fused(fused);
                             dev.set_vendor_tune(tuned);
+                            dev.set_vendor_one_pass(one_pass);
                             dev.set_vendor_min_macs(min);
                             let start = rows.len();
                             mlp_workload(&dev, quick, only, &mut rows).unwrap();
@@ -1499,6 +1508,7 @@ fn main() {
                         dev.set_vendor_min_macs(None);
                         dev.set_vendor_fused(true);
                         dev.set_vendor_tune(tune);
+                        dev.set_vendor_one_pass(false);
                     }
                     if variants && dev.split_fill().is_some() {
                         // The same steps with split-K's fill rule off (`Device::set_split_fill`),
@@ -1569,14 +1579,21 @@ fn main() {
                     };
                     mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
                     if kind == BackendKind::Cuda && dev.vendor_blas() && !dev.vendor_tune() {
-                        // The library's candidates timed and the fastest run (opt-in).
-                        dev.set_vendor_tune(true);
-                        let start = rows.len();
-                        mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
-                        for r in &mut rows[start..] {
-                            r.variant.push_str("+tuned");
+                        // The library's candidates timed and the fastest run, and each
+                        // product's first one-pass algorithm (both opt-in).
+                        for (tune, one_pass, name) in
+                            [(true, false, "+tuned"), (false, true, "+onepass")]
+                        {
+                            dev.set_vendor_tune(tune);
+                            dev.set_vendor_one_pass(one_pass);
+                            let start = rows.len();
+                            mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
+                            for r in &mut rows[start..] {
+                                r.variant.push_str(name);
+                            }
                         }
                         dev.set_vendor_tune(false);
+                        dev.set_vendor_one_pass(false);
                     }
                 }
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),

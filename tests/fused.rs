@@ -231,8 +231,8 @@ fn epilogues_fuse_into_the_vendor_call_and_replay_equals_eager() {
         }
 
         // Switched off, the same products run unfused (three launches beside them on CUDA);
-        // with tuning switched the other way, on another algorithm; both agree with the
-        // default route within the products' tolerance.
+        // with tuning switched the other way, or each product's first one-pass algorithm, on
+        // another algorithm; all agree with the default route within the products' tolerance.
         if fusing {
             let dims = [64usize, 96, 80];
             let [batch, inp, out] = dims;
@@ -242,9 +242,16 @@ fn epilogues_fuse_into_the_vendor_call_and_replay_equals_eager() {
             let dy = floats(&mut r, batch * out, -1.0, 1.0);
             let mut outs = Vec::new();
             let tune = dev.vendor_tune();
-            for (on, tuned) in [(true, tune), (false, tune), (true, !tune)] {
+            let configs = [
+                (true, tune, false),
+                (false, tune, false),
+                (true, !tune, false),
+                (true, false, true),
+            ];
+            for (on, tuned, one_pass) in configs {
                 dev.set_vendor_fused(on);
                 dev.set_vendor_tune(tuned);
+                dev.set_vendor_one_pass(one_pass);
                 let mut s = [&w0, &b0, &vec![POISON; out * inp], &vec![POISON; out]]
                     .map(|v| dev.upload(v).unwrap());
                 let mut step = FusedLayer::new(dev).unwrap();
@@ -268,8 +275,14 @@ fn epilogues_fuse_into_the_vendor_call_and_replay_equals_eager() {
             }
             dev.set_vendor_fused(true);
             dev.set_vendor_tune(tune);
+            dev.set_vendor_one_pass(false);
             let other_tuning = if tune { "untuned" } else { "tuned" };
-            for (route, other) in [("unfused", &outs[1]), (other_tuning, &outs[2])] {
+            let others = [
+                ("unfused", &outs[1]),
+                (other_tuning, &outs[2]),
+                ("one-pass", &outs[3]),
+            ];
+            for (route, other) in others {
                 for (i, (one, two)) in outs[0].iter().zip(other).enumerate() {
                     let other: Vec<f64> = two.iter().map(|&v| v as f64).collect();
                     let e = rel_err(one, &other);

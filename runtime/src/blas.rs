@@ -168,6 +168,9 @@ pub(crate) struct GemmShape {
     /// The library runs the fastest of its candidate algorithms, timed on first use
     /// ([`crate::Device::vendor_tune`]), not its heuristic's first.
     pub tuned: bool,
+    /// The library runs the first of its heuristic's candidates that computes in one pass
+    /// (no split-K reduce launch) where it offers one ([`crate::Device::vendor_one_pass`]).
+    pub one_pass: bool,
 }
 
 impl Sgemm {
@@ -198,6 +201,7 @@ impl Sgemm {
             },
             fused: None,
             tuned: false,
+            one_pass: false,
         }
     }
 

@@ -331,6 +331,7 @@ mod tests {
                 types: crate::blas::GemmTypes::F32,
                 fused: fused.as_ref().map(|(f, _)| *f),
                 tuned: false,
+                one_pass: false,
             },
             args: 0,
             a: view(a, 0, 2),

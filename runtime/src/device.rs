@@ -80,6 +80,8 @@ pub(crate) struct DeviceInner {
     pub(crate) vendor_fused: AtomicBool,
     /// Vendor products run their timed-fastest algorithm (see [`Device::set_vendor_tune`]).
     pub(crate) vendor_tune: AtomicBool,
+    /// Vendor products run a one-pass algorithm where offered ([`Device::set_vendor_one_pass`]).
+    pub(crate) vendor_one_pass: AtomicBool,
     /// The size from which the kernel library routes products to the vendor BLAS, when set
     /// (0: the library's rule; see [`Device::set_vendor_min_macs`]).
     pub(crate) vendor_min_macs: AtomicU64,
@@ -178,6 +180,9 @@ impl Device {
                 vendor_fused: AtomicBool::new(switch_from_env("GRAPHED_VENDOR_FUSED")),
                 vendor_tune: AtomicBool::new(
                     kind == BackendKind::Cuda && switch_on_from_env("GRAPHED_VENDOR_TUNE"),
+                ),
+                vendor_one_pass: AtomicBool::new(
+                    kind == BackendKind::Cuda && switch_on_from_env("GRAPHED_VENDOR_ONE_PASS"),
                 ),
                 library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
                 split_fill: AtomicBool::new(switch_from_env("GRAPHED_SPLIT_FILL")),
@@ -717,6 +722,7 @@ impl Device {
             return Ok(None);
         }
         shape.tuned = self.vendor_tune();
+        shape.one_pass = self.vendor_one_pass();
         let views: Vec<&RawView> = [a, b, c].into_iter().chain(fused.map(|(_, v)| v)).collect();
         let align = crate::blas::alignment(&views);
         Ok(self
@@ -781,6 +787,24 @@ impl Device {
     /// with another library version).
     pub fn vendor_tune(&self) -> bool {
         self.inner.vendor_tune.load(Ordering::Relaxed)
+    }
+
+    /// Whether vendor products run the first algorithm of the library's heuristic that
+    /// computes the product in one pass, where it offers one among its first 32, instead of
+    /// its first choice: for outputs of fewer tiles than multiprocessors cuBLASLt's first
+    /// choice often splits `k` and adds the parts in a second launch (on the H200, MLP-M's
+    /// 512 × 1024 products: a 5 µs reduce after each). Off by default;
+    /// `GRAPHED_VENDOR_ONE_PASS=1` or [`Device::set_vendor_one_pass`] turns it on (CUDA only).
+    /// A choice is kept for the device's lifetime, as for [`Device::vendor_tune`] (which,
+    /// when on, decides instead).
+    pub fn vendor_one_pass(&self) -> bool {
+        self.inner.vendor_one_pass.load(Ordering::Relaxed)
+    }
+
+    /// Switches the one-pass choice of vendor products on or off
+    /// ([`Device::vendor_one_pass`]). Set it before recording, as [`Device::set_vendor_tune`].
+    pub fn set_vendor_one_pass(&self, on: bool) {
+        self.inner.vendor_one_pass.store(on, Ordering::Relaxed);
     }
 
     /// The number of multiply-adds from which the kernel library's automatic route sends a

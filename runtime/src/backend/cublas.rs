@@ -206,6 +206,9 @@ impl Drop for Cublas {
 /// How many algorithms of cuBLASLt's heuristic a tuned product times.
 const CANDIDATES: usize = 8;
 
+/// How many algorithms the heuristic is asked for (a one-pass choice looks through them).
+const HEURISTIC: usize = 32;
+
 /// Timed runs of each candidate (after two untimed ones).
 const TIMED_RUNS: usize = 5;
 
@@ -239,6 +242,51 @@ impl Drop for LtPlan {
     }
 }
 
+/// The number of parts cuBLASLt's algorithm `algo` splits `k` into (1: one pass; 0 where it
+/// does not say).
+fn split_parts(algo: &lt::cublasLtMatmulAlgo_t) -> i32 {
+    let mut parts = 0i32;
+    let mut written = 0usize;
+    // SAFETY: reads one documented `int32_t` attribute of a live algorithm into `parts`.
+    let status = unsafe {
+        lt::cublasLtMatmulAlgoConfigGetAttribute(
+            algo,
+            lt::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+            (&mut parts as *mut i32).cast(),
+            4,
+            &mut written,
+        )
+    };
+    if status.result().is_ok() && written == 4 {
+        parts
+    } else {
+        0
+    }
+}
+
+/// `bytes` bytes of elements of `dtype` with random values in `[-1, 1)` (a fixed sequence
+/// per `seed`), as bytes: operands for timing candidates.
+fn random_bits(dtype: DType, bytes: usize, seed: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed as u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    let mut out = Vec::with_capacity(bytes);
+    while out.len() < bytes {
+        let v = next();
+        match dtype {
+            DType::F16 => out.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes()),
+            DType::BF16 => out.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes()),
+            _ => out.extend_from_slice(&v.to_bits().to_le_bytes()),
+        }
+    }
+    out.truncate(bytes);
+    out
+}
+
 fn lt_type(d: DType) -> lt::cudaDataType {
     match d {
         DType::F16 => lt::cudaDataType::CUDA_R_16F,
@@ -257,7 +305,7 @@ fn stored(g: &GemmShape) -> [(usize, usize); 3] {
 }
 
 impl LtPlan {
-    /// The descriptors of `g` and up to [`CANDIDATES`] algorithms cuBLASLt's heuristic offers
+    /// The descriptors of `g` and up to [`HEURISTIC`] algorithms cuBLASLt's heuristic offers
     /// for operands at `align` bytes, best first; `None` where it offers none.
     fn describe(
         handle: lt::cublasLtHandle_t,
@@ -344,7 +392,7 @@ impl LtPlan {
             wavesCount: 0.0,
             reserved: [0; 4],
         };
-        let mut results = [empty; CANDIDATES];
+        let mut results = [empty; HEURISTIC];
         let mut found = 0;
         use lt::cublasLtMatmulPreferenceAttributes_t as P;
         // SAFETY: attributes of their documented types; the layouts and descriptor are live;
@@ -373,7 +421,7 @@ impl LtPlan {
                     plan.layouts[2],
                     plan.layouts[2],
                     pref,
-                    CANDIDATES as i32,
+                    HEURISTIC as i32,
                     results.as_mut_ptr(),
                     &mut found,
                 )
@@ -382,7 +430,7 @@ impl LtPlan {
             let _ = ltr::destroy_matmul_pref(pref);
             ok
         };
-        let algos: Vec<_> = results[..(found.max(0) as usize).min(CANDIDATES)]
+        let algos: Vec<_> = results[..(found.max(0) as usize).min(HEURISTIC)]
             .iter()
             .filter(|r| r.state.result().is_ok())
             .map(|r| (r.algo, r.workspaceSize))
@@ -450,9 +498,16 @@ impl Cublas {
             return p.as_ref().map(|p| p.workspace);
         }
         let plan = LtPlan::describe(lt.handle, g, align).and_then(|(mut plan, algos)| {
-            (plan.algo, plan.workspace) = if g.tuned && algos.len() > 1 {
+            let n = algos.len().min(CANDIDATES);
+            (plan.algo, plan.workspace) = if g.tuned && n > 1 {
                 // SAFETY: the caller's contract.
-                unsafe { self.fastest(lt, &plan, g, &algos) }?
+                unsafe { self.fastest(lt, &plan, g, &algos[..n]) }?
+            } else if g.one_pass {
+                algos
+                    .iter()
+                    .copied()
+                    .find(|(a, _)| split_parts(a) <= 1)
+                    .unwrap_or(algos[0])
             } else {
                 algos[0]
             };
@@ -463,7 +518,9 @@ impl Cublas {
         made
     }
 
-    /// The fastest of `algos` for `plan`, timed on zeroed temporaries (`None` where none ran).
+    /// The fastest of `algos` for `plan`, timed on temporaries of random values in
+    /// `[-1, 1)` (`None` where none ran). (Zeroed operands, as before, draw less power and
+    /// ranked the candidates otherwise than inside a step.)
     ///
     /// # Safety
     /// As [`Cublas::prepare`].
@@ -505,11 +562,15 @@ impl Cublas {
                 c: mem[3],
                 v: mem[4],
             };
-            // SAFETY: every temporary was just allocated with its size; α = 1, β = 0 and the
-            // operands zero, written on the stream before the runs.
+            // SAFETY: every temporary was just allocated with its size; α = 1, β = 0, the
+            // operands random (copied synchronously), written before the runs.
             unsafe {
                 for (&p, &bytes) in mem.iter().zip(&sizes) {
                     let _ = sys::cuMemsetD8Async(p, 0, bytes, self.stream);
+                }
+                let _ = dr::stream::synchronize(self.stream);
+                for (at, dtype) in [(1, g.types.input), (2, g.types.input), (3, g.types.output)] {
+                    let _ = dr::memcpy_htod_sync(mem[at], &random_bits(dtype, sizes[at], at));
                 }
                 let _ = sys::cuMemsetD32Async(ops.alpha, 1.0f32.to_bits(), 1, self.stream);
                 for candidate in algos {

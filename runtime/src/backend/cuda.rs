@@ -219,7 +219,7 @@ unsafe fn issue_product(
             reason: "a fused product without its vector (or a vector without an epilogue)".into(),
         });
     }
-    if shape.fused.is_some() || shape.tuned {
+    if shape.fused.is_some() || shape.tuned || shape.one_pass {
         let views = [a, b, c].into_iter().chain(v).collect::<Vec<_>>();
         let ops = super::cublas::Operands {
             alpha,
@@ -956,7 +956,7 @@ impl Backend for CudaBackend {
     /// cuBLASLt's plan for the shape (tuned: the fastest candidate, timed on this stream).
     fn prepare_gemm(&self, shape: &GemmShape, align: usize) -> Option<bool> {
         let unfused = shape.fused.is_none();
-        if unfused && !shape.tuned {
+        if unfused && !shape.tuned && !shape.one_pass {
             return Some(true); // plain cuBLAS (the caller found it loaded)
         }
         let _g = self.enter().ok()?;

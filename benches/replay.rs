@@ -16,8 +16,8 @@
 //! and with the DSL products; on CUDA also with the epilogues not fused into the cuBLASLt call
 //! (`Device::set_vendor_fused(false)`), as variants `eager+unfused`, `replay+unfused`, …, and
 //! with the library's candidate algorithms timed and the fastest run (`Device::set_vendor_tune`),
-//! as `replay+tuned`, and with each product's first one-pass algorithm
-//! (`Device::set_vendor_one_pass`), as `replay+onepass` (both also for `mixed`). With
+//! as `replay+tuned`, and with the one-pass choice of `Device::set_vendor_one_pass` switched
+//! the other way, as `replay+split` (both also for `mixed`). With
 //! `--variants`, where the device reports its multiprocessors (CUDA), the same steps run again
 //! with split-K's fill rule off (`Device::set_split_fill(false)`), as variants `eager+nosplit`,
 //! `replay+nosplit`, …; and on CUDA with split products summed serially (`Device::split_serial`, off by default: the last
@@ -1480,15 +1480,17 @@ fn main() {
                         // `--variants` products routed to the library from 2^22 and from
                         // 5·10^6 multiply-adds (`Device::set_vendor_min_macs`): `replay+v4M`,
                         // `replay+v5M`.
+                        let one = dev.vendor_one_pass();
+                        let other_pass = if one { "+split" } else { "+onepass" };
                         let configs = [
-                            (false, tune, false, None, "+unfused"),
-                            (true, true, false, None, "+tuned"),
-                            (true, tune, true, None, "+onepass"),
-                            (true, tune, false, Some(1u64 << 22), "+v4M"),
-                            (true, tune, false, Some(5_000_000), "+v5M"),
+                            (false, tune, one, None, "+unfused"),
+                            (true, true, one, None, "+tuned"),
+                            (true, tune, !one, None, other_pass),
+                            (true, tune, one, Some(1u64 << 22), "+v4M"),
+                            (true, tune, one, Some(5_000_000), "+v5M"),
                         ];
                         for (fused, tuned, one_pass, min, name) in configs {
-                            let cuda_only = name == "+tuned" || name == "+onepass";
+                            let cuda_only = name == "+tuned" || name == other_pass;
                             if (name == "+tuned" && tune)
                                 || (cuda_only && kind != BackendKind::Cuda)
                                 || (min.is_some() && !variants)
@@ -1500,7 +1502,19 @@ fn main() {
                             dev.set_vendor_one_pass(one_pass);
                             dev.set_vendor_min_macs(min);
                             let start = rows.len();
-                            mlp_workload(&dev, quick, only, &mut rows).unwrap();
+                            // An opt-in route that fails here is reported and skipped.
+                            let ran =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                    mlp_workload(&dev, quick, only, &mut rows)
+                                }));
+                            if !matches!(ran, Ok(Ok(()))) {
+                                eprintln!(
+                                    "mlp {name}: failed ({:?}); skipped",
+                                    ran.map(|r| r.err())
+                                );
+                                rows.truncate(start);
+                                dev.synchronize().ok();
+                            }
                             for r in &mut rows[start..] {
                                 r.variant.push_str(name);
                             }
@@ -1508,7 +1522,10 @@ fn main() {
                         dev.set_vendor_min_macs(None);
                         dev.set_vendor_fused(true);
                         dev.set_vendor_tune(tune);
-                        dev.set_vendor_one_pass(false);
+                        dev.set_vendor_one_pass(one);
+                        for line in dev.vendor_plans() {
+                            eprintln!("cuBLASLt plan: {line}");
+                        }
                     }
                     if variants && dev.split_fill().is_some() {
                         // The same steps with split-K's fill rule off (`Device::set_split_fill`),
@@ -1579,10 +1596,12 @@ fn main() {
                     };
                     mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
                     if kind == BackendKind::Cuda && dev.vendor_blas() && !dev.vendor_tune() {
-                        // The library's candidates timed and the fastest run, and each
-                        // product's first one-pass algorithm (both opt-in).
+                        // The library's candidates timed and the fastest run (opt-in), and
+                        // the one-pass choice switched the other way.
+                        let one = dev.vendor_one_pass();
+                        let other_pass = if one { "+split" } else { "+onepass" };
                         for (tune, one_pass, name) in
-                            [(true, false, "+tuned"), (false, true, "+onepass")]
+                            [(true, one, "+tuned"), (false, !one, other_pass)]
                         {
                             dev.set_vendor_tune(tune);
                             dev.set_vendor_one_pass(one_pass);
@@ -1593,7 +1612,10 @@ fn main() {
                             }
                         }
                         dev.set_vendor_tune(false);
-                        dev.set_vendor_one_pass(false);
+                        dev.set_vendor_one_pass(one);
+                        for line in dev.vendor_plans() {
+                            eprintln!("cuBLASLt plan: {line}");
+                        }
                     }
                 }
                 "sampler" => sampler_workload(&dev, quick, &mut rows).unwrap(),

@@ -182,7 +182,7 @@ impl Device {
                     kind == BackendKind::Cuda && switch_on_from_env("GRAPHED_VENDOR_TUNE"),
                 ),
                 vendor_one_pass: AtomicBool::new(
-                    kind == BackendKind::Cuda && switch_on_from_env("GRAPHED_VENDOR_ONE_PASS"),
+                    kind == BackendKind::Cuda && switch_from_env("GRAPHED_VENDOR_ONE_PASS"),
                 ),
                 library_subgroups: AtomicBool::new(switch_from_env("GRAPHED_SUBGROUPS")),
                 split_fill: AtomicBool::new(switch_from_env("GRAPHED_SPLIT_FILL")),
@@ -775,12 +775,12 @@ impl Device {
     }
 
     /// Whether vendor products run the fastest of the library's candidate algorithms for
-    /// their shape, each timed once on the device when the shape is first used (cuBLASLt's
-    /// heuristic offers up to 8), instead of the heuristic's first choice. Off by default:
-    /// on the H200 the MLP-M step replayed slower with it (456.1 against 447.1 µs;
-    /// BENCHMARKS.md, session of 2026-12-02b), the candidates timed alone on zeroed operands
-    /// ranking otherwise than inside the step. `GRAPHED_VENDOR_TUNE=1` or
-    /// [`Device::set_vendor_tune`] turns it on (CUDA only). A choice
+    /// their shape, each timed once on the device on random operands when the shape is first
+    /// used (cuBLASLt's heuristic's first 8), instead of the heuristic's first choice. Off by
+    /// default: timed on zeroed operands it replayed MLP-M slower on the H200 (456.1 against
+    /// 447.1 µs, session of 2026-12-02b); on random operands it matched the one-pass choice
+    /// ([`Device::vendor_one_pass`]; 417.16 against 416.99 µs, session of 2026-12-02c).
+    /// `GRAPHED_VENDOR_TUNE=1` or [`Device::set_vendor_tune`] turns it on (CUDA only). A choice
     /// is kept for the device's lifetime, so eager calls and recordings of a shape run the
     /// same kernel and replay equals eager bitwise; another process may time another
     /// candidate fastest, and its results then differ from this one's in the last bits (as
@@ -789,16 +789,29 @@ impl Device {
         self.inner.vendor_tune.load(Ordering::Relaxed)
     }
 
-    /// Whether vendor products run the first algorithm of the library's heuristic that
-    /// computes the product in one pass, where it offers one among its first 32, instead of
-    /// its first choice: for outputs of fewer tiles than multiprocessors cuBLASLt's first
-    /// choice often splits `k` and adds the parts in a second launch (on the H200, MLP-M's
-    /// 512 × 1024 products: a 5 µs reduce after each). Off by default;
-    /// `GRAPHED_VENDOR_ONE_PASS=1` or [`Device::set_vendor_one_pass`] turns it on (CUDA only).
-    /// A choice is kept for the device's lifetime, as for [`Device::vendor_tune`] (which,
-    /// when on, decides instead).
+    /// Whether vendor products run the fastest of the first 8 algorithms among the library
+    /// heuristic's first 32 that compute the product in one pass (each timed once on random
+    /// operands, as for [`Device::vendor_tune`]), where there are any, instead of the
+    /// heuristic's first choice; unfused products then go through cuBLASLt too, instead of
+    /// cuBLAS. On by default (CUDA only): for outputs of fewer tiles than multiprocessors the
+    /// libraries' first choices split `k` and add the parts in a second launch using the
+    /// shared workspace, so the graph orders them after every other library call, while a
+    /// one-pass algorithm needs no workspace and runs beside the other products. On the
+    /// H200 MLP-M replayed in 416.99 µs with it against 426.88 (fp32) and 171.34 against
+    /// 181.55 (bf16); MLP-L's bf16 step in 2655.17 against 2643.30 (BENCHMARKS.md, session
+    /// of 2026-12-02c). `GRAPHED_VENDOR_ONE_PASS=0` or [`Device::set_vendor_one_pass`] turns
+    /// it off. A choice is kept for the device's lifetime, as for [`Device::vendor_tune`]
+    /// (which, when on, decides instead).
     pub fn vendor_one_pass(&self) -> bool {
         self.inner.vendor_one_pass.load(Ordering::Relaxed)
+    }
+
+    /// One line per product plan the vendor library has made on this device (CUDA:
+    /// cuBLASLt's, for fused, tuned or one-pass products): the shape, the operands'
+    /// alignment, the chosen algorithm's id, tile, split-K parts and reduction scheme, and its
+    /// workspace bytes. Empty elsewhere. A diagnostic, e.g. to see which products split `k`.
+    pub fn vendor_plans(&self) -> Vec<String> {
+        self.inner.backend.vendor_plans()
     }
 
     /// Switches the one-pass choice of vendor products on or off

@@ -228,6 +228,8 @@ struct LtPlan {
     algo: lt::cublasLtMatmulAlgo_t,
     /// Workspace bytes `algo` uses (0: it touches nothing but its operands).
     workspace: usize,
+    /// Whether the product fuses an epilogue with a vector (its address is set per call).
+    fused: bool,
 }
 
 impl Drop for LtPlan {
@@ -242,26 +244,38 @@ impl Drop for LtPlan {
     }
 }
 
-/// The number of parts cuBLASLt's algorithm `algo` splits `k` into (1: one pass; 0 where it
-/// does not say).
-fn split_parts(algo: &lt::cublasLtMatmulAlgo_t) -> i32 {
-    let mut parts = 0i32;
+/// A 32-bit configuration attribute of cuBLASLt's algorithm `algo` (`-1` where it does not
+/// say).
+fn algo_config(
+    algo: &lt::cublasLtMatmulAlgo_t,
+    attr: lt::cublasLtMatmulAlgoConfigAttributes_t,
+) -> i32 {
+    let mut value = 0i32;
     let mut written = 0usize;
-    // SAFETY: reads one documented `int32_t` attribute of a live algorithm into `parts`.
+    // SAFETY: reads one documented 32-bit attribute of a live algorithm into `value`.
     let status = unsafe {
         lt::cublasLtMatmulAlgoConfigGetAttribute(
             algo,
-            lt::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-            (&mut parts as *mut i32).cast(),
+            attr,
+            (&mut value as *mut i32).cast(),
             4,
             &mut written,
         )
     };
     if status.result().is_ok() && written == 4 {
-        parts
+        value
     } else {
-        0
+        -1
     }
+}
+
+/// The number of parts cuBLASLt's algorithm `algo` splits `k` into (1: one pass; -1 where it
+/// does not say).
+fn split_parts(algo: &lt::cublasLtMatmulAlgo_t) -> i32 {
+    algo_config(
+        algo,
+        lt::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+    )
 }
 
 /// `bytes` bytes of elements of `dtype` with random values in `[-1, 1)` (a fixed sequence
@@ -345,6 +359,7 @@ impl LtPlan {
             layouts: [x, y, z],
             algo: lt::cublasLtMatmulAlgo_t { data: [0; 8] },
             workspace: 0,
+            fused: g.fused.is_some(),
         };
         let epilogue = match g.fused {
             None => lt::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
@@ -481,6 +496,51 @@ impl Drop for Lt {
 }
 
 impl Cublas {
+    /// One line per cuBLASLt plan made: the shape, the operands' alignment and the chosen
+    /// algorithm's id, tile id, split-K parts, reduction scheme and workspace bytes (or that
+    /// the shape has no plan). Sorted.
+    pub(crate) fn plans(&self) -> Vec<String> {
+        use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+        let Some(lt) = &self.lt else {
+            return Vec::new();
+        };
+        let plans = lt.plans.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lines: Vec<String> = plans
+            .iter()
+            .map(|((g, align), plan)| {
+                let what = format!(
+                    "{}x{}x{} {}{}{}{} {}→{} align {align}",
+                    g.m,
+                    g.n,
+                    g.k,
+                    if g.ta { "t" } else { "n" },
+                    if g.tb { "t" } else { "n" },
+                    g.fused.map_or(String::new(), |f| format!(" +{}", f.name())),
+                    match (g.tuned, g.one_pass) {
+                        (true, _) => " tuned",
+                        (false, true) => " one-pass",
+                        _ => "",
+                    },
+                    g.types.input.name(),
+                    g.types.output.name(),
+                );
+                match plan {
+                    None => format!("{what}: no plan"),
+                    Some(p) => format!(
+                        "{what}: algo {} tile {} split {} reduction {} workspace {}",
+                        algo_config(&p.algo, C::CUBLASLT_ALGO_CONFIG_ID),
+                        algo_config(&p.algo, C::CUBLASLT_ALGO_CONFIG_TILE_ID),
+                        split_parts(&p.algo),
+                        algo_config(&p.algo, C::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                        p.workspace
+                    ),
+                }
+            })
+            .collect();
+        lines.sort();
+        lines
+    }
+
     /// Makes, once per shape and alignment, the cuBLASLt plan of `g` (`g.fused` set, or
     /// `g.tuned`) for operands at `align` bytes, and returns the workspace bytes its algorithm
     /// uses, or `None` where there is no plan. A tuned shape takes the fastest of the
@@ -503,10 +563,19 @@ impl Cublas {
                 // SAFETY: the caller's contract.
                 unsafe { self.fastest(lt, &plan, g, &algos[..n]) }?
             } else if g.one_pass {
-                algos
+                // The fastest of the first one-pass candidates that run (timing also checks
+                // that each runs: on the H200 some the heuristic offered failed with
+                // CUBLAS_STATUS_INVALID_VALUE), else the heuristic's first.
+                let one: Vec<_> = algos
                     .iter()
                     .copied()
-                    .find(|(a, _)| split_parts(a) <= 1)
+                    .filter(|(a, _)| split_parts(a) == 1)
+                    .take(CANDIDATES)
+                    .collect();
+                // SAFETY: the caller's contract.
+                (!one.is_empty())
+                    .then(|| unsafe { self.fastest(lt, &plan, g, &one) })
+                    .flatten()
                     .unwrap_or(algos[0])
             } else {
                 algos[0]
@@ -620,14 +689,18 @@ impl Cublas {
         p: Operands,
     ) -> std::result::Result<(), ltr::CublasError> {
         // SAFETY: the caller's contract; the descriptor is the plan's (under the plans'
-        // lock), and the library reads the vector's address when the call is issued.
+        // lock), and the library reads the vector's address when the call is issued. An
+        // unfused plan keeps no vector address: (on the H200, one-pass algorithms of unfused
+        // products failed with CUBLAS_STATUS_INVALID_VALUE where it was `C`'s.)
         unsafe {
-            ltr::set_matmul_desc_attribute(
-                plan.desc,
-                lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                (&p.v as *const sys::CUdeviceptr).cast(),
-                std::mem::size_of::<sys::CUdeviceptr>(),
-            )?;
+            if plan.fused {
+                ltr::set_matmul_desc_attribute(
+                    plan.desc,
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    (&p.v as *const sys::CUdeviceptr).cast(),
+                    std::mem::size_of::<sys::CUdeviceptr>(),
+                )?;
+            }
             ltr::matmul(
                 lt.handle,
                 plan.desc,

@@ -953,6 +953,13 @@ impl Backend for CudaBackend {
         // of the ring slot.
         unsafe { issue_product(blas, shape, at + 4, a, b, c, v) }
     }
+    fn vendor_plans(&self) -> Vec<String> {
+        let blas = self.blas.lock().unwrap_or_else(|p| p.into_inner());
+        match &*blas {
+            BlasState::Ready(b) => b.plans(),
+            _ => Vec::new(),
+        }
+    }
     /// cuBLASLt's plan for the shape (tuned: the fastest candidate, timed on this stream).
     fn prepare_gemm(&self, shape: &GemmShape, align: usize) -> Option<bool> {
         let unfused = shape.fused.is_none();

@@ -109,6 +109,10 @@ pub(crate) trait Backend: Send + Sync {
     fn prepare_gemm(&self, shape: &GemmShape, _align: usize) -> Option<bool> {
         shape.fused.is_none().then_some(true)
     }
+    /// One line per product plan the vendor library made ([`crate::Device::vendor_plans`]).
+    fn vendor_plans(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// `C = op(A)·op(B)` (+ `C` when `flag != 0`) through the vendor BLAS (the shape's types
     /// are ones [`Backend::blas`] accepted), with `v` the fused epilogue's vector when the
     /// shape has one ([`Backend::prepare_gemm`] accepted it).

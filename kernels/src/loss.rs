@@ -235,8 +235,8 @@ xent_cast_kernel!(
     softmax_xent_narrow_cast_sg_f16
 );
 
-/// Most classes a row of the staged narrow cross-entropy ([`staged_chunk`]) has: 256 rows
-/// of them fill its 3072-element workgroup tile.
+/// Most classes a row of the staged narrow cross-entropy has (one workgroup, up to 4096 rows
+/// through a tile of 256 rows of 3072 elements in workgroup memory).
 pub const STAGED_CLASSES: usize = 12;
 
 /// Whether a narrow cross-entropy launch of `groups` workgroups takes the staged path

@@ -98,7 +98,7 @@ fn epilogue_of(v: f32, x: f32, col: u32, has_bias: bool, act: u32, gate: u32, bi
 
 /// Elements an invocation of the in-place epilogue kernels takes per pass of its loop: all
 /// their loads issued before any result is stored, `total` (the grid's size) apart.
-pub(crate) const EPILOGUE_ELEMENTS: usize = 4;
+pub const EPILOGUE_ELEMENTS: usize = 4;
 
 /// Workgroups of a launch of [`gemm_epilogue`](mod@gemm_epilogue) (or its 16-bit-copy forms)
 /// over `len` elements ([`EPILOGUE_ELEMENTS`] an invocation a pass).

@@ -704,7 +704,8 @@ pub fn gemm_col_sums(m: u32, k: u32, accumulate: bool, a: &[f32], db: &mut [f32]
 /// order: a layer's bias gradient from its `dY` (`rows × outputs`).
 ///
 /// # Errors
-/// [`Error::Shape`] when `a` is not whole rows of `db.len()` or a size passes a `u32`.
+/// [`Error::Shape`] when `a` is not whole rows of `db.len()`, a size passes a `u32` or there
+/// are 2^31 columns or more.
 pub fn column_sums<C: Launch + ?Sized>(
     cx: &C,
     a: &Buffer<f32>,
@@ -719,6 +720,12 @@ pub fn column_sums<C: Launch + ?Sized>(
         return Err(Error::Shape(format!(
             "column_sums: {} elements are not rows of {m}",
             a.len()
+        )));
+    }
+    if m > (u32::MAX / 2) as usize {
+        // The kernel's column blocks `block · 16` stay below 2^32 only under this.
+        return Err(Error::Shape(format!(
+            "column_sums: {m} columns; it takes at most 2^31 − 1"
         )));
     }
     let (m32, k) = (

@@ -541,11 +541,12 @@ impl Cublas {
         lines
     }
 
-    /// Makes, once per shape and alignment, the cuBLASLt plan of `g` (`g.fused` set, or
-    /// `g.tuned`) for operands at `align` bytes, and returns the workspace bytes its algorithm
-    /// uses, or `None` where there is no plan. A tuned shape takes the fastest of the
-    /// heuristic's candidates, each timed on temporaries of the product's sizes on the
-    /// handle's stream; an untuned one the heuristic's first. Without a plan a fused product
+    /// Makes, once per shape and alignment, the cuBLASLt plan of `g` (`g.fused`, `g.tuned` or
+    /// `g.one_pass` set) for operands at `align` bytes, and returns the workspace bytes its
+    /// algorithm uses, or `None` where there is no plan. A tuned shape takes the fastest of
+    /// the heuristic's first candidates, each timed on temporaries of the product's sizes on
+    /// the handle's stream; a one-pass shape the fastest of its one-pass candidates (timed
+    /// alike); any other the heuristic's first. Without a plan a fused product
     /// has no route and an unfused one runs on cuBLAS.
     ///
     /// # Safety
@@ -564,8 +565,7 @@ impl Cublas {
                 unsafe { self.fastest(lt, &plan, g, &algos[..n]) }?
             } else if g.one_pass {
                 // The fastest of the first one-pass candidates that run (timing also checks
-                // that each runs: on the H200 some the heuristic offered failed with
-                // CUBLAS_STATUS_INVALID_VALUE), else the heuristic's first.
+                // that each runs), else the heuristic's first.
                 let one: Vec<_> = algos
                     .iter()
                     .copied()

@@ -9,14 +9,16 @@
 //! `graphed::train::train_step`'s step; `Tf32` is the same step with the vendor
 //! BLAS's products opted in to TF32 (products the DSL kernels run stay full `f32`).
 //!
-//! One step of `L` layers in 16 bits is `4L + 1` launches (`f16`: `4L + 3`) and `3L − 1`
-//! library calls (MLP-M, `L = 5`: 21 and 14; it was `5L + 2`, 27, before the launches below
-//! wrote the 16-bit copies, and `3L + 2` while one launch cast all the weights), in order:
+//! One step of `L` layers in 16 bits is `4L + 1` launches (`f16`: `4L + 3`; one fewer each
+//! where the logits' bias fuses into their product, CUDA) and `3L − 1` library calls
+//! (MLP-M, `L = 5`: 21 and 14; it was `5L + 2`, 27, before the launches below wrote the
+//! 16-bit copies, and `3L + 2` while one launch cast all the weights), in order:
 //! the casts of layer 0's weights and of the input in one launch ([`cast_two`]), and of
 //! each further layer's weights in a launch of its own issued a layer ahead, which the
 //! graph runs beside the products before it ([`cast`]);
 //! per layer a 16-bit product into `f32`, then its bias and activation in place, which (but
-//! for the logits) also writes the activation's 16-bit copy ([`gemm_epilogue_cast`]); the
+//! for the logits) also writes the activation's 16-bit copy ([`gemm_epilogue_cast`]; the
+//! logits' bias inside their product's library call where it fuses, [`matmul_half_bias`]); the
 //! loss and its gradient `dz` with `dz`'s 16-bit copy, for `f16` times the loss scale
 //! ([`softmax_cross_entropy_cast`]; past [`NARROW_CLASSES`] classes the loss, then the
 //! scale and cast, [`LossScaler::scale_cast`], one launch more); per layer backward the
@@ -96,7 +98,7 @@ pub const SCALER: ScalerConfig = ScalerConfig {
 /// One training update at `precision`: forward, mean softmax cross-entropy, backward and
 /// AdamW (PyTorch's defaults, weight decay 0.01) on the fp32 master state of `model`,
 /// recorded as one plan per precision (module docs for the launches: `bf16` MLP-M is 21
-/// launches and 14 cuBLAS products per step, `f16` 23 and 14).
+/// launches and 14 cuBLAS products per step, `f16` 23 and 14; on CUDA one launch fewer).
 #[graphed]
 pub fn mixed_train_step(
     cx: &mut Step,

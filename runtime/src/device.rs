@@ -801,7 +801,8 @@ impl Device {
     /// 181.55 (bf16); MLP-L's bf16 step in 2655.17 against 2643.30 (BENCHMARKS.md, session
     /// of 2026-12-02c). `GRAPHED_VENDOR_ONE_PASS=0` or [`Device::set_vendor_one_pass`] turns
     /// it off. A choice is kept for the device's lifetime, as for [`Device::vendor_tune`]
-    /// (which, when on, decides instead).
+    /// (which, when on, decides instead): another process may time another candidate
+    /// fastest, and its results then differ from this one's in the last bits.
     pub fn vendor_one_pass(&self) -> bool {
         self.inner.vendor_one_pass.load(Ordering::Relaxed)
     }

@@ -345,19 +345,27 @@ fn a_fused_call_checks_its_vector_and_flag_on_every_backend() {
     });
 }
 
-/// `matmul_half_bias` (a mixed-precision step's logits): on CUDA one cuBLASLt call with the
-/// bias epilogue, on the host the product then the bias launch; on both within rounding of
+/// `matmul_half_bias_act` (a mixed-precision step's logits): on CUDA one cuBLASLt call with
+/// the bias (or bias + ReLU) epilogue, on the host the product then the bias launch; on both within rounding of
 /// an f64 reference from the `bf16` operands, and on CUDA within rounding of the separate
 /// route (the same kernels' order aside). Refused on wgpu (no half products there), and a
 /// bias of the wrong length is a shape error everywhere.
 #[test]
 fn a_half_product_with_its_bias_matches_the_separate_route() {
     use graphed::bf16;
-    use graphed::kernels::matmul::{epilogue_groups, gemm_epilogue, matmul_half, matmul_half_bias};
+    use graphed::kernels::matmul::{
+        epilogue_groups, gemm_epilogue, matmul_half, matmul_half_bias_act,
+    };
     let mut r = rng("a_half_product_with_its_bias");
     on_every_backend(|dev| {
-        for [m, n, k] in [[512usize, 10usize, 1024usize], [33, 7, 45], [64, 128, 16]] {
-            let case = format!("{} {m}×{n}×{k}", dev.kind());
+        let cases = [
+            ([512usize, 10usize, 1024usize], Act::Identity),
+            ([33, 7, 45], Act::Identity),
+            ([64, 128, 16], Act::Relu),
+            ([40, 24, 36], Act::Gelu),
+        ];
+        for ([m, n, k], act) in cases {
+            let case = format!("{} {m}×{n}×{k} {act:?}", dev.kind());
             let a32 = floats(&mut r, m * k, -1.0, 1.0);
             let b32 = floats(&mut r, n * k, -1.0, 1.0);
             let bias_h = floats(&mut r, n, -1.0, 1.0);
@@ -367,7 +375,7 @@ fn a_half_product_with_its_bias_matches_the_separate_route() {
             let bias = dev.upload(&bias_h).unwrap();
             let g = Gemm::nt(m, n, k);
             let mut c = dev.upload(&vec![POISON; m * n]).unwrap();
-            let ran = matmul_half_bias(dev, g, &a, &b, &mut c, &bias);
+            let ran = matmul_half_bias_act(dev, g, &a, &b, &mut c, &bias, act);
             if dev.kind() == BackendKind::Wgpu {
                 let e = ran.unwrap_err();
                 assert!(
@@ -384,17 +392,17 @@ fn a_half_product_with_its_bias_matches_the_separate_route() {
                     let s: f64 = (0..k)
                         .map(|kk| a16[row * k + kk].to_f64() * b16[col * k + kk].to_f64())
                         .sum();
-                    s + bias_h[col] as f64
+                    act.eval_f64(s + bias_h[col] as f64)
                 })
                 .collect();
             let err = rel_err(&got, &want);
             assert!(err < TOL, "{case}: relative error {err:e}");
-            // The separate route: the product, then the bias in place.
+            // The separate route: the product, then the bias and activation in place.
             let mut sep = dev.upload(&vec![POISON; m * n]).unwrap();
             matmul_half(dev, g, &a, &b, &mut sep, false).unwrap();
             let grid = graphed::Grid::workgroups(epilogue_groups(m * n));
-            let id = Act::Identity.code();
-            gemm_epilogue::launch(dev, grid, n as u32, true, id, 0, &bias, &bias, &mut sep)
+            let code = act.code();
+            gemm_epilogue::launch(dev, grid, n as u32, true, code, 0, &bias, &bias, &mut sep)
                 .unwrap();
             let sep = sep.to_host().unwrap();
             if dev.kind() == BackendKind::Host {
@@ -411,7 +419,16 @@ fn a_half_product_with_its_bias_matches_the_separate_route() {
         let a = dev.upload(&[bf16::from_f32(1.0); 4]).unwrap();
         let mut c = dev.upload(&[0.0f32; 4]).unwrap();
         let short = dev.upload(&[0.0f32; 1]).unwrap();
-        let e = matmul_half_bias(dev, Gemm::nt(2, 2, 2), &a, &a, &mut c, &short).unwrap_err();
+        let e = matmul_half_bias_act(
+            dev,
+            Gemm::nt(2, 2, 2),
+            &a,
+            &a,
+            &mut c,
+            &short,
+            Act::Identity,
+        )
+        .unwrap_err();
         assert!(
             e.to_string().contains("`bias` has 1 elements, expected 2"),
             "{e}"

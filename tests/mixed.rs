@@ -1136,7 +1136,7 @@ fn launches_16(layers: usize, precision: Precision) -> usize {
 }
 
 /// Whether the logits' bias runs inside their product's library call on `dev`
-/// (`matmul_half_bias`: cuBLASLt's bias epilogue on CUDA), one launch fewer a step.
+/// (`matmul_half_bias_act`: cuBLASLt's bias epilogue on CUDA), one launch fewer a step.
 fn bias_fuses(dev: &Device) -> bool {
     dev.kind() == BackendKind::Cuda && dev.vendor_blas() && dev.vendor_fused()
 }

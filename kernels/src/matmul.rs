@@ -1337,28 +1337,35 @@ pub fn matmul_half<C: Launch + ?Sized, I: Element, O: Element>(
     })
 }
 
-/// `C = op(A)·op(B) + bias` (the bias broadcast over `C`'s rows) of half-precision inputs
-/// into `f32` `C`, as [`matmul_half`] then an in-place [`gemm_epilogue`](mod@gemm_epilogue)
-/// with the bias: in one library call where the vendor BLAS fuses the bias into the product
-/// (cuBLASLt's bias epilogue on CUDA, [`Fused::Bias`]), else those two launches. Eager and
-/// a recording take the same route, so replay equals eager bitwise; the fused and the
-/// separate sums round alike up to the order the library adds in.
+/// `C = act(op(A)·op(B) + bias)` (the bias broadcast over `C`'s rows) of half-precision
+/// inputs into `f32` `C`, as [`matmul_half`] then an in-place
+/// [`gemm_epilogue`](mod@gemm_epilogue) with the bias and activation: in one library call
+/// where the vendor BLAS fuses them into the product (cuBLASLt's epilogues on CUDA:
+/// [`Fused::Bias`] for [`Act::Identity`], [`Fused::BiasRelu`] for [`Act::Relu`]), else those
+/// two launches. Eager and a recording take the same route, so replay equals eager bitwise;
+/// the fused and the separate sums round alike up to the order the library adds in.
 ///
 /// # Errors
 /// As [`matmul_half`]; [`Error::Shape`] when `bias` is not one element per column of `C`.
-pub fn matmul_half_bias<C: Launch + ?Sized, I: Element>(
+pub fn matmul_half_bias_act<C: Launch + ?Sized, I: Element>(
     cx: &C,
     g: Gemm,
     a: &Buffer<I>,
     b: &Buffer<I>,
     c: &mut Buffer<f32>,
     bias: &Buffer<f32>,
+    act: Act,
 ) -> Result<()> {
-    expect_len("matmul_half_bias", "bias", bias.len(), g.n)?;
+    expect_len("matmul_half_bias_act", "bias", bias.len(), g.n)?;
     let no = ScalarArg::from(false);
-    if g.m > 0 && g.n > 0 && g.k > 0 {
+    let fused = match act {
+        Act::Identity => Some(Fused::Bias),
+        Act::Relu => Some(Fused::BiasRelu),
+        _ => None,
+    };
+    if let (Some(f), true) = (fused, g.m > 0 && g.n > 0 && g.k > 0) {
         let blas = g.blas(no);
-        if graphed_runtime::blas::product_fused(cx, &blas, a, b, c, Fused::Bias, bias)? {
+        if graphed_runtime::blas::product_fused(cx, &blas, a, b, c, f, bias)? {
             return Ok(());
         }
     }
@@ -1366,9 +1373,9 @@ pub fn matmul_half_bias<C: Launch + ?Sized, I: Element>(
     gemm_epilogue::launch(
         cx,
         Grid::workgroups(epilogue_groups(c.len())),
-        u32_of("matmul_half_bias columns", g.n)?,
+        u32_of("matmul_half_bias_act columns", g.n)?,
         true,
-        Act::Identity.code(),
+        act.code(),
         0,
         bias,
         bias,

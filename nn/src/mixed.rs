@@ -18,7 +18,7 @@
 //! graph runs beside the products before it ([`cast`]);
 //! per layer a 16-bit product into `f32`, then its bias and activation in place, which (but
 //! for the logits) also writes the activation's 16-bit copy ([`gemm_epilogue_cast`]; the
-//! logits' bias inside their product's library call where it fuses, [`matmul_half_bias`]); the
+//! logits' bias inside their product's library call where it fuses, [`matmul_half_bias_act`]); the
 //! loss and its gradient `dz` with `dz`'s 16-bit copy, for `f16` times the loss scale
 //! ([`softmax_cross_entropy_cast`]; past [`NARROW_CLASSES`] classes the loss, then the
 //! scale and cast, [`LossScaler::scale_cast`], one launch more); per layer backward the
@@ -31,20 +31,19 @@
 //! then (`f16`) the unscale-and-check, AdamW, and (`f16`) the scale update. Every fused
 //! launch gives bitwise what its separate launches gave.
 
-use graphed_kernels::elementwise::{cast_two, Act};
+use graphed_kernels::elementwise::cast_two;
 use graphed_kernels::loss::{
     softmax_cross_entropy_cast, softmax_cross_entropy_scaled, xent_workspace_len, NARROW_CLASSES,
 };
 use graphed_kernels::matmul::{
-    column_sums, epilogue_groups, gemm_epilogue, gemm_epilogue_cast, matmul_half, matmul_half_bias,
-    Epilogue, Gemm,
+    column_sums, gemm_epilogue_cast, matmul_half, matmul_half_bias_act, Epilogue, Gemm,
 };
 use graphed_kernels::optim::AdamW;
 use graphed_kernels::scaler::{LossScaler, ScalerConfig};
 use graphed_macros::graphed;
 use graphed_runtime::blas::Math;
 use graphed_runtime::cast::cast;
-use graphed_runtime::{bf16, f16, Buffer, Element, Grid, Input, Output, Result, Scalar, Step};
+use graphed_runtime::{bf16, f16, Buffer, Element, Input, Output, Result, Scalar, Step};
 
 use crate::layers::Mlp;
 use crate::train::Classifier;
@@ -164,22 +163,18 @@ fn update_16<H: Element>(
         let input = if l == 0 { &x16 } else { &acts16[l - 1] };
         let g = Gemm::nt(rows, layer.outputs, layer.inputs);
         let (_, b) = mlp.weight_and_bias(l)?;
-        if l == last && layer.act == Act::Identity {
-            // The logits: the bias in the product's own library call where it fuses (one
-            // launch fewer on the step's critical path), else the product, then the bias.
-            matmul_half_bias(cx, g, input, &w16(l)?, &mut z, &b)?;
-            acts.push(z);
-            continue;
-        }
-        matmul_half(cx, g, input, &w16(l)?, &mut z, false)?;
-        if l < last {
+        if l == last {
+            // The logits: the bias (and activation) in the product's own library call where
+            // it fuses (one launch fewer on the step's critical path), else the product, then
+            // the bias.
+            matmul_half_bias_act(cx, g, input, &w16(l)?, &mut z, &b, layer.act)?;
+        } else {
+            matmul_half(cx, g, input, &w16(l)?, &mut z, false)?;
             // Bias, activation and the 16-bit copy (the next layer's operand) in one launch.
             let mut z16 = cx.workspace::<H>(z.len())?;
             let epi = Epilogue::bias_act(&b, layer.act);
             gemm_epilogue_cast(cx, layer.outputs, &epi, &mut z, &mut z16, None)?;
             acts16.push(z16);
-        } else {
-            epilogue(cx, layer.outputs, Some(&b), layer.act, None, &mut z)?;
         }
         acts.push(z);
     }
@@ -240,29 +235,4 @@ fn update_16<H: Element>(
         scaler.update(cx, &mut m.count)?;
     }
     Ok(loss)
-}
-
-/// `c ← gate(act(c + bias))` in place over `cols` columns (one launch).
-fn epilogue(
-    cx: &Step,
-    cols: usize,
-    bias: Option<&Buffer<f32>>,
-    act: Act,
-    gate: Option<(Act, &Buffer<f32>)>,
-    c: &mut Buffer<f32>,
-) -> Result<()> {
-    // Unused inputs are bound to whichever is given (never read).
-    let aux = gate.map(|(_, a)| a);
-    let any = bias.or(aux).expect("a bias or a gate");
-    gemm_epilogue::launch(
-        cx,
-        Grid::workgroups(epilogue_groups(c.len())),
-        cols as u32,
-        bias.is_some(),
-        act.code(),
-        gate.map_or(0, |(a, _)| a.code()),
-        bias.unwrap_or(any),
-        aux.unwrap_or(any),
-        c,
-    )
 }

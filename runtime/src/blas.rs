@@ -116,7 +116,8 @@ impl GemmTypes {
 }
 
 /// What a vendor product does to its result inside the same library call ([`Launch::gemm_fused`]):
-/// cuBLASLt's epilogues on CUDA. The vector is `f32`. A fused product never accumulates
+/// cuBLASLt's epilogues on CUDA. The vector is `f32` (a bias into a 16-bit `C` may be of `C`'s
+/// type, added at its value). A fused product never accumulates
 /// into `C`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fused {
@@ -165,6 +166,9 @@ pub(crate) struct GemmShape {
     pub types: GemmTypes,
     /// The epilogue fused into the library call, if any.
     pub fused: Option<Fused>,
+    /// The element type of the fused epilogue's vector (`f32`, or a 16-bit `C`'s type for a
+    /// bias); `f32` without one.
+    pub vector: DType,
     /// The library runs the fastest of its candidate algorithms, timed on first use
     /// ([`crate::Device::vendor_tune`]), not its heuristic's first.
     pub tuned: bool,
@@ -200,6 +204,7 @@ impl Sgemm {
                 math: self.math,
             },
             fused: None,
+            vector: DType::F32,
             tuned: false,
             one_pass: false,
         }
@@ -226,9 +231,18 @@ impl Sgemm {
             )));
         }
         let want = fused.vector_len(self);
-        if v.dtype != DType::F32 || v.len != want {
+        // A bias may also be of a 16-bit `C`'s own type (cuBLASLt's default bias type).
+        let c = operands[2].dtype;
+        let typed =
+            v.dtype == DType::F32 || (v.dtype == c && c.is_half() && !fused.writes_vector());
+        if !typed || v.len != want {
+            let of = if c.is_half() && !fused.writes_vector() {
+                format!("f32 (or {}) elements", c.name())
+            } else {
+                "f32 elements".into()
+            };
             return Err(fail(format!(
-                "the fused {} vector holds {} {} elements; it takes {want} f32 elements",
+                "the fused {} vector holds {} {} elements; it takes {want} {of}",
                 fused.name(),
                 v.len,
                 v.dtype.name()
@@ -344,17 +358,17 @@ pub fn product<C: Launch + ?Sized, I: Element, O: Element>(
     cx.gemm(g, &a.raw_view(), &b.raw_view(), &c.raw_view())
 }
 
-/// Runs the product `g` with `fused` (its vector `v`) through `cx`'s vendor BLAS in one
-/// library call and returns `true`; returns `false` and runs nothing where there is no such
+/// Runs the product `g` with `fused` (its vector `v`: `f32`, or for a bias into a 16-bit `C`
+/// also `C`'s type) through `cx`'s vendor BLAS in one library call and returns `true`; returns `false` and runs nothing where there is no such
 /// route ([`Launch::gemm_fused`]).
-pub fn product_fused<C: Launch + ?Sized, I: Element, O: Element>(
+pub fn product_fused<C: Launch + ?Sized, I: Element, O: Element, V: Element>(
     cx: &C,
     g: &Sgemm,
     a: &Buffer<I>,
     b: &Buffer<I>,
     c: &mut Buffer<O>,
     fused: Fused,
-    v: &Buffer<f32>,
+    v: &Buffer<V>,
 ) -> Result<bool> {
     cx.gemm_fused(
         g,

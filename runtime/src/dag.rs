@@ -330,6 +330,7 @@ mod tests {
                 tb: false,
                 types: crate::blas::GemmTypes::F32,
                 fused: fused.as_ref().map(|(f, _)| *f),
+                vector: crate::dtype::DType::F32,
                 tuned: false,
                 one_pass: false,
             },

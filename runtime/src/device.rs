@@ -717,6 +717,7 @@ impl Device {
         if let Some((f, v)) = fused {
             g.check_fused(self.id(), f, v, [a, b, c])?;
             shape.fused = Some(f);
+            shape.vector = v.dtype;
         }
         if !self.routes_gemm(shape.types) || (shape.fused.is_some() && !self.vendor_fused()) {
             return Ok(None);

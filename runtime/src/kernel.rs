@@ -310,8 +310,8 @@ pub trait Launch {
     }
 
     /// Like [`Launch::gemm`], with `fused` done to the result inside the same library call
-    /// (cuBLASLt's epilogues on CUDA), `v` its `f32` vector (a bias read, or a bias
-    /// gradient written; [`crate::blas::Fused`]). Returns `false` and does nothing where the
+    /// (cuBLASLt's epilogues on CUDA), `v` its vector (a bias read, `f32` or a 16-bit `C`'s
+    /// type, or an `f32` bias gradient written; [`crate::blas::Fused`]). Returns `false` and does nothing where the
     /// device has no such route (every backend but CUDA, the vendor BLAS or its fusion
     /// switched off, or a shape or alignment the library declines), so the caller runs the
     /// product and the epilogue apart. [`crate::blas::product_fused`] is the typed form.

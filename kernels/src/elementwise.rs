@@ -496,6 +496,83 @@ pub fn bias_act_backward<C: Launch + ?Sized>(
     )
 }
 
+/// The ReLU gate of a 16-bit gradient in place, once per 16-bit type.
+macro_rules! relu_gate_kernel {
+    ($($t:ident: $(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        pub fn $name(y: &[$t], dy: &mut [$t]) {
+            // Four elements a pass, `total` apart, every load before any store. (Eight ran
+            // MLP-L's 16.8M-element gates slower on the H200: 50 µs against 40.)
+            let n = dy.len();
+            let total = global_size().x;
+            let mut base = global_id().x;
+            while base < n {
+                let mut ys = [0.0f32; 4];
+                let mut gs = [0.0f32; 4];
+                for j in 0..4u32 {
+                    if j * total < n - base {
+                        ys[j] = y[base + j * total] as f32;
+                        gs[j] = dy[base + j * total] as f32;
+                    }
+                }
+                for j in 0..4u32 {
+                    if j * total < n - base {
+                        dy[base + j * total] = select(ys[j] > 0.0, gs[j], 0.0) as $t;
+                    }
+                }
+                base += 4u32 * total;
+            }
+        }
+    )*};
+}
+
+relu_gate_kernel! {
+    bf16:
+    /// `dy[i] = dy[i]` where `y[i] > 0`, else 0, over `bf16` slices: ReLU's backward read
+    /// from its output `y`. A grid-stride loop.
+    relu_gate_bf16;
+    f16:
+    /// [`relu_gate_bf16`](mod@relu_gate_bf16) over `f16` slices.
+    relu_gate_f16;
+}
+
+/// `dy ← dy · ReLU′` in place, read from ReLU's 16-bit output `y` (`y > 0` where the
+/// pre-activation was, but for positive ones that round to zero): the backward of a 16-bit
+/// layer's ReLU whose pre-activation was never stored (the gate PyTorch's autocast runs).
+/// `H` is `bf16` or `f16`; a NaN of `dy` passes where `y > 0` (quietened) and is zeroed
+/// where not, as [`crate::helpers::activate_backward`].
+///
+/// # Errors
+/// [`Error::Shape`](graphed_runtime::Error::Shape) when `y` and `dy` differ in length or
+/// pass a `u32`; [`Error::Launch`](graphed_runtime::Error::Launch) for another type.
+pub fn relu_gate<C: Launch + ?Sized, H: Element>(
+    cx: &C,
+    y: &Buffer<H>,
+    dy: &mut Buffer<H>,
+) -> Result<()> {
+    let op = "relu_gate";
+    expect_len(op, "dy", dy.len(), y.len())?;
+    let n = u32_of("relu_gate elements", y.len())?;
+    let g = Grid::workgroups(groups((n as usize).div_ceil(4)));
+    match H::DTYPE {
+        DType::BF16 => {
+            let y = Buffer::<bf16>::try_from_view(y.raw_view())?;
+            let mut d = Buffer::<bf16>::try_from_view(dy.raw_view())?;
+            relu_gate_bf16::launch(cx, g, &y, &mut d)
+        }
+        DType::F16 => {
+            let y = Buffer::<f16>::try_from_view(y.raw_view())?;
+            let mut d = Buffer::<f16>::try_from_view(dy.raw_view())?;
+            relu_gate_f16::launch(cx, g, &y, &mut d)
+        }
+        other => Err(graphed_runtime::Error::Launch {
+            kernel: op,
+            reason: format!("a gate of `{}`; it takes `bf16` or `f16`", other.name()),
+        }),
+    }
+}
+
 /// Two casts in one launch, once per 16-bit type: `a16 = a` and `b16 = b` rounded.
 macro_rules! cast_two_kernel {
     ($t:ident, $(#[$doc:meta])* $name:ident) => {

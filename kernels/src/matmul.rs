@@ -652,63 +652,83 @@ pub fn gemm_row_sums(m: u32, k: u32, ta: bool, accumulate: bool, a: &[f32], db: 
 /// Columns a workgroup of [`gemm_col_sums`](mod@gemm_col_sums) sums at a time.
 const COL_SUM_COLUMNS: u32 = 16;
 
-/// `db[c] = Σ_r A[r, c]` (plus `db[c]` when `accumulate`) for `A` stored `k × m` row-major:
-/// the column sums [`gemm_row_sums`](mod@gemm_row_sums) takes with `ta` (a layer's bias
-/// gradient from its `dY`), spread over the GPU. A workgroup takes 16 columns at a time and
-/// splits the rows 16 ways: slice `s` sums rows `s, s + 16, …` in increasing order (eight
-/// loads issued at a time), then the 16 slice sums are added in increasing `s`. (One
-/// invocation a column over all `k` rows ran MLP-M's 1024 columns on 4 workgroups, 20 µs on
-/// the H200.)
-#[kernel(workgroup = 256)]
-pub fn gemm_col_sums(m: u32, k: u32, accumulate: bool, a: &[f32], db: &mut [f32]) {
-    let s = shared::<f32, 256>();
-    let t = local_id().x;
-    let slice = t / 16u32;
-    let mut block = workgroup_id().x;
-    while block * 16u32 < m {
-        let col = block * 16u32 + t % 16u32;
-        let mut d = 0.0;
-        if col < m {
-            let mut r0 = slice;
-            while r0 < k {
-                let mut vs = [0.0f32; 8];
-                for j in 0..8u32 {
-                    if j * 16u32 < k - r0 {
-                        vs[j] = a[(r0 + j * 16u32) * m + col];
+/// The column-sum kernels, once per element type `$t` of the summed matrix (sums in `f32`).
+macro_rules! col_sums_kernels {
+    ($($t:ident: $(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        #[kernel(workgroup = 256)]
+        pub fn $name(m: u32, k: u32, accumulate: bool, a: &[$t], db: &mut [f32]) {
+            let s = shared::<f32, 256>();
+            let t = local_id().x;
+            let slice = t / 16u32;
+            let mut block = workgroup_id().x;
+            while block * 16u32 < m {
+                let col = block * 16u32 + t % 16u32;
+                let mut d = 0.0;
+                if col < m {
+                    let mut r0 = slice;
+                    while r0 < k {
+                        let mut vs = [0.0f32; 8];
+                        for j in 0..8u32 {
+                            if j * 16u32 < k - r0 {
+                                vs[j] = a[(r0 + j * 16u32) * m + col] as f32;
+                            }
+                        }
+                        for j in 0..8u32 {
+                            if j * 16u32 < k - r0 {
+                                d += vs[j];
+                            }
+                        }
+                        r0 += 128u32;
                     }
                 }
-                for j in 0..8u32 {
-                    if j * 16u32 < k - r0 {
-                        d += vs[j];
+                s[t] = d;
+                barrier();
+                if t < 16u32 && col < m {
+                    let mut total = s[t];
+                    for j in 1..16u32 {
+                        total += s[j * 16u32 + t];
                     }
+                    store(total, col, accumulate, db);
                 }
-                r0 += 128u32;
+                barrier();
+                block += num_workgroups().x;
             }
         }
-        s[t] = d;
-        barrier();
-        if t < 16u32 && col < m {
-            let mut total = s[t];
-            for j in 1..16u32 {
-                total += s[j * 16u32 + t];
-            }
-            store(total, col, accumulate, db);
-        }
-        barrier();
-        block += num_workgroups().x;
-    }
+    )*};
+}
+
+col_sums_kernels! {
+    f32:
+    /// `db[c] = Σ_r A[r, c]` (plus `db[c]` when `accumulate`) for `A` stored `k × m`
+    /// row-major: the column sums [`gemm_row_sums`](mod@gemm_row_sums) takes with `ta` (a
+    /// layer's bias gradient from its `dY`), spread over the GPU. A workgroup takes 16
+    /// columns at a time and splits the rows 16 ways: slice `s` sums rows `s, s + 16, …` in
+    /// increasing order (eight loads issued at a time), then the 16 slice sums are added in
+    /// increasing `s`. (One invocation a column over all `k` rows ran MLP-M's 1024 columns on
+    /// 4 workgroups, 20 µs on the H200.)
+    gemm_col_sums;
+    bf16:
+    /// [`gemm_col_sums`](mod@gemm_col_sums) of a `bf16` matrix, summed in `f32` in the same
+    /// order (bitwise the sums of its values widened to `f32`).
+    gemm_col_sums_bf16;
+    f16:
+    /// [`gemm_col_sums`](mod@gemm_col_sums) of an `f16` matrix, summed in `f32` in the same
+    /// order.
+    gemm_col_sums_f16;
 }
 
 /// `db[c] = Σ_r a[r·m + c]` over the `k = a.len() / m` rows of `a` (`m = db.len()`
 /// columns), plus `db[c]` when `accumulate`, in [`gemm_col_sums`](mod@gemm_col_sums)'s
-/// order: a layer's bias gradient from its `dY` (`rows × outputs`).
+/// order: a layer's bias gradient from its `dY` (`rows × outputs`). `a` is `f32`, `bf16`
+/// or `f16` (summed in `f32`: a 16-bit `a` sums bitwise as its values widened to `f32`).
 ///
 /// # Errors
 /// [`Error::Shape`] when `a` is not whole rows of `db.len()`, a size passes a `u32` or there
-/// are 2^31 columns or more.
-pub fn column_sums<C: Launch + ?Sized>(
+/// are 2^31 columns or more; [`Error::Launch`] for another element type.
+pub fn column_sums<C: Launch + ?Sized, T: Element>(
     cx: &C,
-    a: &Buffer<f32>,
+    a: &Buffer<T>,
     db: &mut Buffer<f32>,
     accumulate: impl IntoScalarArg<bool>,
 ) -> Result<()> {
@@ -735,15 +755,28 @@ pub fn column_sums<C: Launch + ?Sized>(
     let blocks = m
         .div_ceil(COL_SUM_COLUMNS as usize)
         .min(MAX_GROUPS as usize) as u32;
-    gemm_col_sums::launch(
-        cx,
-        Grid::workgroups(blocks),
-        m32,
-        k / m32,
-        accumulate,
-        a,
-        db,
-    )
+    let (grid, rows) = (Grid::workgroups(blocks), k / m32);
+    match T::DTYPE {
+        DType::F32 => {
+            let a = Buffer::<f32>::try_from_view(a.raw_view())?;
+            gemm_col_sums::launch(cx, grid, m32, rows, accumulate, &a, db)
+        }
+        DType::BF16 => {
+            let a = Buffer::<bf16>::try_from_view(a.raw_view())?;
+            gemm_col_sums_bf16::launch(cx, grid, m32, rows, accumulate, &a, db)
+        }
+        DType::F16 => {
+            let a = Buffer::<f16>::try_from_view(a.raw_view())?;
+            gemm_col_sums_f16::launch(cx, grid, m32, rows, accumulate, &a, db)
+        }
+        other => Err(Error::Launch {
+            kernel: "column_sums",
+            reason: format!(
+                "sums of `{}`; it takes `f32`, `bf16` or `f16`",
+                other.name()
+            ),
+        }),
+    }
 }
 
 /// `Σ_k op(A)[r, k]` in increasing `k` from 0 (`A` stored `k × m` when `ta`, else `m × k`):
@@ -1338,25 +1371,47 @@ pub fn matmul_half<C: Launch + ?Sized, I: Element, O: Element>(
 }
 
 /// `C = act(op(A)·op(B) + bias)` (the bias broadcast over `C`'s rows) of half-precision
-/// inputs into `f32` `C`, as [`matmul_half`] then an in-place
-/// [`gemm_epilogue`](mod@gemm_epilogue) with the bias and activation: in one library call
-/// where the vendor BLAS fuses them into the product (cuBLASLt's epilogues on CUDA:
-/// [`Fused::Bias`] for [`Act::Identity`], [`Fused::BiasRelu`] for [`Act::Relu`]), else those
-/// two launches. Eager and a recording take the same route, so replay equals eager bitwise;
-/// the fused and the separate sums round alike up to the order the library adds in.
+/// inputs into `C` of `f32` or the inputs' type, summed in `f32` and rounded once into `C`.
+/// The bias is `f32`, or for a 16-bit `C` of `C`'s type (as autocast rounds a layer's bias;
+/// added in `f32` at its 16-bit value). In one library call where the vendor BLAS fuses the
+/// bias and activation into the product (cuBLASLt's epilogues on CUDA: [`Fused::Bias`] for
+/// [`Act::Identity`], [`Fused::BiasRelu`] for [`Act::Relu`]; on the H200 it fuses them into
+/// a `bf16` `C` only with a `bf16` bias), else [`matmul_half`] into `f32` (`C` itself, or for
+/// a 16-bit `C` a [`Launch::scratch`] temporary) then one [`gemm_epilogue`](mod@gemm_epilogue)
+/// launch (for a 16-bit `C`, [`gemm_epilogue_cast`]'s, which rounds as it stores; a 16-bit
+/// bias is first widened into a temporary, one launch more). Eager and a recording take the
+/// same route, so replay equals eager bitwise; the fused and the separate sums round alike
+/// up to the order the library adds in.
 ///
 /// # Errors
-/// As [`matmul_half`]; [`Error::Shape`] when `bias` is not one element per column of `C`.
-pub fn matmul_half_bias_act<C: Launch + ?Sized, I: Element>(
+/// As [`matmul_half`]; [`Error::Shape`] when `bias` is not one element per column of `C`;
+/// [`Error::Launch`] for a `C` or a bias of another type.
+pub fn matmul_half_bias_act<C: Launch + ?Sized, I: Element, O: Element, B: Element>(
     cx: &C,
     g: Gemm,
     a: &Buffer<I>,
     b: &Buffer<I>,
-    c: &mut Buffer<f32>,
-    bias: &Buffer<f32>,
+    c: &mut Buffer<O>,
+    bias: &Buffer<B>,
     act: Act,
 ) -> Result<()> {
-    expect_len("matmul_half_bias_act", "bias", bias.len(), g.n)?;
+    let op = "matmul_half_bias_act";
+    expect_len(op, "bias", bias.len(), g.n)?;
+    let refuse = |reason: String| Err(Error::Launch { kernel: op, reason });
+    if O::DTYPE != DType::F32 && O::DTYPE != I::DTYPE {
+        return refuse(format!(
+            "a product of `{}` into `{}`; it writes `f32` or the inputs' type",
+            I::DTYPE.name(),
+            O::DTYPE.name()
+        ));
+    }
+    if B::DTYPE != DType::F32 && B::DTYPE != O::DTYPE {
+        return refuse(format!(
+            "a `{}` bias for a `{}` result; it takes an `f32` bias or one of the result's type",
+            B::DTYPE.name(),
+            O::DTYPE.name()
+        ));
+    }
     let no = ScalarArg::from(false);
     let fused = match act {
         Act::Identity => Some(Fused::Bias),
@@ -1369,18 +1424,23 @@ pub fn matmul_half_bias_act<C: Launch + ?Sized, I: Element>(
             return Ok(());
         }
     }
-    matmul_half(cx, g, a, b, c, no)?;
-    gemm_epilogue::launch(
-        cx,
-        Grid::workgroups(epilogue_groups(c.len())),
-        u32_of("matmul_half_bias_act columns", g.n)?,
-        true,
-        act.code(),
-        0,
-        bias,
-        bias,
-        c,
-    )
+    let columns = u32_of("matmul_half_bias_act columns", g.n)?;
+    let bias = if B::DTYPE == DType::F32 {
+        Buffer::<f32>::try_from_view(bias.raw_view())?
+    } else {
+        let mut wide = cx.scratch(bias.len())?;
+        graphed_runtime::cast::cast(cx, bias, &mut wide)?;
+        wide
+    };
+    if O::DTYPE == DType::F32 {
+        let mut c = Buffer::<f32>::try_from_view(c.raw_view())?;
+        matmul_half(cx, g, a, b, &mut c, no)?;
+        let grid = Grid::workgroups(epilogue_groups(c.len()));
+        return gemm_epilogue::launch(cx, grid, columns, true, act.code(), 0, &bias, &bias, &mut c);
+    }
+    let mut z = cx.scratch(c.len())?;
+    matmul_half(cx, g, a, b, &mut z, no)?;
+    gemm_epilogue_cast(cx, g.n, &Epilogue::bias_act(&bias, act), &mut z, c, None)
 }
 
 /// `C = op(A)·op(B)` with `epi`. Shapes: `A` has `m·k` elements, `B` `k·n`, `C` `m·n`.

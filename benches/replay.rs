@@ -1596,15 +1596,19 @@ fn main() {
                     };
                     mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
                     if kind == BackendKind::Cuda && dev.vendor_blas() && !dev.vendor_tune() {
-                        // The library's candidates timed and the fastest run (opt-in), and
-                        // the one-pass choice switched the other way.
+                        // The library's candidates timed and the fastest run (opt-in), the
+                        // one-pass choice switched the other way, and the epilogues unfused
+                        // (each product's bias, ReLU and bias gradient as launches of their own).
                         let one = dev.vendor_one_pass();
                         let other_pass = if one { "+split" } else { "+onepass" };
-                        for (tune, one_pass, name) in
-                            [(true, one, "+tuned"), (false, !one, other_pass)]
-                        {
+                        for (tune, one_pass, fused, name) in [
+                            (true, one, true, "+tuned"),
+                            (false, !one, true, other_pass),
+                            (false, one, false, "+unfused"),
+                        ] {
                             dev.set_vendor_tune(tune);
                             dev.set_vendor_one_pass(one_pass);
+                            dev.set_vendor_fused(fused);
                             let start = rows.len();
                             mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
                             for r in &mut rows[start..] {
@@ -1613,6 +1617,7 @@ fn main() {
                         }
                         dev.set_vendor_tune(false);
                         dev.set_vendor_one_pass(one);
+                        dev.set_vendor_fused(true);
                         for line in dev.vendor_plans() {
                             eprintln!("cuBLASLt plan: {line}");
                         }

@@ -435,3 +435,108 @@ fn a_half_product_with_its_bias_matches_the_separate_route() {
         );
     });
 }
+
+/// The 16-bit step's hidden-layer product on its own: `matmul_half_bias_act` into a `bf16`
+/// `C` (bias, or bias and ReLU, then one rounding; a GELU takes the separate route
+/// everywhere), with an `f32` bias or a `bf16` one (added at its 16-bit value). On the host it
+/// is bitwise its separate route (the product into `f32`, then the epilogue with the
+/// rounding, after widening a `bf16` bias); on CUDA the fused call is within one `bf16`
+/// rounding (relative `2⁻⁸`, norm-wise) of it. Within rounding of an f64 reference
+/// everywhere; wgpu refuses it (no half products there); a bias or result of another type is
+/// refused by name.
+#[test]
+fn half_products_into_16_bits_match_the_separate_route() {
+    use graphed::bf16;
+    use graphed::kernels::matmul::{gemm_epilogue_cast, matmul_half, matmul_half_bias_act};
+    const TOL16: f64 = 8e-3;
+    let mut r = rng("half_products_into_16_bits");
+    let to16 = |v: &[f32]| -> Vec<bf16> { v.iter().map(|&x| bf16::from_f32(x)).collect() };
+    let wide = |v: &[bf16]| -> Vec<f32> { v.iter().map(|x| x.to_f32()).collect() };
+    on_every_backend(|dev| {
+        let cases = [
+            ([512usize, 64usize, 128usize], Act::Relu, true),
+            ([512, 64, 128], Act::Relu, false),
+            ([33, 24, 45], Act::Identity, true),
+            ([40, 16, 36], Act::Gelu, false),
+        ];
+        for ([m, n, k], act, bias16) in cases {
+            let case = format!("{} {m}×{n}×{k} {act:?} bf16 bias {bias16}", dev.kind());
+            let a16 = to16(&floats(&mut r, m * k, -1.0, 1.0));
+            let b16 = to16(&floats(&mut r, n * k, -1.0, 1.0));
+            let mut bias_h = floats(&mut r, n, -1.0, 1.0);
+            let (a, b) = (dev.upload(&a16).unwrap(), dev.upload(&b16).unwrap());
+            let mut y = dev.upload(&vec![bf16::NAN; m * n]).unwrap();
+            let g = Gemm::nt(m, n, k);
+            let ran = if bias16 {
+                let h = to16(&bias_h);
+                bias_h = wide(&h);
+                matmul_half_bias_act(dev, g, &a, &b, &mut y, &dev.upload(&h).unwrap(), act)
+            } else {
+                matmul_half_bias_act(dev, g, &a, &b, &mut y, &dev.upload(&bias_h).unwrap(), act)
+            };
+            if dev.kind() == BackendKind::Wgpu {
+                let e = ran.unwrap_err();
+                assert!(
+                    e.to_string().contains("half-precision matrix product"),
+                    "{case}: {e}"
+                );
+                continue;
+            }
+            ran.unwrap();
+            let got = wide(&y.to_host().unwrap());
+            let want: Vec<f64> = (0..m * n)
+                .map(|i| {
+                    let (row, col) = (i / n, i % n);
+                    let s: f64 = (0..k)
+                        .map(|kk| a16[row * k + kk].to_f64() * b16[col * k + kk].to_f64())
+                        .sum();
+                    act.eval_f64(s + bias_h[col] as f64)
+                })
+                .collect();
+            let err = rel_err(&got, &want);
+            assert!(err < TOL16, "{case}: relative error {err:e}");
+            // The separate route: the product into f32, then the epilogue with the rounding
+            // and the bias at the value the product added.
+            let bias = dev.upload(&bias_h).unwrap();
+            let mut z = dev.upload(&vec![POISON; m * n]).unwrap();
+            let mut sep = dev.upload(&vec![bf16::NAN; m * n]).unwrap();
+            matmul_half(dev, g, &a, &b, &mut z, false).unwrap();
+            gemm_epilogue_cast(
+                dev,
+                n,
+                &Epilogue::bias_act(&bias, act),
+                &mut z,
+                &mut sep,
+                None,
+            )
+            .unwrap();
+            let sep = wide(&sep.to_host().unwrap());
+            if dev.kind() == BackendKind::Host || act == Act::Gelu {
+                assert!(
+                    bitwise_eq(&got, &sep),
+                    "{case}: not the separate route's bits"
+                );
+            } else {
+                let sep64: Vec<f64> = sep.iter().map(|&v| v as f64).collect();
+                let d = rel_err(&got, &sep64);
+                assert!(d < TOL16, "{case}: fused against separate {d:e}");
+            }
+        }
+        if dev.kind() == BackendKind::Wgpu {
+            return;
+        }
+        let a = dev.upload(&[bf16::from_f32(1.0); 4]).unwrap();
+        let g = Gemm::nt(2, 2, 2);
+        let mut c16 = dev.upload(&[f16::from_f32(0.0); 4]).unwrap();
+        let bias = dev.upload(&[0.0f32; 2]).unwrap();
+        let e = matmul_half_bias_act(dev, g, &a, &a, &mut c16, &bias, Act::Relu).unwrap_err();
+        assert!(e.to_string().contains("of `bf16` into `f16`"), "{e}");
+        let mut c32 = dev.upload(&[0.0f32; 4]).unwrap();
+        let b16 = dev.upload(&[bf16::from_f32(0.5); 2]).unwrap();
+        let e = matmul_half_bias_act(dev, g, &a, &a, &mut c32, &b16, Act::Relu).unwrap_err();
+        assert!(
+            e.to_string().contains("a `bf16` bias for a `f32` result"),
+            "{e}"
+        );
+    });
+}

@@ -937,6 +937,74 @@ fn two_casts_in_one_launch_match_two_casts_bitwise_on_every_backend() {
     });
 }
 
+/// The 16-bit step's backward kernels: the ReLU gate read from a 16-bit output, and the
+/// column sums (bias gradients) of a 16-bit `dY`, against their definitions bitwise on every
+/// backend: the gate keeps `dy` where `y > 0` (zeros, negatives and a NaN among `y`), the
+/// sums equal `column_sums` of the values widened to `f32` (same order of addition), past
+/// one grid's worth of rows.
+fn gate_and_sums_case<H: Half>(dev: &Device, r: &mut impl Rng) {
+    use graphed::kernels::elementwise::relu_gate;
+    use graphed::kernels::matmul::column_sums;
+    let case = format!("{} {}", dev.kind(), H::DTYPE.name());
+    for n in [1usize, 7, 4099] {
+        let mut y: Vec<H> = halves(r, n);
+        for (i, v) in y.iter_mut().enumerate() {
+            if i % 5 == 0 {
+                *v = H::of(0.0);
+            } else if i % 11 == 3 {
+                *v = H::of(-0.0);
+            }
+        }
+        if n > 10 {
+            y[10] = H::of(f32::NAN);
+        }
+        let dy: Vec<H> = halves(r, n);
+        let ydev = dev.upload(&y).unwrap();
+        let mut ddev = dev.upload(&dy).unwrap();
+        relu_gate(dev, &ydev, &mut ddev).unwrap();
+        let want: Vec<u32> = y
+            .iter()
+            .zip(&dy)
+            .map(|(y, d)| if y.value() > 0.0 { d.to_bits() } else { 0 })
+            .collect();
+        assert_eq!(bits(&ddev.to_host().unwrap()), want, "{case} gate of {n}");
+    }
+    for (rows, cols) in [(1usize, 1usize), (300, 10), (37, 33), (2, 1030)] {
+        let a: Vec<H> = halves(r, rows * cols);
+        let wide: Vec<f32> = a.iter().map(|v| v.value()).collect();
+        let (a16, a32) = (dev.upload(&a).unwrap(), dev.upload(&wide).unwrap());
+        for accumulate in [false, true] {
+            let start = common::floats(r, cols, -1.0, 1.0);
+            let mut got = dev.upload(&start).unwrap();
+            let mut want = dev.upload(&start).unwrap();
+            column_sums(dev, &a16, &mut got, accumulate).unwrap();
+            column_sums(dev, &a32, &mut want, accumulate).unwrap();
+            assert_eq!(
+                bits(&got.to_host().unwrap()),
+                bits(&want.to_host().unwrap()),
+                "{case} column sums {rows}×{cols} accumulate {accumulate}"
+            );
+        }
+    }
+    let a = dev.upload(&halves::<H>(r, 6)).unwrap();
+    let mut short = dev.upload(&halves::<H>(r, 5)).unwrap();
+    let e = relu_gate(dev, &a, &mut short).unwrap_err();
+    assert!(matches!(e, Error::Shape(_)), "{case}: {e}");
+    let u = dev.upload(&[1u32; 6]).unwrap();
+    let mut db = dev.upload(&[0.0f32; 3]).unwrap();
+    let e = column_sums(dev, &u, &mut db, false).unwrap_err();
+    assert!(e.to_string().contains("sums of `u32`"), "{case}: {e}");
+}
+
+#[test]
+fn sixteen_bit_gates_and_column_sums_match_their_definitions_bitwise_on_every_backend() {
+    let mut r = rng("sixteen_bit_gates_and_column_sums");
+    on_every_backend(|dev| {
+        gate_and_sums_case::<bf16>(dev, &mut r);
+        gate_and_sums_case::<f16>(dev, &mut r);
+    });
+}
+
 #[test]
 fn the_new_kernels_compile_for_cuda_and_validate_as_wgsl() {
     use graphed::__private::{cast_f32_to_half, cast_half_to_f32};
@@ -961,6 +1029,10 @@ fn the_new_kernels_compile_for_cuda_and_validate_as_wgsl() {
         &gemm_epilogue_cast_f16::DEF,
         &gemm_epilogue_cast_sums_bf16::DEF,
         &gemm_epilogue_cast_sums_f16::DEF,
+        &graphed::kernels::matmul::gemm_col_sums_bf16::DEF,
+        &graphed::kernels::matmul::gemm_col_sums_f16::DEF,
+        &graphed::kernels::elementwise::relu_gate_bf16::DEF,
+        &graphed::kernels::elementwise::relu_gate_f16::DEF,
         &scale_by::DEF,
         &scale_by_cast_bf16::DEF,
         &scale_by_cast_f16::DEF,
@@ -1096,14 +1168,12 @@ fn sixteen_bit_steps_follow_the_fp32_oracle_and_replay_bitwise_like_eager() {
                 (1, 3, 0),
                 "{case}: {st:?}"
             );
-            // 4L + 1 launches and 3L − 1 products for L = 3 layers, 2 more launches for f16,
-            // one fewer where the logits' bias fuses into their product (`launches_per_step_…`
-            // below).
+            // 5L launches (3L + 1 where the products fuse their bias and ReLU) and 3L − 1
+            // products for L = 3 layers, 2 more launches for f16 (`launches_per_step_…` below).
             let plan = step.plan().unwrap();
-            let extra = if precision == Precision::F16 { 2 } else { 0 };
             assert_eq!(
                 (plan.launch_count(), plan.library_calls()),
-                (13 + extra - usize::from(bias_fuses(dev)), 8),
+                (launches_16(dev, 3, precision), 8),
                 "{case}"
             );
             // Another precision is another recording.
@@ -1123,26 +1193,33 @@ fn sixteen_bit_steps_follow_the_fp32_oracle_and_replay_bitwise_like_eager() {
 /// plan's launches depend on the layer count only, so these are MLP-M's.
 const SIZES_M: [usize; 6] = [24, 32, 16, 32, 16, 10];
 
-/// The launches of one 16-bit step of `L` layers, each one kernel (module docs of
-/// `graphed::nn::mixed`): the casts of layer 0's weights and the input (one), of every
-/// other layer's weights (`L − 1`, each beside the products before it), `L` forward
-/// epilogues (all but the last also writing the 16-bit activation), the loss with its
-/// gradient's 16-bit copy (and the loss scale for `f16`), `L − 1` gates that also write
-/// `dz`'s 16-bit copy and the layer above's bias gradient, the first layer's bias gradient,
-/// AdamW; `f16` adds the unscale and the scale's update. Before the fused launches it was
-/// `5L + 2` (`f16`: 3 more), and `3L + 2` while one launch cast all the weights.
-fn launches_16(layers: usize, precision: Precision) -> usize {
-    4 * layers + 1 + if precision == Precision::F16 { 2 } else { 0 }
+/// The launches of one 16-bit step of `L` layers on `dev`, each one kernel (module docs of
+/// `graphed::nn::mixed`): the casts of layer 0's weights and bias and the input (one), of
+/// every other layer's (`L − 1`, each beside the products before it), the loss with its
+/// gradient's 16-bit copy (and the loss scale for `f16`), `L` bias gradients, `L − 1` ReLU
+/// gates in 16 bits, AdamW; `f16` adds the unscale and the scale's update. That is `3L + 1`
+/// where the products fuse their bias and ReLU (CUDA's cuBLASLt); elsewhere each hidden
+/// layer adds its bias's widening and the epilogue launch, and the logits their bias launch:
+/// `5L`. Before the 16-bit activations it was `4L + 1` (one fewer on CUDA), before the
+/// fused launches `5L + 2`.
+fn launches_16(dev: &Device, layers: usize, precision: Precision) -> usize {
+    let scaling = if precision == Precision::F16 { 2 } else { 0 };
+    let base = if fuses(dev) {
+        3 * layers + 1
+    } else {
+        5 * layers
+    };
+    base + scaling
 }
 
-/// Whether the logits' bias runs inside their product's library call on `dev`
-/// (`matmul_half_bias_act`: cuBLASLt's bias epilogue on CUDA), one launch fewer a step.
-fn bias_fuses(dev: &Device) -> bool {
+/// Whether the products fuse their bias and ReLU on `dev` (`matmul_half_bias_act`:
+/// cuBLASLt's epilogues on CUDA).
+fn fuses(dev: &Device) -> bool {
     dev.kind() == BackendKind::Cuda && dev.vendor_blas() && dev.vendor_fused()
 }
 
 #[test]
-fn launches_per_step_of_the_sixteen_bit_steps_are_4l_plus_1() {
+fn launches_per_step_of_the_sixteen_bit_steps_are_3l_plus_1_or_5l() {
     on_every_backend(|dev| {
         if dev.kind() == BackendKind::Wgpu {
             return; // no half products on wgpu yet: refused in the test above
@@ -1169,10 +1246,7 @@ fn launches_per_step_of_the_sixteen_bit_steps_are_4l_plus_1() {
                 );
                 assert_eq!(
                     (launches, calls),
-                    (
-                        launches_16(layers, precision) - usize::from(bias_fuses(dev)),
-                        3 * layers - 1
-                    ),
+                    (launches_16(dev, layers, precision), 3 * layers - 1),
                     "{case}"
                 );
                 let per_replay = step.stats().launches_per_replay;

@@ -776,8 +776,10 @@ impl Device {
     }
 
     /// Whether vendor products run the fastest of the library's candidate algorithms for
-    /// their shape, each timed once on the device on random operands when the shape is first
-    /// used (cuBLASLt's heuristic's first 8), instead of the heuristic's first choice. Off by
+    /// their shape, timed on the device on random operands when the shape is first used
+    /// (cuBLASLt's heuristic's first 8, in three rounds each keeping its best; the
+    /// heuristic's first kept unless another is over 2% faster), instead of the heuristic's
+    /// first choice. Off by
     /// default: timed on zeroed operands it replayed MLP-M slower on the H200 (456.1 against
     /// 447.1 µs, session of 2026-12-02b); on random operands it matched the one-pass choice
     /// ([`Device::vendor_one_pass`]; 417.16 against 416.99 µs, session of 2026-12-02c).
@@ -791,8 +793,9 @@ impl Device {
     }
 
     /// Whether vendor products run the fastest of the first 8 algorithms among the library
-    /// heuristic's first 32 that compute the product in one pass (each timed once on random
-    /// operands, as for [`Device::vendor_tune`]), where there are any, instead of the
+    /// heuristic's first 32 that compute the product in one pass (timed on random operands
+    /// as for [`Device::vendor_tune`], the first of them kept unless another is over 2%
+    /// faster), where there are any, instead of the
     /// heuristic's first choice; unfused products then go through cuBLASLt too, instead of
     /// cuBLAS. On by default (CUDA only): for outputs of fewer tiles than multiprocessors the
     /// libraries' first choices split `k` and add the parts in a second launch using the

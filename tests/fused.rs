@@ -106,6 +106,40 @@ fn reference(
     Want { h, dw, db, dx }
 }
 
+/// Whether `dev` is wgpu, where a half product is refused by name (asserted); elsewhere
+/// asserts that `ran` succeeded.
+fn refused_on_wgpu(dev: &Device, case: &str, ran: graphed::Result<()>) -> bool {
+    if dev.kind() == BackendKind::Wgpu {
+        let e = ran.unwrap_err();
+        assert!(
+            e.to_string().contains("half-precision matrix product"),
+            "{case}: {e}"
+        );
+        return true;
+    }
+    ran.unwrap();
+    false
+}
+
+/// `act(A·Bᵀ + bias)` in f64 of the `bf16` operands (`A` is `m × k`, `B` `n × k`).
+fn biased_reference(
+    [m, n, k]: [usize; 3],
+    a: &[graphed::bf16],
+    b: &[graphed::bf16],
+    bias: &[f32],
+    act: Act,
+) -> Vec<f64> {
+    (0..m * n)
+        .map(|i| {
+            let (row, col) = (i / n, i % n);
+            let s: f64 = (0..k)
+                .map(|kk| a[row * k + kk].to_f64() * b[col * k + kk].to_f64())
+                .sum();
+            act.eval_f64(s + bias[col] as f64)
+        })
+        .collect()
+}
+
 /// Products sum `k` terms in `f32`: relative error of a whole output.
 const TOL: f64 = 1e-5;
 
@@ -376,25 +410,11 @@ fn a_half_product_with_its_bias_matches_the_separate_route() {
             let g = Gemm::nt(m, n, k);
             let mut c = dev.upload(&vec![POISON; m * n]).unwrap();
             let ran = matmul_half_bias_act(dev, g, &a, &b, &mut c, &bias, act);
-            if dev.kind() == BackendKind::Wgpu {
-                let e = ran.unwrap_err();
-                assert!(
-                    e.to_string().contains("half-precision matrix product"),
-                    "{case}: {e}"
-                );
+            if refused_on_wgpu(dev, &case, ran) {
                 continue;
             }
-            ran.unwrap();
             let got = c.to_host().unwrap();
-            let want: Vec<f64> = (0..m * n)
-                .map(|i| {
-                    let (row, col) = (i / n, i % n);
-                    let s: f64 = (0..k)
-                        .map(|kk| a16[row * k + kk].to_f64() * b16[col * k + kk].to_f64())
-                        .sum();
-                    act.eval_f64(s + bias_h[col] as f64)
-                })
-                .collect();
+            let want = biased_reference([m, n, k], &a16, &b16, &bias_h, act);
             let err = rel_err(&got, &want);
             assert!(err < TOL, "{case}: relative error {err:e}");
             // The separate route: the product, then the bias and activation in place.
@@ -474,25 +494,11 @@ fn half_products_into_16_bits_match_the_separate_route() {
             } else {
                 matmul_half_bias_act(dev, g, &a, &b, &mut y, &dev.upload(&bias_h).unwrap(), act)
             };
-            if dev.kind() == BackendKind::Wgpu {
-                let e = ran.unwrap_err();
-                assert!(
-                    e.to_string().contains("half-precision matrix product"),
-                    "{case}: {e}"
-                );
+            if refused_on_wgpu(dev, &case, ran) {
                 continue;
             }
-            ran.unwrap();
             let got = wide(&y.to_host().unwrap());
-            let want: Vec<f64> = (0..m * n)
-                .map(|i| {
-                    let (row, col) = (i / n, i % n);
-                    let s: f64 = (0..k)
-                        .map(|kk| a16[row * k + kk].to_f64() * b16[col * k + kk].to_f64())
-                        .sum();
-                    act.eval_f64(s + bias_h[col] as f64)
-                })
-                .collect();
+            let want = biased_reference([m, n, k], &a16, &b16, &bias_h, act);
             let err = rel_err(&got, &want);
             assert!(err < TOL16, "{case}: relative error {err:e}");
             // The separate route: the product into f32, then the epilogue with the rounding

@@ -140,6 +140,18 @@ fn update_16<H: Element>(
     let layers = mlp.layers();
     let last = layers.len() - 1;
     let classes = *sizes.last().expect("an MLP has layers");
+    // The backward gates from the 16-bit outputs, which only ReLU's derivative can be read
+    // from: refuse other hidden activations before anything is launched.
+    if let Some(other) = layers[..last]
+        .iter()
+        .map(|l| l.act)
+        .find(|a| !matches!(a, Act::Relu | Act::Identity))
+    {
+        return Err(Error::Launch {
+            kernel: "mixed_train_step",
+            reason: format!("a 16-bit step gates ReLU or no activation, not {other:?}"),
+        });
+    }
 
     // 16-bit copies of the weights and of the input: layer 0's weights with the input in
     // one launch, every other layer's weights in a launch of their own, issued a layer ahead
@@ -233,15 +245,8 @@ fn update_16<H: Element>(
             let mut dx16 = cx.workspace::<H>(rows * layer.inputs)?;
             let g = Gemm::nn(rows, layer.inputs, layer.outputs);
             matmul_half(cx, g, &dz16, &w16(l)?, &mut dx16, false)?;
-            match layers[l - 1].act {
-                Act::Relu => relu_gate(cx, &acts16[l - 1], &mut dx16)?,
-                Act::Identity => {}
-                other => {
-                    return Err(Error::Launch {
-                        kernel: "mixed_train_step",
-                        reason: format!("a 16-bit step gates ReLU or no activation, not {other:?}"),
-                    })
-                }
+            if layers[l - 1].act == Act::Relu {
+                relu_gate(cx, &acts16[l - 1], &mut dx16)?;
             }
             dz16 = dx16;
         }

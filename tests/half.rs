@@ -580,3 +580,80 @@ fn hand_written_cuda_compiles_with_nvrtc() {
         graphed::nvrtc::compile(k, "compute_80").unwrap_or_else(|e| panic!("{}: {e}", k.name));
     }
 }
+
+/// `w[i] = (bits of x[2i]) | (bits of x[2i + 1]) << 16`: reads elements, writes words.
+#[kernel(workgroup = 64)]
+pub fn pack_pairs(x: &[bf16], w: &mut [u32]) {
+    let i = global_id().x;
+    if i < w.len() && 2 * i + 1 < x.len() {
+        w[i] = x[2 * i].to_bits() | (x[2 * i + 1].to_bits() << 16u32);
+    }
+}
+
+/// `Buffer::words`: a 16-bit view whose ends are even is its words, element `2i` in the low
+/// half of word `i` (read and written through either view); any other is `None`. A launch
+/// that writes the words and reads elements sharing bytes with them is refused, and one
+/// whose views share an allocation but no byte runs.
+#[test]
+fn half_views_as_words_share_their_bits_and_alias_by_bytes() {
+    let mut rng = rng("half_words");
+    on_every_backend(|dev| {
+        let n = 22;
+        let bits = random_bits(&mut rng, n);
+        let buf = dev.upload(&to_t::<bf16>(&bits)).unwrap();
+        for (a, b) in views(n) {
+            let view = buf.slice(a..b).unwrap();
+            let words = view.words();
+            assert_eq!(words.is_some(), a % 2 == 0 && b % 2 == 0, "{a}..{b}");
+            if let Some(w) = words {
+                let want: Vec<u32> = bits[a..b]
+                    .chunks(2)
+                    .map(|p| p[0] as u32 | (p[1] as u32) << 16)
+                    .collect();
+                assert_eq!(w.len(), (b - a) / 2, "{a}..{b}");
+                assert_eq!(w.to_host().unwrap(), want, "{a}..{b}");
+            }
+        }
+        // Written through the words, read as elements.
+        let w = buf.slice(4..10).unwrap().words().unwrap();
+        let new: Vec<u32> = (0..3).map(|_| rng.random()).collect();
+        w.write(&new).unwrap();
+        let got = bits_of(&buf.to_host().unwrap());
+        for (i, word) in new.iter().enumerate() {
+            assert_eq!(got[4 + 2 * i], *word as u16, "low half of word {i}");
+            assert_eq!(
+                got[5 + 2 * i],
+                (*word >> 16) as u16,
+                "high half of word {i}"
+            );
+        }
+        assert_eq!(got[..4], bits[..4], "before the words");
+        assert_eq!(got[10..], bits[10..], "after the words");
+        // Elements 2..6 (bytes 4..12) and the words of elements 0..4 (bytes 0..8) share
+        // bytes 4..8: refused. (Compared by element offsets, 2..6 against words 0..2, they
+        // would not have been.)
+        let x = buf.slice(2..6).unwrap();
+        let mut out = buf.slice(0..4).unwrap().words().unwrap();
+        let err = pack_pairs::launch(dev, Grid::workgroups(1), &x, &mut out).unwrap_err();
+        assert!(
+            err.to_string().contains("overlapping views"),
+            "[{}] {err}",
+            dev.kind()
+        );
+        // Elements 0..4 (bytes 0..8) and the words of elements 4..8 (bytes 8..16) share none.
+        let fresh = random_bits(&mut rng, n);
+        buf.write(&to_t::<bf16>(&fresh)).unwrap();
+        let x = buf.slice(0..4).unwrap();
+        let mut out = buf.slice(4..8).unwrap().words().unwrap();
+        pack_pairs::launch(dev, Grid::workgroups(1), &x, &mut out).unwrap();
+        let got = bits_of(&buf.to_host().unwrap());
+        assert_eq!(got[..4], fresh[..4], "[{}] the elements read", dev.kind());
+        assert_eq!(
+            got[4..8],
+            fresh[..4],
+            "[{}] their bits, as words",
+            dev.kind()
+        );
+        assert_eq!(got[8..], fresh[8..], "[{}] the rest", dev.kind());
+    });
+}

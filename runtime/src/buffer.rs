@@ -165,10 +165,17 @@ impl RawView {
         }
     }
 
+    /// The bytes of the allocation the view covers, `[start, end)`.
+    pub(crate) fn byte_span(&self) -> (usize, usize) {
+        let size = self.dtype.size();
+        (self.offset * size, (self.offset + self.len) * size)
+    }
+
+    /// Whether the two views share a byte of one allocation (views of different element
+    /// types compared by their bytes: see [`Buffer::words`]).
     pub(crate) fn overlaps(&self, other: &RawView) -> bool {
-        self.buf.id == other.buf.id
-            && self.offset < other.offset + other.len
-            && other.offset < self.offset + self.len
+        let ((a0, a1), (b0, b1)) = (self.byte_span(), other.byte_span());
+        self.buf.id == other.buf.id && a0 < b1 && b0 < a1
     }
 }
 
@@ -244,6 +251,35 @@ impl<T: Element> Buffer<T> {
     /// The device this buffer lives on.
     pub fn device(&self) -> &Device {
         &self.view.buf.device
+    }
+
+    /// The same bytes as 32-bit words: a `Buffer<u32>` sharing this allocation, so that a
+    /// kernel can load two 16-bit elements at once. For a 16-bit type (`bf16`, `f16`) it has
+    /// `len / 2` words, elements `2i` and `2i + 1` in the low and high half of word `i`; for a
+    /// 32-bit type, `len` words of the same bits. `None` for a 16-bit view that starts at an
+    /// odd element or has an odd length (a word would hold an element outside it).
+    ///
+    /// The words alias the elements: a launch that writes one of the two views and binds the
+    /// other is refused like any pair of overlapping views.
+    pub fn words(&self) -> Option<Buffer<u32>> {
+        let v = &self.view;
+        let (offset, len) = if v.dtype.is_half() {
+            if v.offset % 2 != 0 || v.len % 2 != 0 {
+                return None;
+            }
+            (v.offset / 2, v.len / 2)
+        } else {
+            (v.offset, v.len)
+        };
+        Some(Buffer {
+            view: RawView {
+                buf: v.buf.clone(),
+                offset,
+                len,
+                dtype: DType::U32,
+            },
+            _t: PhantomData,
+        })
     }
 
     /// The untyped view launches bind.

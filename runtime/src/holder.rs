@@ -170,8 +170,8 @@ pub struct StateKey {
     pub dtype: DType,
     /// Length in elements.
     pub len: usize,
-    /// The first earlier state buffer of the same allocation, and this one's element offset
-    /// from it: states that share memory are another key than states that do not.
+    /// The first earlier state buffer of the same allocation, and this one's byte offset from
+    /// it: states that share memory are another key than states that do not.
     pub shares: Option<(usize, i64)>,
 }
 
@@ -183,7 +183,7 @@ fn state_keys(states: &[RawView]) -> impl Iterator<Item = StateKey> + '_ {
         shares: states[..i]
             .iter()
             .position(|u| u.buf.id == v.buf.id)
-            .map(|j| (j, v.offset as i64 - states[j].offset as i64)),
+            .map(|j| (j, v.byte_span().0 as i64 - states[j].byte_span().0 as i64)),
     })
 }
 

@@ -15,7 +15,8 @@ use crate::plan::Plan;
 pub(crate) struct Site {
     op: usize,
     which: usize,
-    /// Element offset of the bound view from the port's view.
+    /// Byte offset of the bound view from the port's view (in bytes: a body may bind a
+    /// port's memory as another element type, e.g. 16-bit elements as their words).
     rel: usize,
 }
 
@@ -36,16 +37,16 @@ impl Sites {
         let mut states_rebindable = true;
         for (op_i, op) in plan.ops.iter().enumerate() {
             for (which, v) in op.views().into_iter().enumerate() {
+                let (v0, v1) = v.byte_span();
                 let port = ports.iter().position(|p| {
-                    p.buf.id == v.buf.id
-                        && p.offset <= v.offset
-                        && v.offset + v.len <= p.offset + p.len
+                    let (p0, p1) = p.byte_span();
+                    p.buf.id == v.buf.id && p0 <= v0 && v1 <= p1
                 });
                 match port {
                     Some(p) => out[p].push(Site {
                         op: op_i,
                         which,
-                        rel: v.offset - ports[p].offset,
+                        rel: v0 - ports[p].byte_span().0,
                     }),
                     None => {
                         if ports[states..].iter().any(|p| p.buf.id == v.buf.id) {
@@ -91,18 +92,26 @@ impl Sites {
         ops: &mut Vec<usize>,
         words: &mut Vec<(usize, usize, u32)>,
     ) -> bool {
-        let fits = self.ports[port].iter().all(|s| {
-            let len = plan.ops[s.op].views()[s.which].len;
-            new.offset + s.rel + len <= u32::MAX as usize
-        });
-        if !fits {
+        // The new element offset of each site's view, in its own element type; `None` where
+        // the bytes do not start on one of its elements or the offset would not fit a word.
+        let start = |s: &Site| {
+            let view = &plan.ops[s.op].views()[s.which];
+            let (bytes, size) = (new.byte_span().0 + s.rel, view.dtype.size());
+            (bytes % size == 0 && bytes / size + view.len <= u32::MAX as usize)
+                .then_some(bytes / size)
+        };
+        let Some(starts) = self.ports[port]
+            .iter()
+            .map(start)
+            .collect::<Option<Vec<_>>>()
+        else {
             return false;
-        }
-        for s in &self.ports[port] {
+        };
+        for (s, offset) in self.ports[port].iter().zip(starts) {
             let (view, word) = plan.ops[s.op].view_mut(s.which);
             *view = RawView {
                 buf: new.buf.clone(),
-                offset: new.offset + s.rel,
+                offset,
                 len: view.len,
                 dtype: view.dtype,
             };
@@ -182,5 +191,45 @@ mod tests {
         assert!(!lowered.orders_all_of(&plan.dag()));
         // Two ports onto one allocation share it too.
         assert!(sites.shares_memory(&plan, &[(0, fresh.clone()), (0, fresh.clone())]));
+    }
+
+    /// A body that binds a 16-bit port as its words: the site is found by bytes, and
+    /// re-pointed to the new view's bytes in words, or refused where those do not start on a
+    /// word (an odd element offset).
+    #[test]
+    fn a_port_bound_as_words_is_re_pointed_by_bytes() {
+        use half::bf16;
+        let dev = Device::host();
+        let halves = |n: usize| dev.upload(&vec![bf16::ONE; n]).unwrap();
+        let (slot, big) = (halves(8), halves(24));
+        let words = slot.slice(2..8).unwrap().words().unwrap().raw_view();
+        assert_eq!((words.offset, words.len), (1, 3));
+        let mut plan = Plan {
+            ops: vec![Op::Launch {
+                kernel: &crate::builtin::fill_u32::DEF,
+                grid: [1, 1, 1],
+                args: 0,
+                bindings: vec![Binding {
+                    view: words,
+                    write: true,
+                    word: 1,
+                }],
+            }],
+            launch_args: vec![vec![7, 1, 3]],
+            ..Plan::default()
+        };
+        let sites = Sites::find(&plan, &[slot.raw_view()], 1);
+        let (mut ops, mut args) = (Vec::new(), Vec::new());
+        // Onto elements 10..18: the words start at element 12, word 6.
+        let to = big.slice(10..18).unwrap().raw_view();
+        assert!(sites.repoint(&mut plan, 0, &to, &mut ops, &mut args));
+        let v = &plan.ops[0].views()[0];
+        assert_eq!((v.buf.id, v.offset, v.len), (to.buf.id, 6, 3));
+        assert_eq!(args, vec![(0, 1, 6)]);
+        // Onto elements 3..11: the words would start at element 5, inside word 2.
+        let odd = big.slice(3..11).unwrap().raw_view();
+        args.clear();
+        assert!(!sites.repoint(&mut plan, 0, &odd, &mut ops, &mut args));
+        assert!(args.is_empty());
     }
 }

@@ -606,14 +606,21 @@ fn half_views_as_words_share_their_bits_and_alias_by_bytes() {
             let words = view.words();
             assert_eq!(words.is_some(), a % 2 == 0 && b % 2 == 0, "{a}..{b}");
             if let Some(w) = words {
-                let want: Vec<u32> = bits[a..b]
-                    .chunks(2)
-                    .map(|p| p[0] as u32 | (p[1] as u32) << 16)
-                    .collect();
                 assert_eq!(w.len(), (b - a) / 2, "{a}..{b}");
-                assert_eq!(w.to_host().unwrap(), want, "{a}..{b}");
+                assert_eq!(w.to_host().unwrap(), want_words(&bits[a..b]), "{a}..{b}");
             }
         }
+        // An odd end at the allocation's end: the last word's high half is padding.
+        let odd = dev.upload(&to_t::<bf16>(&bits[..n - 1])).unwrap();
+        let w = odd.slice(2..n - 1).unwrap().words().unwrap();
+        assert_eq!(w.len(), (n - 2) / 2);
+        let got = w.to_host().unwrap();
+        assert_eq!(got[..got.len() - 1], want_words(&bits[2..n - 2]));
+        assert_eq!(
+            got[got.len() - 1] as u16,
+            bits[n - 2],
+            "the last element, low half"
+        );
         // Written through the words, read as elements.
         let w = buf.slice(4..10).unwrap().words().unwrap();
         let new: Vec<u32> = (0..3).map(|_| rng.random()).collect();
@@ -656,4 +663,11 @@ fn half_views_as_words_share_their_bits_and_alias_by_bytes() {
         );
         assert_eq!(got[8..], fresh[8..], "[{}] the rest", dev.kind());
     });
+}
+
+/// The words of an even number of 16-bit elements, element `2i` in the low half of word `i`.
+fn want_words(bits: &[u16]) -> Vec<u32> {
+    bits.chunks(2)
+        .map(|p| p[0] as u32 | (p[1] as u32) << 16)
+        .collect()
 }

@@ -254,29 +254,20 @@ impl<T: Element> Buffer<T> {
     }
 
     /// The same bytes as 32-bit words: a `Buffer<u32>` sharing this allocation, so that a
-    /// kernel can load two 16-bit elements at once. For a 16-bit type (`bf16`, `f16`) it has
-    /// `len / 2` words, elements `2i` and `2i + 1` in the low and high half of word `i`; for a
-    /// 32-bit type, `len` words of the same bits. `None` for a 16-bit view that starts at an
-    /// odd element or has an odd length (a word would hold an element outside it).
+    /// kernel can load two 16-bit elements at once. For a 16-bit type (`bf16`, `f16`), elements
+    /// `2i` and `2i + 1` are the low and high half of word `i`; for a 32-bit type, `len` words of
+    /// the same bits. `None` for a 16-bit view that starts or ends inside a word whose other
+    /// half is another element (an odd end is fine where it is the allocation's end: the last
+    /// word's high half is padding).
     ///
     /// The words alias the elements: a launch that writes one of the two views and binds the
     /// other is refused like any pair of overlapping views.
     pub fn words(&self) -> Option<Buffer<u32>> {
-        let v = &self.view;
-        let (offset, len) = if v.dtype.is_half() {
-            if v.offset % 2 != 0 || v.len % 2 != 0 {
-                return None;
-            }
-            (v.offset / 2, v.len / 2)
-        } else {
-            (v.offset, v.len)
-        };
+        let view = self.view.as_words()?;
         Some(Buffer {
             view: RawView {
-                buf: v.buf.clone(),
-                offset,
-                len,
                 dtype: DType::U32,
+                ..view
             },
             _t: PhantomData,
         })

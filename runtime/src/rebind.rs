@@ -94,9 +94,10 @@ impl Sites {
     ) -> bool {
         // The new element offset of each site's view, in its own element type; `None` where
         // the bytes do not start on one of its elements or the offset would not fit a word.
+        let base = new.byte_span().0;
         let start = |s: &Site| {
             let view = &plan.ops[s.op].views()[s.which];
-            let (bytes, size) = (new.byte_span().0 + s.rel, view.dtype.size());
+            let (bytes, size) = (base + s.rel, view.dtype.size());
             (bytes % size == 0 && bytes / size + view.len <= u32::MAX as usize)
                 .then_some(bytes / size)
         };

@@ -1501,3 +1501,37 @@ impl<T: Element> std::fmt::Debug for Out<'_, T> {
         write!(f, "Out<{}>({} elements)", T::DTYPE.name(), self.view.len)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two state views of one allocation, one as 16-bit elements and one as words: the key
+    /// holds their distance in bytes. Element offsets (2 elements, 4 words) would mix units:
+    /// both calls below differ by 2 in them, though one pair is 12 bytes apart and the
+    /// other 8, so they would share a key and a recording bound for the other layout.
+    #[test]
+    fn states_of_one_allocation_as_halves_and_words_are_keyed_by_byte_distance() {
+        use half::bf16;
+        let dev = Device::host();
+        let all = dev.upload(&vec![bf16::ONE; 32]).unwrap();
+        let pair = |h: usize, w: usize| {
+            let halves = all.slice(h..h + 4).unwrap().raw_view();
+            let words = all.slice(2 * w..2 * w + 8).unwrap().words().unwrap().raw_view();
+            assert_eq!(
+                (halves.offset, words.offset),
+                (h, w),
+                "the views' own offsets are in their element types"
+            );
+            state_keys(&[halves, words]).collect::<Vec<_>>()
+        };
+        let (a, b) = (pair(2, 4), pair(0, 2));
+        assert_eq!(a[1].shares, Some((0, 12)));
+        assert_eq!(b[1].shares, Some((0, 8)));
+        assert_ne!(a, b);
+        // The same byte layout elsewhere in the allocation is the same key.
+        assert_eq!(pair(4, 5), a);
+        assert_eq!(a[0].shares, None);
+        assert_eq!((a[1].dtype, a[1].len), (DType::U32, 4));
+    }
+}

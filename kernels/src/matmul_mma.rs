@@ -67,6 +67,39 @@ fn tile_share(trans: bool, tid: u32) -> [u32; 4] {
     s
 }
 
+/// The word of workgroup memory for word `q` of invocation `tid`'s share of a tile
+/// (`tile_word` of `tile_share`'s row `sh[0] + sh[2]·q`, pair `sh[1] + sh[3]·q`), `w0` being
+/// that of word 0: rows 16 apart have the same swizzle, so along `k` (not `trans`) it is
+/// `w0 + 256·q`.
+#[device]
+fn store_word(trans: bool, tid: u32, w0: u32, q: u32) -> u32 {
+    let mut w = w0 + 256 * q;
+    if trans {
+        let sh = tile_share(true, tid);
+        w = tile_word(sh[0], sh[1] + sh[3] * q);
+    }
+    w
+}
+
+/// Where the words of `tile_share`'s share `sh` lie in a `rows × k` matrix stored row-major
+/// (`trans`: `k × rows`) for a tile at row `r0`: `[s, q, kx]`, word `q` of the tile at `k0`
+/// starting at element `s + k0·kx + q·q`, its high half `kx` after it. Computed once, so a
+/// step's loads cost one multiply-add each.
+#[device]
+fn load_at(trans: bool, sh: [u32; 4], r0: u32, rows: u32, k: u32) -> [u32; 3] {
+    let mut at = [0u32; 3];
+    if trans {
+        at[0] = 2 * sh[1] * rows + r0 + sh[0];
+        at[1] = 2 * sh[3] * rows;
+        at[2] = rows;
+    } else {
+        at[0] = (r0 + sh[0]) * k + 2 * sh[1];
+        at[1] = sh[2] * k;
+        at[2] = 1u32;
+    }
+    at
+}
+
 /// Stores `acc` (an `mma_m16n8k16` accumulator of the 16×8 block at `row`, `col` of `C`, the
 /// invocation's `g`, `t`) into the `m × n` matrix at `base` of `c`, elements outside `C`
 /// dropped.
@@ -100,24 +133,27 @@ macro_rules! matmul_mma_helpers {
     ($t:ident, $load:ident, $frag_a:ident, $frag_b:ident) => {
         /// This invocation's 8 words (pairs of adjacent-`k` elements, the lower `k` in the low
         /// half) of the 128 × 32 tile at row `r0`, `k` `k0` of a `rows × k` matrix `x` stored
-        /// row-major (`trans`: `x` holds its transpose, `k × rows`), by its share `sh`
-        /// (`tile_share`). `checked`: elements outside the matrix, or at `k ≥ kend`, are zero
-        /// (else the tile is known to lie inside both).
+        /// row-major (`trans`: `x` holds its transpose, `k × rows`), by the share of
+        /// invocation `tid` (`tile_share`). `checked`: elements outside the matrix, or at `k ≥ kend`, are zero
+        /// (else the tile is known to lie inside both, and its elements are read at `at`:
+        /// `load_at`'s start, step between words and step between `k`).
         #[allow(dead_code, clippy::too_many_arguments)]
         #[device]
         fn $load(
             x: &[$t],
             trans: bool,
-            sh: [u32; 4],
+            tid: u32,
             r0: u32,
             k0: u32,
             rows: u32,
             k: u32,
             kend: u32,
             checked: bool,
+            at: [u32; 3],
         ) -> [u32; 8] {
             let mut v = [0u32; 8];
             if checked {
+                let sh = tile_share(trans, tid);
                 for q in 0..8u32 {
                     let r = r0 + sh[0] + sh[2] * q;
                     let kk = k0 + 2 * (sh[1] + sh[3] * q);
@@ -139,16 +175,11 @@ macro_rules! matmul_mma_helpers {
                     }
                     v[q] = lo | (hi << 16u32);
                 }
-            } else if trans {
-                for q in 0..8u32 {
-                    let r = r0 + sh[0] + sh[2] * q;
-                    let kk = k0 + 2 * (sh[1] + sh[3] * q);
-                    v[q] = x[kk * rows + r].to_bits() | (x[(kk + 1) * rows + r].to_bits() << 16u32);
-                }
             } else {
+                let at0 = at[0] + k0 * at[2];
                 for q in 0..8u32 {
-                    let at = (r0 + sh[0] + sh[2] * q) * k + k0 + 2 * (sh[1] + sh[3] * q);
-                    v[q] = x[at].to_bits() | (x[at + 1].to_bits() << 16u32);
+                    let i = at0 + at[1] * q;
+                    v[q] = x[i].to_bits() | (x[i + at[2]].to_bits() << 16u32);
                 }
             }
             v
@@ -288,8 +319,10 @@ macro_rules! matmul_mma_kernel {
             let tiles = (ke - kb + 31) / 32;
             // The first step's words; each step then loads the next one's before its products.
             let first = !(inside && kb + 32 <= ke);
-            let ra0 = $load(a, ta, sha, row0, kb, m, k, ke, first);
-            let rb0 = $load(b, !tb, shb, col0, kb, n, k, ke, first);
+            let ata = load_at(ta, sha, row0, m, k);
+            let atb = load_at(!tb, shb, col0, n, k);
+            let ra0 = $load(a, ta, tid, row0, kb, m, k, ke, first, ata);
+            let rb0 = $load(b, !tb, tid, col0, kb, n, k, ke, first, atb);
             let mut ra = [0u32; 8];
             let mut rb = [0u32; 8];
             for q in 0..8u32 {
@@ -301,9 +334,9 @@ macro_rules! matmul_mma_kernel {
                 barrier();
                 for q in 0..8u32 {
                     if $lean {
-                        // Recomputed each step: 16 fewer registers held across the loop.
-                        sa[tile_word(sha[0] + sha[2] * q, sha[1] + sha[3] * q)] = ra[q];
-                        sb[tile_word(shb[0] + shb[2] * q, shb[1] + shb[3] * q)] = rb[q];
+                        // Recomputed each step: 14 fewer registers held across the loop.
+                        sa[store_word(ta, tid, pa[0], q)] = ra[q];
+                        sb[store_word(!tb, tid, pb[0], q)] = rb[q];
                     } else {
                         sa[pa[q]] = ra[q];
                         sb[pb[q]] = rb[q];
@@ -313,8 +346,8 @@ macro_rules! matmul_mma_kernel {
                 if step + 1 < tiles {
                     let k1 = kb + (step + 1) * 32;
                     let checked = !(inside && k1 + 32 <= ke);
-                    let na = $load(a, ta, sha, row0, k1, m, k, ke, checked);
-                    let nb = $load(b, !tb, shb, col0, k1, n, k, ke, checked);
+                    let na = $load(a, ta, tid, row0, k1, m, k, ke, checked, ata);
+                    let nb = $load(b, !tb, tid, col0, k1, n, k, ke, checked, atb);
                     for q in 0..8u32 {
                         ra[q] = na[q];
                         rb[q] = nb[q];

@@ -84,22 +84,39 @@ pub(super) fn cuda_helper(elem: Ty, t: &str) -> String {
     s
 }
 
-/// The WGSL lines of call `m` in a workgroup of `invocations`, and the conversion helper they
-/// call. Each invocation writes its fragments as pairs into [`WGSL_SCRATCH`] (the lower-numbered
-/// element in the low half), then — after a barrier — adds its products from its group's
-/// words, and a second barrier keeps the next call from overwriting words still to be read.
-pub(super) fn wgsl_lines(m: &Mma, arrays: &[LocalArray]) -> (Vec<String>, &'static str) {
-    let widen = if m.elem == Ty::BF16 {
+/// The WGSL function name of the portable form for element type `elem`.
+fn wgsl_name(elem: Ty) -> String {
+    format!("gd_mma_m16n8k16_{}", elem.rust())
+}
+
+/// The WGSL statement of call `m`: a call of the module's function for its element type
+/// ([`wgsl_fn`]), with the invocation's index in the workgroup.
+pub(super) fn wgsl_call(m: &Mma, arrays: &[LocalArray]) -> String {
+    let (a, b, c) = (&arrays[m.a].name, &arrays[m.b].name, &arrays[m.acc].name);
+    format!("{}({a}, {b}, &{c}, gd_lid.x);", wgsl_name(m.elem))
+}
+
+/// The WGSL function of the portable form for element type `elem` (its 16-bit values in the
+/// low halves of `u32`s), emitted once per module however many calls there are, and the
+/// conversion helper it calls. Each invocation writes its fragments as pairs into
+/// [`WGSL_SCRATCH`] (the lower-numbered element in the low half), then — after a barrier —
+/// adds its products from its group's words, and a second barrier keeps the next call from
+/// overwriting words still to be read. (Written out at each call, 32 calls made a tiled
+/// product's shader 0.5 MB.)
+pub(super) fn wgsl_fn(elem: Ty) -> (String, &'static str) {
+    let widen = if elem == Ty::BF16 {
         "gd_bf16_to_f32"
     } else {
         "gd_f16_to_f32"
     };
-    let (a, b, c) = (&arrays[m.a].name, &arrays[m.b].name, &arrays[m.acc].name);
+    let (a, b, c) = ("gd_a", "gd_b", "(*gd_c)");
     let s = WGSL_SCRATCH;
     let w = SCRATCH_WORDS;
     let mut out = vec![
-        "{".to_string(),
-        "    let gd_ml = gd_lid.x;".to_string(),
+        format!(
+            "fn {}(gd_a: array<u32, {A_LEN}>, gd_b: array<u32, {B_LEN}>, gd_c: ptr<function, array<f32, {ACC_LEN}>>, gd_ml: u32) {{",
+            wgsl_name(elem)
+        ),
         format!("    let gd_mo = gd_ml * {w}u;"),
     ];
     for q in 0..A_LEN / 2 {
@@ -146,5 +163,5 @@ pub(super) fn wgsl_lines(m: &Mma, arrays: &[LocalArray]) -> (Vec<String>, &'stat
     }
     out.push("    workgroupBarrier();".into());
     out.push("}".into());
-    (out, widen)
+    (out.join("\n") + "\n", widen)
 }

@@ -235,6 +235,12 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     let mut out = std::mem::take(&mut w.out);
     super::wgsl_device::emit_specialisations(k, &module, &mut out);
     w.out = out;
+    for &elem in module.mma.borrow().iter() {
+        let (f, widen) = super::mma::wgsl_fn(elem);
+        module.helpers.borrow_mut().insert(widen);
+        w.out.push('\n');
+        w.out.push_str(&f);
+    }
     for h in module.helpers.borrow().iter() {
         w.out.push('\n');
         w.out.push_str(helper_source(h));
@@ -559,6 +565,8 @@ pub(super) struct Module {
     /// Checked read helpers by name (one per slice or workgroup array read), from the
     /// kernel's body and its helpers' alike.
     pub loads: RefCell<BTreeMap<String, String>>,
+    /// The element types of the `mma_m16n8k16` calls: one function each, after `main`.
+    pub mma: RefCell<Vec<Ty>>,
 }
 
 pub(super) struct Wgsl<'k> {
@@ -650,13 +658,15 @@ impl Wgsl<'_> {
         }
     }
 
-    /// `mma_m16n8k16`'s portable form (see `super::mma`).
+    /// `mma_m16n8k16`'s portable form (see `super::mma`): a call of the module's function
+    /// for the element type.
     fn mma(&mut self, m: &Mma) {
-        let (lines, widen) = super::mma::wgsl_lines(m, self.arrays);
-        self.module.helpers.borrow_mut().insert(widen);
-        for l in lines {
-            self.line(&l);
+        let mut used = self.module.mma.borrow_mut();
+        if !used.contains(&m.elem) {
+            used.push(m.elem);
         }
+        drop(used);
+        self.line(&super::mma::wgsl_call(m, self.arrays));
     }
 
     fn nested(&mut self, head: &str, body: &[Stmt]) {

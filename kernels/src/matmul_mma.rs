@@ -128,15 +128,15 @@ fn store_block(
     }
 }
 
-/// The product's helpers over inputs of type `$t`: a tile's loads and the fragments.
+/// The product's helper over inputs of type `$t`: a tile's loads.
 macro_rules! matmul_mma_helpers {
-    ($t:ident, $load:ident, $frag_a:ident, $frag_b:ident) => {
+    ($t:ident, $load:ident) => {
         /// This invocation's 8 words (pairs of adjacent-`k` elements, the lower `k` in the low
         /// half) of the 128 × 32 tile at row `r0`, `k` `k0` of a `rows × k` matrix `x` stored
         /// row-major (`trans`: `x` holds its transpose, `k × rows`), by the share of
-        /// invocation `tid` (`tile_share`). `checked`: elements outside the matrix, or at `k ≥ kend`, are zero
-        /// (else the tile is known to lie inside both, and its elements are read at `at`:
-        /// `load_at`'s start, step between words and step between `k`).
+        /// invocation `tid` (`tile_share`). `checked`: elements outside the matrix, or at
+        /// `k ≥ kend`, are zero (else the tile is known to lie inside both, and its elements
+        /// are read at `at`: `load_at`'s start, step between words and step between `k`).
         #[allow(dead_code, clippy::too_many_arguments)]
         #[device]
         fn $load(
@@ -184,12 +184,18 @@ macro_rules! matmul_mma_helpers {
             }
             v
         }
+    };
+}
 
+/// The fragments of `mma_m16n8k16` over inputs of type `$t` read from staged tiles in a
+/// workgroup array of `$words` words.
+macro_rules! matmul_mma_frags {
+    ($t:ident, $words:tt, $frag_a:ident, $frag_b:ident) => {
         /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
         /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the next words).
         #[allow(dead_code)]
         #[device]
-        fn $frag_a(s: &[u32; 2048], p: u32, p8: u32) -> [$t; 8] {
+        fn $frag_a(s: &[u32; $words], p: u32, p8: u32) -> [$t; 8] {
             let mut f = [0.0f32 as $t; 8];
             let w0 = s[p];
             let w1 = s[p8];
@@ -210,7 +216,7 @@ macro_rules! matmul_mma_helpers {
         /// `s` (`k` pair `t + 4` the next word).
         #[allow(dead_code)]
         #[device]
-        fn $frag_b(s: &[u32; 2048], p: u32) -> [$t; 4] {
+        fn $frag_b(s: &[u32; $words], p: u32) -> [$t; 4] {
             let mut f = [0.0f32 as $t; 4];
             let w0 = s[p];
             let w1 = s[p + 1];
@@ -227,11 +233,12 @@ macro_rules! matmul_mma_helpers {
 /// `#[kernel]` arguments `$($kargs)*`; `$lean`: the tile stores' words are recomputed each
 /// step rather than kept in registers; `$split`: layer `z` of the grid sums the `k` range
 /// `[z·kc, (z + 1)·kc)` into copy `z` of `C` (else every workgroup sums all of `k`, `kc`
-/// unread).
+/// unread); `$db`: the tiles are staged in two halves of arrays of `$words` (4096) words, so
+/// a step needs one barrier, not two (else `$words` is 2048); `$store` stages a step's words.
 macro_rules! matmul_mma_kernel {
     (
         $(#[$doc:meta])* $name:ident, $t:ident, $load:ident, $frag_a:ident, $frag_b:ident,
-        [$($kargs:tt)*], $lean:literal, $split:literal
+        $store:ident, $words:tt, [$($kargs:tt)*], $lean:literal, $split:literal, $db:literal
     ) => {
         $(#[$doc])*
         #[kernel($($kargs)*)]
@@ -248,9 +255,9 @@ macro_rules! matmul_mma_kernel {
             c: &mut [f32],
         ) {
             // `sa`: rows of the tile of `op(A)`; `sb`: columns of the tile of `op(B)`; each
-            // 128 rows of 16 words (`tile_word`).
-            let sa = shared::<u32, 2048>();
-            let sb = shared::<u32, 2048>();
+            // 128 rows of 16 words (`tile_word`), twice over with `$db`.
+            let sa = shared::<u32, $words>();
+            let sb = shared::<u32, $words>();
             let tid = local_id().x;
             let lane = tid % 32;
             let g = lane / 4;
@@ -329,63 +336,84 @@ macro_rules! matmul_mma_kernel {
                 ra[q] = ra0[q];
                 rb[q] = rb0[q];
             }
-            for step in 0..tiles {
-                // The previous step's products have read the tiles.
-                barrier();
-                for q in 0..8u32 {
-                    if $lean {
-                        // Recomputed each step: 14 fewer registers held across the loop.
-                        sa[store_word(ta, tid, pa[0], q)] = ra[q];
-                        sb[store_word(!tb, tid, pb[0], q)] = rb[q];
-                    } else {
-                        sa[pa[q]] = ra[q];
-                        sb[pb[q]] = rb[q];
+            // The first step's words into (the first half of) the arrays.
+            $store(sa, sb, 0u32, ra, rb, pa, pb, $lean, ta, tb, tid);
+            barrier();
+            // The steps in two runs, written out as two copies of the loop (indexing
+            // `edges` makes the front end unroll `run`; its bounds come from `run` itself,
+            // which is uniform, where an array's element is not): the steps before `e0` load their
+            // successor from inside both matrices, unchecked; the rest check what they load
+            // where it is not. The interior's copy thus holds no checked loads, whose
+            // registers made the compiler spill inside the loop.
+            let mut e0 = 0u32;
+            if inside && (ke - kb) / 32 > 1 {
+                e0 = (ke - kb) / 32 - 1;
+            }
+            let edges = [false, true];
+            let mut s0 = 0u32;
+            for run in 0..2u32 {
+                let mut s1 = e0;
+                if run == 1 {
+                    s1 = tiles;
+                }
+                for step in s0..s1 {
+                    // This step's tiles: the arrays' first half, or with `$db` their halves in
+                    // turn (the next step's words go to the other half while this one is read).
+                    let mut cur = 0u32;
+                    if $db {
+                        cur = (step % 2) * 2048;
+                    }
+                    if step + 1 < tiles {
+                        let k1 = kb + (step + 1) * 32;
+                        let checked = edges[run] && !(inside && k1 + 32 <= ke);
+                        let na = $load(a, ta, tid, row0, k1, m, k, ke, checked, ata);
+                        let nb = $load(b, !tb, tid, col0, k1, n, k, ke, checked, atb);
+                        for q in 0..8u32 {
+                            ra[q] = na[q];
+                            rb[q] = nb[q];
+                        }
+                    }
+                    let blks = [cur + sw * 8, cur + (1 ^ sw) * 8];
+                    for half in 0..2u32 {
+                        let blk = blks[half];
+                        let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk);
+                        let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256);
+                        let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512);
+                        let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768);
+                        let fb0 = $frag_b(sb, fb_at + blk);
+                        let fb1 = $frag_b(sb, fb1_at + blk);
+                        let fb2 = $frag_b(sb, fb_at + blk + 256);
+                        let fb3 = $frag_b(sb, fb1_at + blk + 256);
+                        mma_m16n8k16(&fa0, &fb0, &mut acc00);
+                        mma_m16n8k16(&fa0, &fb1, &mut acc01);
+                        mma_m16n8k16(&fa0, &fb2, &mut acc02);
+                        mma_m16n8k16(&fa0, &fb3, &mut acc03);
+                        mma_m16n8k16(&fa1, &fb0, &mut acc10);
+                        mma_m16n8k16(&fa1, &fb1, &mut acc11);
+                        mma_m16n8k16(&fa1, &fb2, &mut acc12);
+                        mma_m16n8k16(&fa1, &fb3, &mut acc13);
+                        mma_m16n8k16(&fa2, &fb0, &mut acc20);
+                        mma_m16n8k16(&fa2, &fb1, &mut acc21);
+                        mma_m16n8k16(&fa2, &fb2, &mut acc22);
+                        mma_m16n8k16(&fa2, &fb3, &mut acc23);
+                        mma_m16n8k16(&fa3, &fb0, &mut acc30);
+                        mma_m16n8k16(&fa3, &fb1, &mut acc31);
+                        mma_m16n8k16(&fa3, &fb2, &mut acc32);
+                        mma_m16n8k16(&fa3, &fb3, &mut acc33);
+                    }
+                    if step + 1 < tiles {
+                        let mut next = 0u32;
+                        if $db {
+                            next = 2048 - cur;
+                        } else {
+                            // Every group has read this step's tiles before they are overwritten.
+                            barrier();
+                        }
+                        $store(sa, sb, next, ra, rb, pa, pb, $lean, ta, tb, tid);
+                        barrier();
                     }
                 }
-                barrier();
-                if step + 1 < tiles {
-                    let k1 = kb + (step + 1) * 32;
-                    let checked = !(inside && k1 + 32 <= ke);
-                    let na = $load(a, ta, tid, row0, k1, m, k, ke, checked, ata);
-                    let nb = $load(b, !tb, tid, col0, k1, n, k, ke, checked, atb);
-                    for q in 0..8u32 {
-                        ra[q] = na[q];
-                        rb[q] = nb[q];
-                    }
-                }
-                // The two 16-value halves of the step, block `sw` then `1 ^ sw` of each
-                // fragment row. Indexing the array `blks` makes the front end write the loop
-                // out as two copies (a loop left to NVRTC stays a loop: 16 products a trip),
-                // so the compiler may read the second half's fragments during the first's
-                // products.
-                let blks = [sw * 8, (1 ^ sw) * 8];
-                for half in 0..2u32 {
-                    let blk = blks[half];
-                    let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk);
-                    let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256);
-                    let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512);
-                    let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768);
-                    let fb0 = $frag_b(sb, fb_at + blk);
-                    let fb1 = $frag_b(sb, fb1_at + blk);
-                    let fb2 = $frag_b(sb, fb_at + blk + 256);
-                    let fb3 = $frag_b(sb, fb1_at + blk + 256);
-                    mma_m16n8k16(&fa0, &fb0, &mut acc00);
-                    mma_m16n8k16(&fa0, &fb1, &mut acc01);
-                    mma_m16n8k16(&fa0, &fb2, &mut acc02);
-                    mma_m16n8k16(&fa0, &fb3, &mut acc03);
-                    mma_m16n8k16(&fa1, &fb0, &mut acc10);
-                    mma_m16n8k16(&fa1, &fb1, &mut acc11);
-                    mma_m16n8k16(&fa1, &fb2, &mut acc12);
-                    mma_m16n8k16(&fa1, &fb3, &mut acc13);
-                    mma_m16n8k16(&fa2, &fb0, &mut acc20);
-                    mma_m16n8k16(&fa2, &fb1, &mut acc21);
-                    mma_m16n8k16(&fa2, &fb2, &mut acc22);
-                    mma_m16n8k16(&fa2, &fb3, &mut acc23);
-                    mma_m16n8k16(&fa3, &fb0, &mut acc30);
-                    mma_m16n8k16(&fa3, &fb1, &mut acc31);
-                    mma_m16n8k16(&fa3, &fb2, &mut acc32);
-                    mma_m16n8k16(&fa3, &fb3, &mut acc33);
-                }
+                s0 = s1;
             }
             let r = row0 + wr + g;
             let cl = col0 + wc + 2 * t;
@@ -409,26 +437,79 @@ macro_rules! matmul_mma_kernel {
     };
 }
 
-/// One variant of the product (`matmul_mma_kernel!`'s `[$kargs]`, `$lean` and `$split`) of
-/// `bf16` inputs (`$bf16`) and of `f16` inputs (`$f16`).
+/// One variant of the product (`matmul_mma_kernel!`'s `[$kargs]`, `$lean`, `$split` and
+/// `$db`) of `bf16` inputs (`$bf16`) and of `f16` inputs (`$f16`).
 macro_rules! matmul_mma_kernels {
     (
         $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
         [$($kargs:tt)*], $lean:literal, $split:literal
     ) => {
         matmul_mma_kernel!(
-            $(#[$bdoc])* $bf16, bf16, load_bf16, frag_a_bf16, frag_b_bf16,
-            [$($kargs)*], $lean, $split
+            $(#[$bdoc])* $bf16, bf16, load_bf16, frag_a_bf16, frag_b_bf16, store_tiles, 2048,
+            [$($kargs)*], $lean, $split, false
         );
         matmul_mma_kernel!(
-            $(#[$fdoc])* $f16, f16, load_f16, frag_a_f16, frag_b_f16,
-            [$($kargs)*], $lean, $split
+            $(#[$fdoc])* $f16, f16, load_f16, frag_a_f16, frag_b_f16, store_tiles, 2048,
+            [$($kargs)*], $lean, $split, false
+        );
+    };
+    (
+        $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
+        [$($kargs:tt)*], $lean:literal, $split:literal, double
+    ) => {
+        matmul_mma_kernel!(
+            $(#[$bdoc])* $bf16, bf16, load_bf16, frag_a2_bf16, frag_b2_bf16, store_tiles2, 4096,
+            [$($kargs)*], $lean, $split, true
+        );
+        matmul_mma_kernel!(
+            $(#[$fdoc])* $f16, f16, load_f16, frag_a2_f16, frag_b2_f16, store_tiles2, 4096,
+            [$($kargs)*], $lean, $split, true
         );
     };
 }
 
-matmul_mma_helpers!(bf16, load_bf16, frag_a_bf16, frag_b_bf16);
-matmul_mma_helpers!(f16, load_f16, frag_a_f16, frag_b_f16);
+/// Stages a step's words `ra`, `rb` (of `op(A)`'s and `op(B)`'s tiles) at word `at` of the
+/// workgroup arrays `sa`, `sb` of `$words` words: at `pa[q]`, `pb[q]`, or with `lean` at
+/// `store_word`'s places (the same), recomputed.
+macro_rules! matmul_mma_store {
+    ($words:tt, $store:ident) => {
+        #[allow(dead_code, clippy::too_many_arguments)]
+        #[device]
+        fn $store(
+            sa: &mut [u32; $words],
+            sb: &mut [u32; $words],
+            at: u32,
+            ra: [u32; 8],
+            rb: [u32; 8],
+            pa: [u32; 8],
+            pb: [u32; 8],
+            lean: bool,
+            ta: bool,
+            tb: bool,
+            tid: u32,
+        ) {
+            for q in 0..8u32 {
+                if lean {
+                    sa[at + store_word(ta, tid, pa[0], q)] = ra[q];
+                    sb[at + store_word(!tb, tid, pb[0], q)] = rb[q];
+                } else {
+                    sa[at + pa[q]] = ra[q];
+                    sb[at + pb[q]] = rb[q];
+                }
+            }
+        }
+    };
+}
+
+matmul_mma_store!(2048, store_tiles);
+matmul_mma_store!(4096, store_tiles2);
+
+matmul_mma_helpers!(bf16, load_bf16);
+matmul_mma_helpers!(f16, load_f16);
+matmul_mma_frags!(bf16, 2048, frag_a_bf16, frag_b_bf16);
+matmul_mma_frags!(f16, 2048, frag_a_f16, frag_b_f16);
+matmul_mma_frags!(bf16, 4096, frag_a2_bf16, frag_b2_bf16);
+matmul_mma_frags!(f16, 4096, frag_a2_f16, frag_b2_f16);
 
 matmul_mma_kernels!(
     /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` inputs on 128×128 tiles of
@@ -463,6 +544,20 @@ matmul_mma_kernels!(
     [workgroup = 256, min_workgroups = 2],
     true,
     false
+);
+
+matmul_mma_kernels!(
+    /// [`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16) with its tiles staged in two
+    /// halves of its workgroup arrays (32 KiB), taken in turn: a step stores the next one's
+    /// words in the other half after its products and passes one barrier, not two; the same
+    /// results on every backend. [`MmaTile::T128Double`].
+    matmul_mma_double_bf16,
+    /// [`matmul_mma_double_bf16`](mod@matmul_mma_double_bf16) of `f16` inputs.
+    matmul_mma_double_f16,
+    [workgroup = 256, min_workgroups = 2],
+    true,
+    false,
+    double
 );
 
 matmul_mma_kernels!(
@@ -535,6 +630,9 @@ pub enum MmaTile {
     /// [`MmaTile::T128Occ2`] with fewer registers held across the `k` loop
     /// ([`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16)).
     T128Lean,
+    /// [`MmaTile::T128Lean`] with the tiles double-buffered in workgroup memory (32 KiB: one
+    /// barrier a step; [`matmul_mma_double_bf16`](mod@matmul_mma_double_bf16)).
+    T128Double,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and
     /// [`matmul_mma_split_sum`](mod@matmul_mma_split_sum) adds the parts in order (so a
@@ -560,21 +658,23 @@ impl MmaTile {
     }
 
     /// Every variant but [`MmaTile::Auto`], [`MmaTile::T128`] first.
-    pub const ALL: [MmaTile; 4] = [
+    pub const ALL: [MmaTile; 5] = [
         MmaTile::T128,
         MmaTile::T128Occ2,
         MmaTile::T128Lean,
+        MmaTile::T128Double,
         MmaTile::SplitK,
     ];
 
-    /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `splitk`), as the bench
-    /// prints it.
+    /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `t128-double`,
+    /// `splitk`), as the bench prints it.
     pub fn name(self) -> &'static str {
         match self {
             MmaTile::Auto => "auto",
             MmaTile::T128 => "t128",
             MmaTile::T128Occ2 => "t128-occ2",
             MmaTile::T128Lean => "t128-lean",
+            MmaTile::T128Double => "t128-double",
             MmaTile::SplitK => "splitk",
         }
     }
@@ -605,7 +705,10 @@ pub struct MmaGemm {
 /// # Errors
 /// [`Error::Shape`] when the lengths do not make the product, a size does not fit in a `u32`,
 /// or the grid would pass 65,535 workgroups in a dimension; [`Error::Launch`] for an element
-/// type other than `bf16` and `f16`; the launch's errors.
+/// type other than `bf16` and `f16`; [`Error::Limit`] for [`MmaTile::T128Double`] on a wgpu
+/// adapter with less workgroup memory than it stages with the portable MMA's exchange words
+/// (38,912 bytes: lavapipe has 32 KiB; [`MmaTile::Auto`] takes it nowhere there); the
+/// launch's errors.
 pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     cx: &C,
     tile: MmaTile,
@@ -635,6 +738,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     let (ta, tb) = (g.ta, g.tb);
     let occ2 = tile == MmaTile::T128Occ2;
     let lean = tile == MmaTile::T128Lean;
+    let double = tile == MmaTile::T128Double;
     // A split product's parts go to a scratch copy of `C` each (never accumulated there).
     let mut scratch = if parts > 1 {
         Some(cx.scratch(parts * g.m * g.n)?)
@@ -647,7 +751,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     };
     // One input type's kernels: by `tile`, and the split kernel for a product in parts.
     macro_rules! run {
-        ($t:ident, $occ2:ident, $lean:ident, $split:ident, $plain:ident) => {{
+        ($t:ident, $occ2:ident, $lean:ident, $double:ident, $split:ident, $plain:ident) => {{
             let a = Buffer::<$t>::try_from_view(a.raw_view())?;
             let b = Buffer::<$t>::try_from_view(b.raw_view())?;
             let (a, b) = (&a, &b);
@@ -655,6 +759,8 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
                 $occ2::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
             } else if lean {
                 $lean::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+            } else if double {
+                $double::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
             } else if parts > 1 {
                 $split::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
             } else {
@@ -667,6 +773,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             bf16,
             matmul_mma_occ2_bf16,
             matmul_mma_lean_bf16,
+            matmul_mma_double_bf16,
             matmul_mma_split_bf16,
             matmul_mma_bf16
         ),
@@ -674,6 +781,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             f16,
             matmul_mma_occ2_f16,
             matmul_mma_lean_f16,
+            matmul_mma_double_f16,
             matmul_mma_split_f16,
             matmul_mma_f16
         ),

@@ -1517,7 +1517,12 @@ mod tests {
         let all = dev.upload(&vec![bf16::ONE; 32]).unwrap();
         let pair = |h: usize, w: usize| {
             let halves = all.slice(h..h + 4).unwrap().raw_view();
-            let words = all.slice(2 * w..2 * w + 8).unwrap().words().unwrap().raw_view();
+            let words = all
+                .slice(2 * w..2 * w + 8)
+                .unwrap()
+                .words()
+                .unwrap()
+                .raw_view();
             assert_eq!(
                 (halves.offset, words.offset),
                 (h, w),

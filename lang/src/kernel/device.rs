@@ -331,13 +331,7 @@ const MAX_VALUE_ARRAY: u32 = 1024;
 /// `[T; N]` with `T` a scalar type and `N` an integer literal from 1 to `MAX_VALUE_ARRAY`.
 fn value_array(a: &syn::TypeArray) -> Option<(Ty, u32)> {
     let elem = parse::scalar_type(&a.elem).filter(|t| *t != Ty::UVec3)?;
-    let len = match &a.len {
-        syn::Expr::Lit(syn::ExprLit {
-            lit: syn::Lit::Int(n),
-            ..
-        }) => n.base10_parse::<u32>().ok()?,
-        _ => return None,
-    };
+    let len = parse::int_lit(&a.len)?.base10_parse::<u32>().ok()?;
     (1..=MAX_VALUE_ARRAY).contains(&len).then_some((elem, len))
 }
 
@@ -499,13 +493,9 @@ fn shared_params(
         };
         let name = id.ident.to_string();
         let elem = parse::scalar_type(&a.elem).filter(|t| *t != Ty::Bool);
-        let size = match &a.len {
-            syn::Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Int(n),
-                ..
-            }) => n.base10_parse::<u32>().ok().filter(|n| *n > 0),
-            _ => None,
-        };
+        let size = parse::int_lit(&a.len)
+            .and_then(|n| n.base10_parse::<u32>().ok())
+            .filter(|n| *n > 0);
         if elem.is_none() || size.is_none() {
             errors.push(syn::Error::new_spanned(
                 a,

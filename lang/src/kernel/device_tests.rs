@@ -672,3 +672,37 @@ fn a_helper_using_subgroups_is_called_where_its_subgroup_is_together() {
     .unwrap_err();
     assert_one(&e, "a multiple of 32 invocations");
 }
+
+/// Sizes that `macro_rules!` substitutes (`$n:literal`, `$n:expr`) arrive wrapped in
+/// invisible groups: a workgroup-array parameter, an array by value and the workgroup shape
+/// still read them as the literals they are (they were refused as "not an integer literal").
+#[test]
+fn sizes_substituted_by_macro_rules_are_literals() {
+    use proc_macro2::{Delimiter, Group};
+    let lit = |n: u32| Group::new(Delimiter::None, quote!(#n));
+    let (n64, n4) = (lit(64), lit(4));
+    let helper = quote! {
+        fn fill(s: &mut [u32; #n64], v: [u32; #n4], t: u32) {
+            s[t] = v[t % 4];
+        }
+    };
+    let k = lower_with_helpers(
+        quote!(workgroup = #n64),
+        Some(quote! {
+            pub fn k(out: &mut [u32]) {
+                let s = shared::<u32, #n64>();
+                let t = local_id().x;
+                let v = [1u32, 2u32, 3u32, 4u32];
+                fill(s, v, t);
+                barrier();
+                out[t] = s[63 - t];
+            }
+        }),
+        &[helper],
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(k.workgroup, [64, 1, 1]);
+    let h = &k.helpers[0];
+    assert_eq!((h.shared[0].elem, h.shared[0].size), (Ty::U32, 64));
+    valid_wgsl(&k);
+}

@@ -96,11 +96,7 @@ fn workgroup_shape(value: &syn::Expr) -> syn::Result<[u32; 3]> {
     }
     let mut shape = [1u32; 3];
     for (slot, dim) in shape.iter_mut().zip(&dims) {
-        let syn::Expr::Lit(syn::ExprLit {
-            lit: syn::Lit::Int(lit),
-            ..
-        }) = dim
-        else {
+        let Some(lit) = int_lit(dim) else {
             return Err(syn::Error::new_spanned(
                 dim,
                 "a workgroup dimension is an integer literal, like `256` or `(16, 16)` (constants and expressions are not accepted)",
@@ -245,6 +241,19 @@ pub fn kernel_name(ident: &syn::Ident, errors: &mut Errors) {
             ident.span(),
             format!("a kernel cannot be named `{name}`: the name is reserved or taken in CUDA C, where it names the entry point; rename it, e.g. `{name}_kernel`"),
         ));
+    }
+}
+
+/// The integer literal `e` is, seen through the invisible groups that `macro_rules!` puts
+/// around a `$n:literal` or `$n:expr` it substitutes (so `[u32; $n]` in a macro is `[u32; 4096]`).
+pub fn int_lit(e: &syn::Expr) -> Option<&syn::LitInt> {
+    match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(n),
+            ..
+        }) => Some(n),
+        syn::Expr::Group(g) => int_lit(&g.expr),
+        _ => None,
     }
 }
 

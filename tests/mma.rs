@@ -228,8 +228,6 @@ fn kernels_validate_and_compile() {
         &graphed::kernels::matmul_mma::matmul_mma_occ2_f16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_lean_bf16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_lean_f16::DEF,
-        &graphed::kernels::matmul_mma::matmul_mma_double_bf16::DEF,
-        &graphed::kernels::matmul_mma::matmul_mma_double_f16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_split_bf16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_split_f16::DEF,
     ];
@@ -244,13 +242,12 @@ fn kernels_validate_and_compile() {
         );
         assert!(k.wgsl.contains("var<workgroup> gd_mma"), "{}", k.name);
     }
-    // The two-workgroups-per-multiprocessor variants (occ2, lean, double) ask for it; the
-    // default does not. The double-buffered one stages its tiles in 32 KiB.
-    for k in &all[4..10] {
+    // The two-workgroups-per-multiprocessor variants (occ2, lean) ask for it; the default
+    // does not.
+    for k in &all[4..8] {
         assert!(k.cuda.contains("__launch_bounds__(256, 2)"), "{}", k.name);
     }
     assert!(all[2].cuda.contains("__launch_bounds__(256)"));
-    assert_eq!(all[8].workgroup_bytes - all[6].workgroup_bytes, 16384);
     let sum = [&graphed::kernels::matmul_mma::matmul_mma_split_sum::DEF];
     common::assert_wgsl_valid(&sum);
     common::assert_cuda_compiles(&sum);
@@ -293,34 +290,6 @@ fn tiled<T: graphed::Element>(from: impl Fn(f32) -> T + Copy, back: impl Fn(T) -
     tiled_cases("matmul_mma", SHAPES, LAYER, from, back);
 }
 
-/// `matmul_mma` by `tile`; `false` where `dev` refuses [`MmaTile::T128Double`] for its
-/// workgroup memory (32 KiB of tiles plus the portable MMA's exchange words on wgpu, more
-/// than lavapipe's 32 KiB): the error is asserted to be that limit, with the kernel's own
-/// byte count.
-fn mma_unless_limited<T: graphed::Element>(
-    dev: &Device,
-    tile: MmaTile,
-    g: MmaGemm,
-    a: &Buffer<T>,
-    b: &Buffer<T>,
-    c: &mut Buffer<f32>,
-    accumulate: bool,
-) -> bool {
-    match matmul_mma(dev, tile, g, a, b, c, accumulate) {
-        Ok(()) => true,
-        Err(graphed::Error::Limit {
-            what, asked, limit, ..
-        }) if tile == MmaTile::T128Double => {
-            let def = &graphed::kernels::matmul_mma::matmul_mma_double_bf16::DEF;
-            assert_eq!(asked, def.workgroup_bytes as u128, "{what}");
-            assert!(asked > limit && what.contains("workgroup memory"), "{what}");
-            assert_eq!(dev.kind(), BackendKind::Wgpu);
-            false
-        }
-        Err(e) => panic!("[{}] {tile:?} {g:?}: {e}", dev.kind()),
-    }
-}
-
 /// `matmul_mma` of every [`MmaTile`] on every backend for each shape and `(ta, tb)`,
 /// with and without `accumulate`, against the `f64` oracle.
 fn tiled_cases<T: graphed::Element>(
@@ -361,9 +330,7 @@ fn tiled_cases<T: graphed::Element>(
                         poisoned(dev, m * n)
                     };
                     let g = MmaGemm { m, n, k, ta, tb };
-                    if !mma_unless_limited(dev, tile, g, &da, &db, &mut dc, accumulate) {
-                        continue;
-                    }
+                    matmul_mma(dev, tile, g, &da, &db, &mut dc, accumulate).unwrap();
                     let got = dc.to_host().unwrap();
                     let tol = (k as f64 + 16.0) * TOL_MMA / 16.0;
                     for i in 0..m * n {
@@ -462,9 +429,7 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
                 let db = dev.upload(&b).unwrap();
                 let mut dc = poisoned(dev, m * n);
                 let g = MmaGemm { m, n, k, ta, tb };
-                if !mma_unless_limited(dev, tile, g, &da, &db, &mut dc, false) {
-                    continue;
-                }
+                matmul_mma(dev, tile, g, &da, &db, &mut dc, false).unwrap();
                 let out = dc.to_host().unwrap();
                 match &first {
                     None => first = Some(out),

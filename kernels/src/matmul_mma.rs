@@ -187,15 +187,14 @@ macro_rules! matmul_mma_helpers {
     };
 }
 
-/// The fragments of `mma_m16n8k16` over inputs of type `$t` read from staged tiles in a
-/// workgroup array of `$words` words.
+/// The fragments of `mma_m16n8k16` over inputs of type `$t` read from staged tiles.
 macro_rules! matmul_mma_frags {
-    ($t:ident, $words:tt, $frag_a:ident, $frag_b:ident) => {
+    ($t:ident, $frag_a:ident, $frag_b:ident) => {
         /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
         /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the next words).
         #[allow(dead_code)]
         #[device]
-        fn $frag_a(s: &[u32; $words], p: u32, p8: u32) -> [$t; 8] {
+        fn $frag_a(s: &[u32; 2048], p: u32, p8: u32) -> [$t; 8] {
             let mut f = [0.0f32 as $t; 8];
             let w0 = s[p];
             let w1 = s[p8];
@@ -216,7 +215,7 @@ macro_rules! matmul_mma_frags {
         /// `s` (`k` pair `t + 4` the next word).
         #[allow(dead_code)]
         #[device]
-        fn $frag_b(s: &[u32; $words], p: u32) -> [$t; 4] {
+        fn $frag_b(s: &[u32; 2048], p: u32) -> [$t; 4] {
             let mut f = [0.0f32 as $t; 4];
             let w0 = s[p];
             let w1 = s[p + 1];
@@ -233,12 +232,11 @@ macro_rules! matmul_mma_frags {
 /// `#[kernel]` arguments `$($kargs)*`; `$lean`: the tile stores' words are recomputed each
 /// step rather than kept in registers; `$split`: layer `z` of the grid sums the `k` range
 /// `[z·kc, (z + 1)·kc)` into copy `z` of `C` (else every workgroup sums all of `k`, `kc`
-/// unread); `$db`: the tiles are staged in two halves of arrays of `$words` (4096) words, so
-/// a step needs one barrier, not two (else `$words` is 2048); `$store` stages a step's words.
+/// unread); `$store` stages a step's words.
 macro_rules! matmul_mma_kernel {
     (
         $(#[$doc:meta])* $name:ident, $t:ident, $load:ident, $frag_a:ident, $frag_b:ident,
-        $store:ident, $words:tt, [$($kargs:tt)*], $lean:literal, $split:literal, $db:literal
+        $store:ident, [$($kargs:tt)*], $lean:literal, $split:literal
     ) => {
         $(#[$doc])*
         #[kernel($($kargs)*)]
@@ -255,9 +253,9 @@ macro_rules! matmul_mma_kernel {
             c: &mut [f32],
         ) {
             // `sa`: rows of the tile of `op(A)`; `sb`: columns of the tile of `op(B)`; each
-            // 128 rows of 16 words (`tile_word`), twice over with `$db`.
-            let sa = shared::<u32, $words>();
-            let sb = shared::<u32, $words>();
+            // 128 rows of 16 words (`tile_word`).
+            let sa = shared::<u32, 2048>();
+            let sb = shared::<u32, 2048>();
             let tid = local_id().x;
             let lane = tid % 32;
             let g = lane / 4;
@@ -336,8 +334,8 @@ macro_rules! matmul_mma_kernel {
                 ra[q] = ra0[q];
                 rb[q] = rb0[q];
             }
-            // The first step's words into (the first half of) the arrays.
-            $store(sa, sb, 0u32, ra, rb, pa, pb, $lean, ta, tb, tid);
+            // The first step's words.
+            $store(sa, sb, ra, rb, pa, pb, $lean, ta, tb, tid);
             barrier();
             // The steps in two runs, written out as two copies of the loop (indexing
             // `edges` makes the front end unroll `run`; its bounds come from `run` itself,
@@ -357,12 +355,6 @@ macro_rules! matmul_mma_kernel {
                     s1 = tiles;
                 }
                 for step in s0..s1 {
-                    // This step's tiles: the arrays' first half, or with `$db` their halves in
-                    // turn (the next step's words go to the other half while this one is read).
-                    let mut cur = 0u32;
-                    if $db {
-                        cur = (step % 2) * 2048;
-                    }
                     if step + 1 < tiles {
                         let k1 = kb + (step + 1) * 32;
                         let checked = edges[run] && !(inside && k1 + 32 <= ke);
@@ -373,7 +365,7 @@ macro_rules! matmul_mma_kernel {
                             rb[q] = nb[q];
                         }
                     }
-                    let blks = [cur + sw * 8, cur + (1 ^ sw) * 8];
+                    let blks = [sw * 8, (1 ^ sw) * 8];
                     for half in 0..2u32 {
                         let blk = blks[half];
                         let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk);
@@ -402,14 +394,9 @@ macro_rules! matmul_mma_kernel {
                         mma_m16n8k16(&fa3, &fb3, &mut acc33);
                     }
                     if step + 1 < tiles {
-                        let mut next = 0u32;
-                        if $db {
-                            next = 2048 - cur;
-                        } else {
-                            // Every group has read this step's tiles before they are overwritten.
-                            barrier();
-                        }
-                        $store(sa, sb, next, ra, rb, pa, pb, $lean, ta, tb, tid);
+                        // Every group has read this step's tiles before they are overwritten.
+                        barrier();
+                        $store(sa, sb, ra, rb, pa, pb, $lean, ta, tb, tid);
                         barrier();
                     }
                 }
@@ -437,79 +424,56 @@ macro_rules! matmul_mma_kernel {
     };
 }
 
-/// One variant of the product (`matmul_mma_kernel!`'s `[$kargs]`, `$lean`, `$split` and
-/// `$db`) of `bf16` inputs (`$bf16`) and of `f16` inputs (`$f16`).
+/// One variant of the product (`matmul_mma_kernel!`'s `[$kargs]`, `$lean` and `$split`) of
+/// `bf16` inputs (`$bf16`) and of `f16` inputs (`$f16`).
 macro_rules! matmul_mma_kernels {
     (
         $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
         [$($kargs:tt)*], $lean:literal, $split:literal
     ) => {
         matmul_mma_kernel!(
-            $(#[$bdoc])* $bf16, bf16, load_bf16, frag_a_bf16, frag_b_bf16, store_tiles, 2048,
-            [$($kargs)*], $lean, $split, false
+            $(#[$bdoc])* $bf16, bf16, load_bf16, frag_a_bf16, frag_b_bf16, store_tiles,
+            [$($kargs)*], $lean, $split
         );
         matmul_mma_kernel!(
-            $(#[$fdoc])* $f16, f16, load_f16, frag_a_f16, frag_b_f16, store_tiles, 2048,
-            [$($kargs)*], $lean, $split, false
-        );
-    };
-    (
-        $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
-        [$($kargs:tt)*], $lean:literal, $split:literal, double
-    ) => {
-        matmul_mma_kernel!(
-            $(#[$bdoc])* $bf16, bf16, load_bf16, frag_a2_bf16, frag_b2_bf16, store_tiles2, 4096,
-            [$($kargs)*], $lean, $split, true
-        );
-        matmul_mma_kernel!(
-            $(#[$fdoc])* $f16, f16, load_f16, frag_a2_f16, frag_b2_f16, store_tiles2, 4096,
-            [$($kargs)*], $lean, $split, true
+            $(#[$fdoc])* $f16, f16, load_f16, frag_a_f16, frag_b_f16, store_tiles,
+            [$($kargs)*], $lean, $split
         );
     };
 }
 
-/// Stages a step's words `ra`, `rb` (of `op(A)`'s and `op(B)`'s tiles) at word `at` of the
-/// workgroup arrays `sa`, `sb` of `$words` words: at `pa[q]`, `pb[q]`, or with `lean` at
-/// `store_word`'s places (the same), recomputed.
-macro_rules! matmul_mma_store {
-    ($words:tt, $store:ident) => {
-        #[allow(dead_code, clippy::too_many_arguments)]
-        #[device]
-        fn $store(
-            sa: &mut [u32; $words],
-            sb: &mut [u32; $words],
-            at: u32,
-            ra: [u32; 8],
-            rb: [u32; 8],
-            pa: [u32; 8],
-            pb: [u32; 8],
-            lean: bool,
-            ta: bool,
-            tb: bool,
-            tid: u32,
-        ) {
-            for q in 0..8u32 {
-                if lean {
-                    sa[at + store_word(ta, tid, pa[0], q)] = ra[q];
-                    sb[at + store_word(!tb, tid, pb[0], q)] = rb[q];
-                } else {
-                    sa[at + pa[q]] = ra[q];
-                    sb[at + pb[q]] = rb[q];
-                }
-            }
+/// Stages a step's words `ra`, `rb` (of `op(A)`'s and `op(B)`'s tiles) in the workgroup
+/// arrays `sa`, `sb`: at `pa[q]`, `pb[q]`, or with `lean` at `store_word`'s places (the
+/// same), recomputed.
+#[allow(clippy::too_many_arguments)]
+#[device]
+fn store_tiles(
+    sa: &mut [u32; 2048],
+    sb: &mut [u32; 2048],
+    ra: [u32; 8],
+    rb: [u32; 8],
+    pa: [u32; 8],
+    pb: [u32; 8],
+    lean: bool,
+    ta: bool,
+    tb: bool,
+    tid: u32,
+) {
+    for q in 0..8u32 {
+        if lean {
+            sa[store_word(ta, tid, pa[0], q)] = ra[q];
+            sb[store_word(!tb, tid, pb[0], q)] = rb[q];
+        } else {
+            sa[pa[q]] = ra[q];
+            sb[pb[q]] = rb[q];
         }
-    };
+    }
 }
-
-matmul_mma_store!(2048, store_tiles);
-matmul_mma_store!(4096, store_tiles2);
 
 matmul_mma_helpers!(bf16, load_bf16);
 matmul_mma_helpers!(f16, load_f16);
-matmul_mma_frags!(bf16, 2048, frag_a_bf16, frag_b_bf16);
-matmul_mma_frags!(f16, 2048, frag_a_f16, frag_b_f16);
-matmul_mma_frags!(bf16, 4096, frag_a2_bf16, frag_b2_bf16);
-matmul_mma_frags!(f16, 4096, frag_a2_f16, frag_b2_f16);
+matmul_mma_frags!(bf16, frag_a_bf16, frag_b_bf16);
+matmul_mma_frags!(f16, frag_a_f16, frag_b_f16);
 
 matmul_mma_kernels!(
     /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` inputs on 128×128 tiles of
@@ -544,20 +508,6 @@ matmul_mma_kernels!(
     [workgroup = 256, min_workgroups = 2],
     true,
     false
-);
-
-matmul_mma_kernels!(
-    /// [`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16) with its tiles staged in two
-    /// halves of its workgroup arrays (32 KiB), taken in turn: a step stores the next one's
-    /// words in the other half after its products and passes one barrier, not two; the same
-    /// results on every backend. [`MmaTile::T128Double`].
-    matmul_mma_double_bf16,
-    /// [`matmul_mma_double_bf16`](mod@matmul_mma_double_bf16) of `f16` inputs.
-    matmul_mma_double_f16,
-    [workgroup = 256, min_workgroups = 2],
-    true,
-    false,
-    double
 );
 
 matmul_mma_kernels!(
@@ -630,9 +580,6 @@ pub enum MmaTile {
     /// [`MmaTile::T128Occ2`] with fewer registers held across the `k` loop
     /// ([`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16)).
     T128Lean,
-    /// [`MmaTile::T128Lean`] with the tiles double-buffered in workgroup memory (32 KiB: one
-    /// barrier a step; [`matmul_mma_double_bf16`](mod@matmul_mma_double_bf16)).
-    T128Double,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and
     /// [`matmul_mma_split_sum`](mod@matmul_mma_split_sum) adds the parts in order (so a
@@ -658,23 +605,21 @@ impl MmaTile {
     }
 
     /// Every variant but [`MmaTile::Auto`], [`MmaTile::T128`] first.
-    pub const ALL: [MmaTile; 5] = [
+    pub const ALL: [MmaTile; 4] = [
         MmaTile::T128,
         MmaTile::T128Occ2,
         MmaTile::T128Lean,
-        MmaTile::T128Double,
         MmaTile::SplitK,
     ];
 
-    /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `t128-double`,
-    /// `splitk`), as the bench prints it.
+    /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `splitk`), as the
+    /// bench prints it.
     pub fn name(self) -> &'static str {
         match self {
             MmaTile::Auto => "auto",
             MmaTile::T128 => "t128",
             MmaTile::T128Occ2 => "t128-occ2",
             MmaTile::T128Lean => "t128-lean",
-            MmaTile::T128Double => "t128-double",
             MmaTile::SplitK => "splitk",
         }
     }
@@ -705,10 +650,7 @@ pub struct MmaGemm {
 /// # Errors
 /// [`Error::Shape`] when the lengths do not make the product, a size does not fit in a `u32`,
 /// or the grid would pass 65,535 workgroups in a dimension; [`Error::Launch`] for an element
-/// type other than `bf16` and `f16`; [`Error::Limit`] for [`MmaTile::T128Double`] on a wgpu
-/// adapter with less workgroup memory than it stages with the portable MMA's exchange words
-/// (38,912 bytes: lavapipe has 32 KiB; [`MmaTile::Auto`] takes it nowhere there); the
-/// launch's errors.
+/// type other than `bf16` and `f16`; the launch's errors.
 pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     cx: &C,
     tile: MmaTile,
@@ -738,7 +680,6 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     let (ta, tb) = (g.ta, g.tb);
     let occ2 = tile == MmaTile::T128Occ2;
     let lean = tile == MmaTile::T128Lean;
-    let double = tile == MmaTile::T128Double;
     // A split product's parts go to a scratch copy of `C` each (never accumulated there).
     let mut scratch = if parts > 1 {
         Some(cx.scratch(parts * g.m * g.n)?)
@@ -751,7 +692,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     };
     // One input type's kernels: by `tile`, and the split kernel for a product in parts.
     macro_rules! run {
-        ($t:ident, $occ2:ident, $lean:ident, $double:ident, $split:ident, $plain:ident) => {{
+        ($t:ident, $occ2:ident, $lean:ident, $split:ident, $plain:ident) => {{
             let a = Buffer::<$t>::try_from_view(a.raw_view())?;
             let b = Buffer::<$t>::try_from_view(b.raw_view())?;
             let (a, b) = (&a, &b);
@@ -759,8 +700,6 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
                 $occ2::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
             } else if lean {
                 $lean::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
-            } else if double {
-                $double::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
             } else if parts > 1 {
                 $split::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
             } else {
@@ -773,7 +712,6 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             bf16,
             matmul_mma_occ2_bf16,
             matmul_mma_lean_bf16,
-            matmul_mma_double_bf16,
             matmul_mma_split_bf16,
             matmul_mma_bf16
         ),
@@ -781,7 +719,6 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             f16,
             matmul_mma_occ2_f16,
             matmul_mma_lean_f16,
-            matmul_mma_double_f16,
             matmul_mma_split_f16,
             matmul_mma_f16
         ),

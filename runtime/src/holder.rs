@@ -1514,7 +1514,7 @@ mod tests {
     fn states_of_one_allocation_as_halves_and_words_are_keyed_by_byte_distance() {
         use half::bf16;
         let dev = Device::host();
-        let all = dev.upload(&vec![bf16::ONE; 32]).unwrap();
+        let all = dev.upload(&[bf16::ONE; 32]).unwrap();
         let pair = |h: usize, w: usize| {
             let halves = all.slice(h..h + 4).unwrap().raw_view();
             let words = all

@@ -339,10 +339,10 @@ macro_rules! matmul_mma_kernel {
             barrier();
             // The steps in two runs, written out as two copies of the loop (indexing
             // `edges` makes the front end unroll `run`; its bounds come from `run` itself,
-            // which is uniform, where an array's element is not): the steps before `e0` load their
-            // successor from inside both matrices, unchecked; the rest check what they load
-            // where it is not. The interior's copy thus holds no checked loads, whose
-            // registers made the compiler spill inside the loop.
+            // which is uniform, where an array's element is not): the steps before `e0`
+            // load their successor from inside both matrices, unchecked; the rest check what
+            // they load where it is not. The interior's copy thus holds no checked loads,
+            // whose registers made the compiler spill inside the loop.
             let mut e0 = 0u32;
             if inside && (ke - kb) / 32 > 1 {
                 e0 = (ke - kb) / 32 - 1;
@@ -365,6 +365,11 @@ macro_rules! matmul_mma_kernel {
                             rb[q] = nb[q];
                         }
                     }
+                    // The two 16-value halves of the step, block `sw` then `1 ^ sw` of each
+                    // fragment row. Indexing the array `blks` makes the front end write the
+                    // loop out as two copies (a loop left to NVRTC stays a loop: 16 products a
+                    // trip), so the compiler may read the second half's fragments during the
+                    // first's products.
                     let blks = [sw * 8, (1 ^ sw) * 8];
                     for half in 0..2u32 {
                         let blk = blks[half];

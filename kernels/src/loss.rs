@@ -43,6 +43,49 @@ macro_rules! partial_sum_kernel {
     };
 }
 
+/// A narrow cross-entropy kernel `$name` (rows of at most [`NARROW_CLASSES`] classes), the
+/// staged path ([`use_tile`]) or one invocation a row ([`narrow_rows`]): `$params` as for
+/// [`partial_sum_kernel!`]; `$stage` stores the gradient of element `$e` of the staged chunk
+/// (in `tile[$e]`), at `$at` of `dlogits`; `$unstaged` runs after [`narrow_rows`] wrote this
+/// invocation's rows.
+macro_rules! narrow_xent_kernel {
+    (
+        $tree:ident, $(#[$doc:meta])* $name:ident($($params:tt)*)
+        staged($e:ident, $at:ident) { $($stage:tt)* }
+        unstaged { $($unstaged:tt)* }
+    ) => {
+        partial_sum_kernel! {
+            $tree,
+            $(#[$doc])*
+            $name($($params)*) {
+                let tile = shared::<f32, 3072>();
+                let mut acc = 0.0;
+                if use_tile(classes) {
+                    let rows = labels.len();
+                    let mut r0 = workgroup_id().x * 256u32;
+                    while r0 < rows {
+                        acc += staged_chunk(classes, gscale, logits, labels, tile, t, r0);
+                        // The chunk's gradients, coalesced from the tile.
+                        let n = min(256u32, rows - r0) * classes;
+                        for j in 0..12u32 {
+                            let $e = t + j * 256u32;
+                            if $e < n {
+                                let $at = r0 * classes + $e;
+                                $($stage)*
+                            }
+                        }
+                        barrier();
+                        r0 += num_workgroups().x * 256u32;
+                    }
+                } else {
+                    acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
+                    $($unstaged)*
+                }
+            }
+        }
+    };
+}
+
 /// The loss kernels, once for each way of summing over a workgroup: `$tree(op, v, s, t)` is
 /// `tree_wg` (a tree in workgroup memory) or `tree_sg` (its first levels on subgroups), which
 /// combine in the same order and so give the same bits (see [`crate::reduce_subgroup`]).
@@ -73,36 +116,18 @@ macro_rules! loss_kernels {
         }
     };
     (@xent $tree:ident, $how:literal, $narrow:ident, $wide:ident, ($($params:tt)*)) => {
-        partial_sum_kernel! {
+        narrow_xent_kernel! {
             $tree,
             /// Softmax cross-entropy of rows of at most [`NARROW_CLASSES`] classes, one
             /// invocation per row: `dlogits = (softmax(z) − onehot(label))·gscale`, and workgroup
             /// `w` writes `out[w] = lscale · Σ_rows (ln Σ_j e^(z_j − max) − (z_label − max))`. A
             /// label `≥ classes` marks a row to ignore: no loss, zero gradient.
             #[doc = $how]
-            $narrow($($params)*) {
-                let tile = shared::<f32, 3072>();
-                let mut acc = 0.0;
-                if use_tile(classes) {
-                    let rows = labels.len();
-                    let mut r0 = workgroup_id().x * 256u32;
-                    while r0 < rows {
-                        acc += staged_chunk(classes, gscale, logits, labels, tile, t, r0);
-                        // The chunk's gradients, coalesced from the tile.
-                        let n = min(256u32, rows - r0) * classes;
-                        for j in 0..12u32 {
-                            let e = t + j * 256u32;
-                            if e < n {
-                                dlogits[r0 * classes + e] = tile[e];
-                            }
-                        }
-                        barrier();
-                        r0 += num_workgroups().x * 256u32;
-                    }
-                } else {
-                    acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
-                }
+            $narrow($($params)*)
+            staged(e, at) {
+                dlogits[at] = tile[e];
             }
+            unstaged {}
         }
 
         /// Softmax cross-entropy of wide rows, one workgroup per row (rows `w, w + G, …`):
@@ -151,55 +176,38 @@ loss_kernels!(
 /// summing over a workgroup (`$tree`) and 16-bit type (`$t`).
 macro_rules! xent_cast_kernel {
     ($tree:ident, $t:ident, $(#[$doc:meta])* $name:ident) => {
-        partial_sum_kernel! {
+        narrow_xent_kernel! {
             $tree,
             $(#[$doc])*
             $name(
                 classes: u32, lscale: f32, gscale: f32, scaled: bool,
                 logits: &[f32], labels: &[u32], scale: &[f32],
                 dlogits: &mut [f32], dlogits16: &mut [$t],
-            ) {
-                let tile = shared::<f32, 3072>();
-                let mut acc = 0.0;
-                if use_tile(classes) {
-                    let rows = labels.len();
-                    let mut r0 = workgroup_id().x * 256u32;
-                    while r0 < rows {
-                        acc += staged_chunk(classes, gscale, logits, labels, tile, t, r0);
-                        // The chunk's gradients, coalesced from the tile: times the loss
-                        // scale, as `scaler::scale_by`, and rounded.
-                        let n = min(256u32, rows - r0) * classes;
-                        for j in 0..12u32 {
-                            let e = t + j * 256u32;
-                            if e < n {
-                                let mut v = tile[e];
-                                if scaled {
-                                    v = v * scale[0];
-                                }
-                                dlogits[r0 * classes + e] = v;
-                                dlogits16[r0 * classes + e] = v as $t;
-                            }
+            )
+            // Times the loss scale, as `scaler::scale_by`, and rounded.
+            staged(e, at) {
+                let mut v = tile[e];
+                if scaled {
+                    v = v * scale[0];
+                }
+                dlogits[at] = v;
+                dlogits16[at] = v as $t;
+            }
+            // This invocation's own rows again (it wrote them: no barrier needed): times the
+            // loss scale, as `scaler::scale_by`, and rounded.
+            unstaged {
+                let mut r = first;
+                while r < labels.len() {
+                    for j in 0..classes {
+                        let at = r * classes + j;
+                        let mut v = dlogits[at];
+                        if scaled {
+                            v = v * scale[0];
+                            dlogits[at] = v;
                         }
-                        barrier();
-                        r0 += num_workgroups().x * 256u32;
+                        dlogits16[at] = v as $t;
                     }
-                } else {
-                    acc = narrow_rows(classes, gscale, logits, labels, dlogits, first, stride);
-                    // This invocation's own rows again (it wrote them: no barrier needed): times
-                    // the loss scale, as `scaler::scale_by`, and rounded.
-                    let mut r = first;
-                    while r < labels.len() {
-                        for j in 0..classes {
-                            let at = r * classes + j;
-                            let mut v = dlogits[at];
-                            if scaled {
-                                v = v * scale[0];
-                                dlogits[at] = v;
-                            }
-                            dlogits16[at] = v as $t;
-                        }
-                        r += stride;
-                    }
+                    r += stride;
                 }
             }
         }

@@ -30,6 +30,39 @@ fn xent_reference(z: &[f32], labels: &[u32], classes: usize, gscale: f64) -> (f6
     (loss / rows as f64, grad)
 }
 
+/// Which cross-entropy kernel [`xent_kernel`] launches.
+#[derive(Clone, Copy)]
+enum Kind {
+    Narrow,
+    Wide,
+}
+
+/// Launches the `kind` cross-entropy kernel on `groups` workgroups with `(lscale, gscale)`,
+/// its outputs poisoned first; returns the sum of the workgroups' losses and the gradient.
+fn xent_kernel(
+    dev: &graphed_runtime::Device,
+    kind: Kind,
+    groups: u32,
+    classes: usize,
+    (lscale, gscale): (f32, f32),
+    logits: &graphed_runtime::Buffer<f32>,
+    labels: &graphed_runtime::Buffer<u32>,
+) -> (f32, Vec<f32>) {
+    let (mut out, mut dz) = (poisoned(dev, groups as usize), poisoned(dev, logits.len()));
+    let (grid, c) = (graphed_runtime::Grid::workgroups(groups), classes as u32);
+    match kind {
+        Kind::Narrow => loss::softmax_xent_narrow::launch(
+            dev, grid, c, lscale, gscale, logits, labels, &mut dz, &mut out,
+        ),
+        Kind::Wide => loss::softmax_xent_wide::launch(
+            dev, grid, c, lscale, gscale, logits, labels, &mut dz, &mut out,
+        ),
+    }
+    .unwrap();
+    let total: f32 = out.to_host().unwrap().iter().sum();
+    (total, dz.to_host().unwrap())
+}
+
 #[test]
 fn softmax_cross_entropy_and_its_gradient() {
     let mut r = rng("softmax_cross_entropy_and_its_gradient");
@@ -93,27 +126,13 @@ fn softmax_cross_entropy_and_its_gradient() {
             .map(|_| r.random_range(0..classes as u32))
             .collect();
         let (logits, lab) = (dev.upload(&z).unwrap(), dev.upload(&labels).unwrap());
-        let (mut partials, mut dz) = (poisoned(dev, 3), poisoned(dev, rows * classes));
-        let (lscale, gscale) = (1.0 / rows as f32, 1.0 / rows as f32);
-        let grid = graphed_runtime::Grid::workgroups(3);
-        loss::softmax_xent_wide::launch(
-            dev,
-            grid,
-            classes as u32,
-            lscale,
-            gscale,
-            &logits,
-            &lab,
-            &mut dz,
-            &mut partials,
-        )
-        .unwrap();
+        let scales = (1.0 / rows as f32, 1.0 / rows as f32);
+        let (total, dz) = xent_kernel(dev, Kind::Wide, 3, classes, scales, &logits, &lab);
         let (want, want_grad) = xent_reference(&z, &labels, classes, 1.0 / rows as f64);
-        let total: f32 = partials.to_host().unwrap().iter().sum();
         assert_close("wide rows over 3 workgroups", &[total], &[want], TOL);
         assert_close(
             "wide rows over 3 workgroups, gradient",
-            &dz.to_host().unwrap(),
+            &dz,
             &want_grad,
             TOL,
         );
@@ -135,7 +154,6 @@ fn softmax_cross_entropy_and_its_gradient() {
 /// within rounding of the f64 reference on each, and gradients within rounding of it.
 #[test]
 fn the_staged_cross_entropy_gives_the_same_gradients_on_any_grid() {
-    use graphed_runtime::Grid;
     let mut r = rng("the_staged_cross_entropy_gives_the_same_gradients_on_any_grid");
     on_every_backend(|dev| {
         for (rows, classes) in [
@@ -153,21 +171,15 @@ fn the_staged_cross_entropy_gives_the_same_gradients_on_any_grid() {
             let (logits, lab) = (dev.upload(&z).unwrap(), dev.upload(&labels).unwrap());
             let (lscale, gscale) = (1.0 / rows as f32, 0.37 / rows as f32);
             let run = |groups: u32| {
-                let (mut out, mut dz) = (poisoned(dev, groups as usize), poisoned(dev, z.len()));
-                loss::softmax_xent_narrow::launch(
+                xent_kernel(
                     dev,
-                    Grid::workgroups(groups),
-                    classes as u32,
-                    lscale,
-                    gscale,
+                    Kind::Narrow,
+                    groups,
+                    classes,
+                    (lscale, gscale),
                     &logits,
                     &lab,
-                    &mut dz,
-                    &mut out,
                 )
-                .unwrap();
-                let total: f32 = out.to_host().unwrap().iter().sum();
-                (total, dz.to_host().unwrap())
             };
             let case = format!("{} {rows}×{classes}", dev.kind());
             let bits = |g: &[f32]| g.iter().map(|v| v.to_bits()).collect::<Vec<_>>();

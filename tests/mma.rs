@@ -445,10 +445,92 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
     }
 }
 
+/// A device that records the name of each kernel launched through it.
+struct Recording<'a> {
+    dev: &'a Device,
+    names: std::cell::RefCell<Vec<&'static str>>,
+}
+
+impl Launch for Recording<'_> {
+    fn launch(
+        &self,
+        kernel: &'static graphed::KernelDef,
+        grid: graphed::Grid,
+        args: &[graphed::KernelArg],
+    ) -> graphed::Result<()> {
+        self.names.borrow_mut().push(kernel.name);
+        self.dev.launch(kernel, grid, args)
+    }
+
+    fn scratch(&self, len: usize) -> graphed::Result<Buffer<f32>> {
+        self.dev.scratch(len)
+    }
+
+    fn backend_kind(&self) -> Option<BackendKind> {
+        Some(self.dev.kind())
+    }
+}
+
+/// `MmaTile::T128Words` reads the inputs as words where it can — views starting at an even
+/// element, `k` even, `A` stored `m × k` and `B` `n × k` — and otherwise launches the lean
+/// kernel; both give bitwise the lean kernel's product, on views at even and odd offsets
+/// into larger allocations, whole tiles and edges.
+#[test]
+fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() {
+    let mut rng = rng("matmul_mma_words");
+    on_every_backend(|dev| {
+        for (m, n, k, ta, tb, a_at, b_at, words) in [
+            (128, 128, 64, false, true, 0, 0, true),
+            (130, 70, 96, false, true, 2, 4, true),
+            (130, 70, 96, false, true, 1, 0, false),
+            (130, 70, 96, false, true, 0, 3, false),
+            (65, 40, 33, false, true, 0, 0, false),
+            (64, 48, 64, true, false, 2, 2, false),
+        ] {
+            let a: Vec<bf16> = floats(&mut rng, a_at + m * k + 1, -1.0, 1.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let b: Vec<bf16> = floats(&mut rng, b_at + k * n + 1, -1.0, 1.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+            let va = da.slice(a_at..a_at + m * k).unwrap();
+            let vb = db.slice(b_at..b_at + k * n).unwrap();
+            let g = MmaGemm { m, n, k, ta, tb };
+            let case = format!(
+                "[{}] {m}×{n}×{k} ta {ta} tb {tb} at {a_at}, {b_at}",
+                dev.kind()
+            );
+            let mut lean = poisoned(dev, m * n);
+            matmul_mma(dev, MmaTile::T128Lean, g, &va, &vb, &mut lean, false).unwrap();
+            let rec = Recording {
+                dev,
+                names: Default::default(),
+            };
+            let mut out = poisoned(dev, m * n);
+            matmul_mma(&rec, MmaTile::T128Words, g, &va, &vb, &mut out, false).unwrap();
+            let want = if words {
+                "matmul_mma_words_bf16"
+            } else {
+                "matmul_mma_lean_bf16"
+            };
+            assert_eq!(rec.names.into_inner(), vec![want], "{case}");
+            let (lean, out) = (lean.to_host().unwrap(), out.to_host().unwrap());
+            assert!(lean.iter().all(|v| v.is_finite()), "{case}: poison left");
+            assert!(
+                common::bitwise_eq(&lean, &out),
+                "{case}: differs from T128Lean"
+            );
+        }
+    });
+}
+
 /// `MmaTile::Auto` (what `matmul_mma` takes) resolves by shape and backend, and gives
 /// bitwise what the variant it resolves to gives: split over `k` for a product of one tile
-/// with a long `k`, the lean 128×128 kernel on CUDA and the portable one elsewhere for a
-/// product of many tiles.
+/// with a long `k`, the lean 128×128 kernel on CUDA (the words one for a forward product)
+/// and the portable one elsewhere for a product of many tiles.
 #[test]
 fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
     let mut rng = rng("matmul_mma_auto");
@@ -473,7 +555,21 @@ fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
         } else {
             MmaTile::T128
         };
-        for (g, want) in [(narrow, MmaTile::SplitK), (wide, square)] {
+        // A forward product (`A` m × k, `B` n × k, `k` even) of many tiles: the words
+        // variant on CUDA.
+        let forward = MmaGemm {
+            m: 200,
+            n: 150,
+            k: 64,
+            ta: false,
+            tb: true,
+        };
+        let words = if dev.kind() == BackendKind::Cuda {
+            MmaTile::T128Words
+        } else {
+            MmaTile::T128
+        };
+        for (g, want) in [(narrow, MmaTile::SplitK), (wide, square), (forward, words)] {
             assert_eq!(
                 MmaTile::Auto.resolved_for(g, kind),
                 want,

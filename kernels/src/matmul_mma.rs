@@ -23,6 +23,14 @@
 //! conflict-free, as are the stores of a tile stored with `k` inner; those of a transposed
 //! one (16 rows of one pair per half-group) meet two to a bank.
 //!
+//! The words variant ([`MmaTile::T128Words`], `A` and `B` both stored with `k` inner: a
+//! layer's forward product) loads its inputs as 32-bit words, two elements a load, and
+//! stages them in the *quad layout*: in each 16-row block of a tile and each 16-value half of
+//! the step, the four words of an `a` fragment — rows `g`, `g + 8` at pairs `t`, `t + 4` —
+//! lie side by side at quad `(4g + t) ^ (4·half)`, as do the two `b` fragments of columns `g`
+//! and `g + 8` (`quad_word`); a fragment is then one 16-byte read, in the registers' order.
+//! Each group's stores and reads meet every bank once.
+//!
 //! A product split over `k` ([`MmaTile::SplitK`], the `matmul_mma_split_*` kernels) has
 //! layer `z` of its grid sum the range `[z·kc, (z + 1)·kc)` into copy `z` of `C` in a
 //! scratch buffer, then adds the copies in order. The variants of [`MmaTile`] are selected by [`matmul_mma`].
@@ -67,6 +75,79 @@ fn tile_share(trans: bool, tid: u32) -> [u32; 4] {
     s
 }
 
+/// The word of workgroup memory holding `k` pair `w` (`0..16`) of row `r` of a staged tile
+/// in the quad layout of a product of two tiles stored with `k` inner (see the module docs):
+/// of `op(A)` (`b` false) or of `op(B)` (`b`: its columns as rows).
+#[device]
+fn quad_word(b: bool, r: u32, w: u32) -> u32 {
+    let g = r % 8;
+    let hi = (r % 16) / 8;
+    let kh = w / 8;
+    let t = w % 4;
+    let up = (w % 8) / 4;
+    let mut at = up * 2 + hi;
+    if b {
+        at = hi * 2 + up;
+    }
+    ((r / 16) * 2 + kh) * 128 + ((g * 4 + t) ^ (4 * kh)) * 4 + at
+}
+
+/// `tile_word` (`quad`: `quad_word`, `b` naming the operand).
+#[device]
+fn layout_word(quad: bool, b: bool, r: u32, w: u32) -> u32 {
+    let mut at = tile_word(r, w);
+    if quad {
+        at = quad_word(b, r, w);
+    }
+    at
+}
+
+/// `tile_share` (`quad`: of a tile stored with `k` inner for the quad layout, whose
+/// half-groups take rows `2j` and `2j + 1` of a 16-row block as its rows `j` and `j + 8`,
+/// so a group's stores meet no bank twice).
+#[device]
+fn layout_share(quad: bool, trans: bool, tid: u32) -> [u32; 4] {
+    let mut s = tile_share(trans, tid);
+    if quad {
+        let h = tid / 16;
+        s[0] = (h / 2) % 8 + (h % 2) * 8;
+    }
+    s
+}
+
+/// Where invocation `g`, `t` of the MMA group at rows `wr`, columns `wc` of the tile finds
+/// its fragments: `[fa, fa8, fb, fb1, blk0, blk1, d]`, the `a` fragment of the step's half
+/// `h` for rows `wr + 16i ..` at `fa + blk_h + 256·i` (row `g + 8` at `fa8 + …`, pairs
+/// `t + 4` `d` words on), the `b` fragment for columns `wc + 8j ..` at `fb + blk_h` (`j` 0),
+/// `fb1 + blk_h` (1), and 256 on for `j` 2 and 3. In `tile_word`'s layout row `g` of a block
+/// has pair `t` at `t ^ ((r / 4) % 4)` (`q4` for row `g` and even 8-column blocks, `q4 + 2`
+/// for row `g + 8` and odd ones) and the step's halves are blocks `sw`, `1 ^ sw`; in the quad
+/// layout an `a` fragment is 4 words in a row, two `b` fragments too.
+#[device]
+fn frag_starts(quad: bool, wr: u32, wc: u32, g: u32, t: u32) -> [u32; 7] {
+    let mut f = [0u32; 7];
+    if quad {
+        f[0] = wr * 16;
+        f[1] = wr * 16 + 1;
+        f[2] = wc * 16;
+        f[3] = wc * 16 + 2;
+        f[4] = (g * 4 + t) * 4;
+        f[5] = 128 + ((g * 4 + t) ^ 4) * 4;
+        f[6] = 2u32;
+    } else {
+        let sw = (g / 2) % 2;
+        let q4 = g / 4;
+        f[0] = (wr + g) * 16 + 2 * (t ^ q4);
+        f[1] = (wr + g + 8) * 16 + 2 * (t ^ (q4 + 2));
+        f[2] = (wc + g) * 16 + 2 * (t ^ q4);
+        f[3] = (wc + 8 + g) * 16 + 2 * (t ^ (q4 + 2));
+        f[4] = sw * 8;
+        f[5] = (1 ^ sw) * 8;
+        f[6] = 1u32;
+    }
+    f
+}
+
 /// The word of workgroup memory for word `q` of invocation `tid`'s share of a tile
 /// (`tile_word` of `tile_share`'s row `sh[0] + sh[2]·q`, pair `sh[1] + sh[3]·q`), `w0` being
 /// that of word 0: rows 16 apart have the same swizzle, so along `k` (not `trans`) it is
@@ -82,8 +163,8 @@ fn store_word(trans: bool, tid: u32, w0: u32, q: u32) -> u32 {
 }
 
 /// Where the words of `tile_share`'s share `sh` lie in a `rows × k` matrix stored row-major
-/// (`trans`: `k × rows`) for a tile at row `r0`: `[s, q, kx]`, word `q` of the tile at `k0`
-/// starting at element `s + k0·kx + q·q`, its high half `kx` after it. Computed once, so a
+/// (`trans`: `k × rows`) for a tile at row `r0`: `[s, q, kx]`, word `j` of the tile at `k0`
+/// starting at element `s + k0·kx + j·q`, its high half `kx` after it. Computed once, so a
 /// step's loads cost one multiply-add each.
 #[device]
 fn load_at(trans: bool, sh: [u32; 4], r0: u32, rows: u32, k: u32) -> [u32; 3] {
@@ -128,9 +209,10 @@ fn store_block(
     }
 }
 
-/// The product's helper over inputs of type `$t`: a tile's loads.
+/// The product's helpers over inputs of type `$t`: a tile's loads (`$load`) and the
+/// fragments of `mma_m16n8k16` read from staged tiles (`$frag_a`, `$frag_b`).
 macro_rules! matmul_mma_helpers {
-    ($t:ident, $load:ident) => {
+    ($t:ident, $load:ident, $frag_a:ident, $frag_b:ident) => {
         /// This invocation's 8 words (pairs of adjacent-`k` elements, the lower `k` in the low
         /// half) of the 128 × 32 tile at row `r0`, `k` `k0` of a `rows × k` matrix `x` stored
         /// row-major (`trans`: `x` holds its transpose, `k × rows`), by the share of
@@ -184,22 +266,17 @@ macro_rules! matmul_mma_helpers {
             }
             v
         }
-    };
-}
 
-/// The fragments of `mma_m16n8k16` over inputs of type `$t` read from staged tiles.
-macro_rules! matmul_mma_frags {
-    ($t:ident, $frag_a:ident, $frag_b:ident) => {
         /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
-        /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the next words).
+        /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the words `d` after them).
         #[allow(dead_code)]
         #[device]
-        fn $frag_a(s: &[u32; 2048], p: u32, p8: u32) -> [$t; 8] {
+        fn $frag_a(s: &[u32; 2048], p: u32, p8: u32, d: u32) -> [$t; 8] {
             let mut f = [0.0f32 as $t; 8];
             let w0 = s[p];
             let w1 = s[p8];
-            let w2 = s[p + 1];
-            let w3 = s[p8 + 1];
+            let w2 = s[p + d];
+            let w3 = s[p8 + d];
             f[0] = $t::from_bits(w0);
             f[1] = $t::from_bits(w0 >> 16u32);
             f[2] = $t::from_bits(w1);
@@ -228,15 +305,19 @@ macro_rules! matmul_mma_frags {
     };
 }
 
-/// The product kernel over inputs of type `$t` (helpers from `matmul_mma_helpers!`), with
+/// The product kernel over inputs of type `$t` (fragments from `matmul_mma_helpers!`) bound
+/// as slices of `$in` (`$t` itself, or `u32`: the inputs' words) and read by `$load`, with
 /// `#[kernel]` arguments `$($kargs)*`; `$lean`: the tile stores' words are recomputed each
 /// step rather than kept in registers; `$split`: layer `z` of the grid sums the `k` range
 /// `[z·kc, (z + 1)·kc)` into copy `z` of `C` (else every workgroup sums all of `k`, `kc`
-/// unread); `$store` stages a step's words.
+/// unread); `$layout`: the parameters `ta: bool, tb: bool,`, or none and `$fixed` binding
+/// them as constants; `$quad`: the tiles in the quad layout (`quad_word`; only for `ta`
+/// false and `tb` true, both tiles stored with `k` inner), else in `tile_word`'s.
 macro_rules! matmul_mma_kernel {
     (
-        $(#[$doc:meta])* $name:ident, $t:ident, $load:ident, $frag_a:ident, $frag_b:ident,
-        $store:ident, [$($kargs:tt)*], $lean:literal, $split:literal
+        $(#[$doc:meta])* $name:ident, $t:ident, $in:ident, $load:ident, $frag_a:ident,
+        $frag_b:ident, [$($kargs:tt)*], $lean:literal, $split:literal,
+        [$($layout:tt)*] { $($fixed:tt)* }, $quad:literal
     ) => {
         $(#[$doc])*
         #[kernel($($kargs)*)]
@@ -245,17 +326,17 @@ macro_rules! matmul_mma_kernel {
             n: u32,
             k: u32,
             kc: u32,
-            ta: bool,
-            tb: bool,
+            $($layout)*
             accumulate: bool,
-            a: &[$t],
-            b: &[$t],
+            a: &[$in],
+            b: &[$in],
             c: &mut [f32],
         ) {
             // `sa`: rows of the tile of `op(A)`; `sb`: columns of the tile of `op(B)`; each
             // 128 rows of 16 words (`tile_word`).
             let sa = shared::<u32, 2048>();
             let sb = shared::<u32, 2048>();
+            $($fixed)*
             let tid = local_id().x;
             let lane = tid % 32;
             let g = lane / 4;
@@ -269,25 +350,22 @@ macro_rules! matmul_mma_kernel {
             let inside = row0 + 128 <= m && col0 + 128 <= n;
             // This invocation's shares of the two tile loads: op(B)'s columns are B's rows
             // when `tb`, so its share is that of a matrix transposed when not.
-            let sha = tile_share(ta, tid);
-            let shb = tile_share(!tb, tid);
+            let sha = layout_share($quad, ta, tid);
+            let shb = layout_share($quad, !tb, tid);
             // The words it stores: pair `sh[1] + sh[3]·q` of row `sh[0] + sh[2]·q`.
             let mut pa = [0u32; 8];
             let mut pb = [0u32; 8];
             for q in 0..8u32 {
-                pa[q] = tile_word(sha[0] + sha[2] * q, sha[1] + sha[3] * q);
-                pb[q] = tile_word(shb[0] + shb[2] * q, shb[1] + shb[3] * q);
+                pa[q] = layout_word($quad, false, sha[0] + sha[2] * q, sha[1] + sha[3] * q);
+                pb[q] = layout_word($quad, true, shb[0] + shb[2] * q, shb[1] + shb[3] * q);
             }
-            // Where its fragments start (`tile_word`): row (column) `g` of each 16-row
-            // block, pair `t` at `t ^ ((r / 4) % 4)` (`q4` for row `g` and the columns of
-            // even 8-column blocks, `q4 + 2` for row `g + 8` and odd blocks), block `s ^ sw`
-            // of 8 words for the values `16s ..` of the step.
-            let sw = (g / 2) % 2;
-            let q4 = g / 4;
-            let fa_at = (wr + g) * 16 + 2 * (t ^ q4);
-            let fa8_at = (wr + g + 8) * 16 + 2 * (t ^ (q4 + 2));
-            let fb_at = (wc + g) * 16 + 2 * (t ^ q4);
-            let fb1_at = (wc + 8 + g) * 16 + 2 * (t ^ (q4 + 2));
+            // Where its fragments start (`frag_starts`).
+            let fr = frag_starts($quad, wr, wc, g, t);
+            let fa_at = fr[0];
+            let fa8_at = fr[1];
+            let fb_at = fr[2];
+            let fb1_at = fr[3];
+            let d = fr[6];
             // `acc_ij`: rows `wr + 16i ..`, columns `wc + 8j ..` of the tile.
             let mut acc00 = [0.0f32; 4];
             let mut acc01 = [0.0f32; 4];
@@ -335,7 +413,7 @@ macro_rules! matmul_mma_kernel {
                 rb[q] = rb0[q];
             }
             // The first step's words.
-            $store(sa, sb, ra, rb, pa, pb, $lean, ta, tb, tid);
+            store_tiles(sa, sb, ra, rb, pa, pb, $lean, ta, tb, tid);
             barrier();
             // The steps in two runs, written out as two copies of the loop (indexing
             // `edges` makes the front end unroll `run`; its bounds come from `run` itself,
@@ -365,18 +443,18 @@ macro_rules! matmul_mma_kernel {
                             rb[q] = nb[q];
                         }
                     }
-                    // The two 16-value halves of the step, block `sw` then `1 ^ sw` of each
-                    // fragment row. Indexing the array `blks` makes the front end write the
+                    // The two 16-value halves of the step (`frag_starts`). Indexing the array
+                    // `blks` makes the front end write the
                     // loop out as two copies (a loop left to NVRTC stays a loop: 16 products a
                     // trip), so the compiler may read the second half's fragments during the
                     // first's products.
-                    let blks = [sw * 8, (1 ^ sw) * 8];
+                    let blks = [fr[4], fr[5]];
                     for half in 0..2u32 {
                         let blk = blks[half];
-                        let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk);
-                        let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256);
-                        let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512);
-                        let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768);
+                        let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk, d);
+                        let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256, d);
+                        let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512, d);
+                        let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768, d);
                         let fb0 = $frag_b(sb, fb_at + blk);
                         let fb1 = $frag_b(sb, fb1_at + blk);
                         let fb2 = $frag_b(sb, fb_at + blk + 256);
@@ -401,7 +479,7 @@ macro_rules! matmul_mma_kernel {
                     if step + 1 < tiles {
                         // Every group has read this step's tiles before they are overwritten.
                         barrier();
-                        $store(sa, sb, ra, rb, pa, pb, $lean, ta, tb, tid);
+                        store_tiles(sa, sb, ra, rb, pa, pb, $lean, ta, tb, tid);
                         barrier();
                     }
                 }
@@ -430,21 +508,104 @@ macro_rules! matmul_mma_kernel {
 }
 
 /// One variant of the product (`matmul_mma_kernel!`'s `[$kargs]`, `$lean` and `$split`) of
-/// `bf16` inputs (`$bf16`) and of `f16` inputs (`$f16`).
+/// `bf16` inputs (`$bf16`) and of `f16` inputs (`$f16`), bound as elements, or (`words_nt`)
+/// as their words with `A` stored `m × k` and `B` stored `n × k`.
 macro_rules! matmul_mma_kernels {
     (
-        $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
+        elements, $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
         [$($kargs:tt)*], $lean:literal, $split:literal
     ) => {
         matmul_mma_kernel!(
-            $(#[$bdoc])* $bf16, bf16, load_bf16, frag_a_bf16, frag_b_bf16, store_tiles,
-            [$($kargs)*], $lean, $split
+            $(#[$bdoc])* $bf16, bf16, bf16, load_bf16, frag_a_bf16, frag_b_bf16,
+            [$($kargs)*], $lean, $split, [ta: bool, tb: bool,] {}, false
         );
         matmul_mma_kernel!(
-            $(#[$fdoc])* $f16, f16, load_f16, frag_a_f16, frag_b_f16, store_tiles,
-            [$($kargs)*], $lean, $split
+            $(#[$fdoc])* $f16, f16, f16, load_f16, frag_a_f16, frag_b_f16,
+            [$($kargs)*], $lean, $split, [ta: bool, tb: bool,] {}, false
         );
     };
+    (
+        words_nt, $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
+        [$($kargs:tt)*], $lean:literal, $split:literal
+    ) => {
+        matmul_mma_kernel!(
+            $(#[$bdoc])* $bf16, bf16, u32, load_words, frag_a_bf16, frag_b_bf16,
+            [$($kargs)*], $lean, $split, [] { let ta = false; let tb = true; }, true
+        );
+        matmul_mma_kernel!(
+            $(#[$fdoc])* $f16, f16, u32, load_words, frag_a_f16, frag_b_f16,
+            [$($kargs)*], $lean, $split, [] { let ta = false; let tb = true; }, true
+        );
+    };
+}
+
+/// The bits of element `e` of 16-bit values stored as words `x` (element `2i` the low half
+/// of word `i`, `2i + 1` its high half).
+#[device]
+fn half_bits(x: &[u32], e: u32) -> u32 {
+    (x[e / 2] >> ((e % 2) * 16)) & 0xffffu32
+}
+
+/// `load_bf16` / `load_f16` of inputs bound as their words (`x` holds element `2i` in the
+/// low half of word `i`), by `layout_share`'s share for the quad layout. A tile stored with `k` inner (not `trans`) and
+/// inside the matrix (not `checked`) loads each of its words as one word of `x`, which needs
+/// its pairs to start at even elements: `k` even (the caller's rule). Otherwise each element
+/// is read from its word.
+#[allow(clippy::too_many_arguments)]
+#[device]
+fn load_words(
+    x: &[u32],
+    trans: bool,
+    tid: u32,
+    r0: u32,
+    k0: u32,
+    rows: u32,
+    k: u32,
+    kend: u32,
+    checked: bool,
+    at: [u32; 3],
+) -> [u32; 8] {
+    let mut v = [0u32; 8];
+    if checked {
+        let sh = layout_share(true, trans, tid);
+        for q in 0..8u32 {
+            let r = r0 + sh[0] + sh[2] * q;
+            let kk = k0 + 2 * (sh[1] + sh[3] * q);
+            let mut lo = 0u32;
+            let mut hi = 0u32;
+            if r < rows && kk < kend {
+                if trans {
+                    lo = half_bits(x, kk * rows + r);
+                } else {
+                    lo = half_bits(x, r * k + kk);
+                }
+            }
+            if r < rows && kk + 1 < kend {
+                if trans {
+                    hi = half_bits(x, (kk + 1) * rows + r);
+                } else {
+                    hi = half_bits(x, r * k + kk + 1);
+                }
+            }
+            v[q] = lo | (hi << 16u32);
+        }
+    } else {
+        let at0 = at[0] + k0 * at[2];
+        if trans {
+            for q in 0..8u32 {
+                let i = at0 + at[1] * q;
+                v[q] = half_bits(x, i) | (half_bits(x, i + at[2]) << 16u32);
+            }
+        } else {
+            // In words: the start halved once, the step between words `at[1] / 2`.
+            let w0 = at0 / 2;
+            let dw = at[1] / 2;
+            for q in 0..8u32 {
+                v[q] = x[w0 + dw * q];
+            }
+        }
+    }
+    v
 }
 
 /// Stages a step's words `ra`, `rb` (of `op(A)`'s and `op(B)`'s tiles) in the workgroup
@@ -475,12 +636,11 @@ fn store_tiles(
     }
 }
 
-matmul_mma_helpers!(bf16, load_bf16);
-matmul_mma_helpers!(f16, load_f16);
-matmul_mma_frags!(bf16, frag_a_bf16, frag_b_bf16);
-matmul_mma_frags!(f16, frag_a_f16, frag_b_f16);
+matmul_mma_helpers!(bf16, load_bf16, frag_a_bf16, frag_b_bf16);
+matmul_mma_helpers!(f16, load_f16, frag_a_f16, frag_b_f16);
 
 matmul_mma_kernels!(
+    elements,
     /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` inputs on 128×128 tiles of
     /// `mma_m16n8k16` (see the module docs); a grid of `⌈n/128⌉ × ⌈m/128⌉ × ⌈k/kc⌉`
     /// workgroups.
@@ -492,6 +652,7 @@ matmul_mma_kernels!(
     false
 );
 matmul_mma_kernels!(
+    elements,
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) with its CUDA form bounded to two workgroups
     /// per multiprocessor (`__launch_bounds__(256, 2)`: at most 128 registers per invocation,
     /// what does not fit spilled); the same results on every backend. [`MmaTile::T128Occ2`].
@@ -504,6 +665,7 @@ matmul_mma_kernels!(
 );
 
 matmul_mma_kernels!(
+    elements,
     /// [`matmul_mma_occ2_bf16`](mod@matmul_mma_occ2_bf16) with the tile stores' words
     /// recomputed each step instead of held in 16 registers; the same results on every
     /// backend. [`MmaTile::T128Lean`].
@@ -516,6 +678,21 @@ matmul_mma_kernels!(
 );
 
 matmul_mma_kernels!(
+    words_nt,
+    /// [`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16) of `A` stored `m × k` and `B`
+    /// stored `n × k` (`ta = false`, `tb = true`, a layer's forward product `X·Wᵀ`), read as
+    /// words: `a`, `b` are the inputs' `Buffer::words`, and `k` is even, so a tile's loads
+    /// take two elements each; the same results on every backend. [`MmaTile::T128Words`].
+    matmul_mma_words_bf16,
+    /// [`matmul_mma_words_bf16`](mod@matmul_mma_words_bf16) of `f16` inputs.
+    matmul_mma_words_f16,
+    [workgroup = 256, min_workgroups = 2],
+    true,
+    false
+);
+
+matmul_mma_kernels!(
+    elements,
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) over part `z` of `k`, `[z·kc, (z + 1)·kc)`,
     /// into copy `z` of `C` (`c` holds `⌈k/kc⌉` of them) for layer `z` of the grid: the first
     /// pass of [`MmaTile::SplitK`].
@@ -585,6 +762,12 @@ pub enum MmaTile {
     /// [`MmaTile::T128Occ2`] with fewer registers held across the `k` loop
     /// ([`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16)).
     T128Lean,
+    /// [`MmaTile::T128Lean`] of `A` stored `m × k` and `B` stored `n × k` (`ta = false`,
+    /// `tb = true`) reading its inputs as 32-bit words, two elements a load
+    /// ([`matmul_mma_words_bf16`](mod@matmul_mma_words_bf16)). It needs `k` even and both
+    /// inputs' words ([`Buffer::words`]: views starting at an even element); other products
+    /// run [`MmaTile::T128Lean`], with the same results.
+    T128Words,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and
     /// [`matmul_mma_split_sum`](mod@matmul_mma_split_sum) adds the parts in order (so a
@@ -598,26 +781,33 @@ impl MmaTile {
     /// Measured on the H200 (BENCHMARKS.md, session of 2026-12-02): a product of few tiles
     /// that [`MmaTile::SplitK`] splits over `k` runs 2.8–2.9× faster split (4096×10×4096:
     /// 88.6 against 248.9 µs); otherwise [`MmaTile::T128Lean`] runs 1.5–1.6× faster than
-    /// [`MmaTile::T128`] on CUDA (4096³: 1268.5 against 1907.7 µs). Elsewhere the 128×128
-    /// variants are one portable form, and [`MmaTile::T128`] stands for them.
+    /// [`MmaTile::T128`] on CUDA (4096³: 1268.5 against 1907.7 µs), and
+    /// [`MmaTile::T128Words`] 1.6× faster than [`MmaTile::T128Lean`] where it applies (`A`
+    /// stored `m × k`, `B` stored `n × k`, `k` even: 4096³ 639.2 against 1038.0 µs, session of
+    /// 2026-12-03c). Elsewhere the 128×128 variants are one portable form, and
+    /// [`MmaTile::T128`] stands for them.
     pub fn resolved_for(self, g: MmaGemm, backend: Option<BackendKind>) -> MmaTile {
+        let cuda = backend == Some(BackendKind::Cuda);
         match self {
             MmaTile::Auto if split_kc(g) < g.k => MmaTile::SplitK,
-            MmaTile::Auto if backend == Some(BackendKind::Cuda) => MmaTile::T128Lean,
+            MmaTile::Auto if cuda && !g.ta && g.tb && g.k % 2 == 0 => MmaTile::T128Words,
+            MmaTile::Auto if cuda => MmaTile::T128Lean,
             MmaTile::Auto => MmaTile::T128,
             other => other,
         }
     }
 
     /// Every variant but [`MmaTile::Auto`], [`MmaTile::T128`] first.
-    pub const ALL: [MmaTile; 4] = [
+    pub const ALL: [MmaTile; 5] = [
         MmaTile::T128,
         MmaTile::T128Occ2,
         MmaTile::T128Lean,
+        MmaTile::T128Words,
         MmaTile::SplitK,
     ];
 
-    /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `splitk`), as the
+    /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `t128-words`,
+    /// `splitk`), as the
     /// bench prints it.
     pub fn name(self) -> &'static str {
         match self {
@@ -625,6 +815,7 @@ impl MmaTile {
             MmaTile::T128 => "t128",
             MmaTile::T128Occ2 => "t128-occ2",
             MmaTile::T128Lean => "t128-lean",
+            MmaTile::T128Words => "t128-words",
             MmaTile::SplitK => "splitk",
         }
     }
@@ -684,7 +875,13 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     let (m, n, k, kcu) = (g.m as u32, g.n as u32, g.k as u32, kc as u32);
     let (ta, tb) = (g.ta, g.tb);
     let occ2 = tile == MmaTile::T128Occ2;
-    let lean = tile == MmaTile::T128Lean;
+    // The words variant where the inputs can be read as words (else the lean one: the same
+    // results).
+    let words = match tile {
+        MmaTile::T128Words if !g.ta && g.tb && g.k % 2 == 0 => a.words().zip(b.words()),
+        _ => None,
+    };
+    let lean = matches!(tile, MmaTile::T128Lean | MmaTile::T128Words);
     // A split product's parts go to a scratch copy of `C` each (never accumulated there).
     let mut scratch = if parts > 1 {
         Some(cx.scratch(parts * g.m * g.n)?)
@@ -697,18 +894,22 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     };
     // One input type's kernels: by `tile`, and the split kernel for a product in parts.
     macro_rules! run {
-        ($t:ident, $occ2:ident, $lean:ident, $split:ident, $plain:ident) => {{
-            let a = Buffer::<$t>::try_from_view(a.raw_view())?;
-            let b = Buffer::<$t>::try_from_view(b.raw_view())?;
-            let (a, b) = (&a, &b);
-            if occ2 {
-                $occ2::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
-            } else if lean {
-                $lean::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
-            } else if parts > 1 {
-                $split::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+        ($t:ident, $occ2:ident, $lean:ident, $words:ident, $split:ident, $plain:ident) => {{
+            if let Some((aw, bw)) = &words {
+                $words::launch(cx, grid, m, n, k, kcu, acc, aw, bw, out)?;
             } else {
-                $plain::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+                let a = Buffer::<$t>::try_from_view(a.raw_view())?;
+                let b = Buffer::<$t>::try_from_view(b.raw_view())?;
+                let (a, b) = (&a, &b);
+                if occ2 {
+                    $occ2::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+                } else if lean {
+                    $lean::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+                } else if parts > 1 {
+                    $split::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+                } else {
+                    $plain::launch(cx, grid, m, n, k, kcu, ta, tb, acc, a, b, out)?;
+                }
             }
         }};
     }
@@ -717,6 +918,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             bf16,
             matmul_mma_occ2_bf16,
             matmul_mma_lean_bf16,
+            matmul_mma_words_bf16,
             matmul_mma_split_bf16,
             matmul_mma_bf16
         ),
@@ -724,6 +926,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             f16,
             matmul_mma_occ2_f16,
             matmul_mma_lean_f16,
+            matmul_mma_words_f16,
             matmul_mma_split_f16,
             matmul_mma_f16
         ),

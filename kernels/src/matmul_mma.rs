@@ -209,20 +209,20 @@ fn store_block(
     }
 }
 
-/// The product's helpers over inputs of type `$t`: a tile's loads (`$load`) and the
-/// fragments of `mma_m16n8k16` read from staged tiles (`$frag_a`, `$frag_b`).
-macro_rules! matmul_mma_helpers {
-    ($t:ident, $load:ident, $frag_a:ident, $frag_b:ident) => {
-        /// This invocation's 8 words (pairs of adjacent-`k` elements, the lower `k` in the low
-        /// half) of the 128 × 32 tile at row `r0`, `k` `k0` of a `rows × k` matrix `x` stored
-        /// row-major (`trans`: `x` holds its transpose, `k × rows`), by the share of
-        /// invocation `tid` (`tile_share`). `checked`: elements outside the matrix, or at
-        /// `k ≥ kend`, are zero (else the tile is known to lie inside both, and its elements
-        /// are read at `at`: `load_at`'s start, step between words and step between `k`).
+/// A tile's load helper `$name` over inputs bound as `&[$in]` (see `load_bf16`): the checked
+/// path, shared by every binding, takes its share from `$share` and reads the bits of element
+/// `$e` as `$read`; the unchecked one is `$fast`, which fills `v` from `at0` (the step's start)
+/// and `at`.
+macro_rules! tile_load {
+    (
+        $(#[$doc:meta])* $name:ident, $in:ident, { $($share:tt)* },
+        |$e:ident| { $($read:tt)* }, { $($fast:tt)* }
+    ) => {
+        $(#[$doc])*
         #[allow(dead_code, clippy::too_many_arguments)]
         #[device]
-        fn $load(
-            x: &[$t],
+        fn $name(
+            x: &[$in],
             trans: bool,
             tid: u32,
             r0: u32,
@@ -235,7 +235,7 @@ macro_rules! matmul_mma_helpers {
         ) -> [u32; 8] {
             let mut v = [0u32; 8];
             if checked {
-                let sh = tile_share(trans, tid);
+                let sh = $($share)*;
                 for q in 0..8u32 {
                     let r = r0 + sh[0] + sh[2] * q;
                     let kk = k0 + 2 * (sh[1] + sh[3] * q);
@@ -243,29 +243,56 @@ macro_rules! matmul_mma_helpers {
                     let mut hi = 0u32;
                     if r < rows && kk < kend {
                         if trans {
-                            lo = x[kk * rows + r].to_bits();
+                            let $e = kk * rows + r;
+                            lo = $($read)*;
                         } else {
-                            lo = x[r * k + kk].to_bits();
+                            let $e = r * k + kk;
+                            lo = $($read)*;
                         }
                     }
                     if r < rows && kk + 1 < kend {
                         if trans {
-                            hi = x[(kk + 1) * rows + r].to_bits();
+                            let $e = (kk + 1) * rows + r;
+                            hi = $($read)*;
                         } else {
-                            hi = x[r * k + kk + 1].to_bits();
+                            let $e = r * k + kk + 1;
+                            hi = $($read)*;
                         }
                     }
                     v[q] = lo | (hi << 16u32);
                 }
             } else {
                 let at0 = at[0] + k0 * at[2];
+                $($fast)*
+            }
+            v
+        }
+    };
+}
+
+/// The product's helpers over inputs of type `$t`: a tile's loads (`$load`) and the
+/// fragments of `mma_m16n8k16` read from staged tiles (`$frag_a`, `$frag_b`).
+macro_rules! matmul_mma_helpers {
+    ($t:ident, $load:ident, $frag_a:ident, $frag_b:ident) => {
+        tile_load!(
+            /// This invocation's 8 words (pairs of adjacent-`k` elements, the lower `k` in the
+            /// low half) of the 128 × 32 tile at row `r0`, `k` `k0` of a `rows × k` matrix `x`
+            /// stored row-major (`trans`: `x` holds its transpose, `k × rows`), by the share of
+            /// invocation `tid` (`tile_share`). `checked`: elements outside the matrix, or at
+            /// `k ≥ kend`, are zero (else the tile is known to lie inside both, and its
+            /// elements are read at `at`: `load_at`'s start, step between words and step
+            /// between `k`).
+            $load,
+            $t,
+            { tile_share(trans, tid) },
+            |e| { x[e].to_bits() },
+            {
                 for q in 0..8u32 {
                     let i = at0 + at[1] * q;
                     v[q] = x[i].to_bits() | (x[i + at[2]].to_bits() << 16u32);
                 }
             }
-            v
-        }
+        );
 
         /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
         /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the words `d` after them).
@@ -546,51 +573,17 @@ fn half_bits(x: &[u32], e: u32) -> u32 {
     (x[e / 2] >> ((e % 2) * 16)) & 0xffffu32
 }
 
-/// `load_bf16` / `load_f16` of inputs bound as their words (`x` holds element `2i` in the
-/// low half of word `i`), by `layout_share`'s share for the quad layout. A tile stored with `k` inner (not `trans`) and
-/// inside the matrix (not `checked`) loads each of its words as one word of `x`, which needs
-/// its pairs to start at even elements: `k` even (the caller's rule). Otherwise each element
-/// is read from its word.
-#[allow(clippy::too_many_arguments)]
-#[device]
-fn load_words(
-    x: &[u32],
-    trans: bool,
-    tid: u32,
-    r0: u32,
-    k0: u32,
-    rows: u32,
-    k: u32,
-    kend: u32,
-    checked: bool,
-    at: [u32; 3],
-) -> [u32; 8] {
-    let mut v = [0u32; 8];
-    if checked {
-        let sh = layout_share(true, trans, tid);
-        for q in 0..8u32 {
-            let r = r0 + sh[0] + sh[2] * q;
-            let kk = k0 + 2 * (sh[1] + sh[3] * q);
-            let mut lo = 0u32;
-            let mut hi = 0u32;
-            if r < rows && kk < kend {
-                if trans {
-                    lo = half_bits(x, kk * rows + r);
-                } else {
-                    lo = half_bits(x, r * k + kk);
-                }
-            }
-            if r < rows && kk + 1 < kend {
-                if trans {
-                    hi = half_bits(x, (kk + 1) * rows + r);
-                } else {
-                    hi = half_bits(x, r * k + kk + 1);
-                }
-            }
-            v[q] = lo | (hi << 16u32);
-        }
-    } else {
-        let at0 = at[0] + k0 * at[2];
+tile_load!(
+    /// `load_bf16` / `load_f16` of inputs bound as their words (`x` holds element `2i` in
+    /// the low half of word `i`), by `layout_share`'s share for the quad layout. A tile stored
+    /// with `k` inner (not `trans`) and inside the matrix (not `checked`) loads each of its
+    /// words as one word of `x`, which needs its pairs to start at even elements: `k` even (the
+    /// caller's rule). Otherwise each element is read from its word.
+    load_words,
+    u32,
+    { layout_share(true, trans, tid) },
+    |e| { half_bits(x, e) },
+    {
         if trans {
             for q in 0..8u32 {
                 let i = at0 + at[1] * q;
@@ -605,8 +598,7 @@ fn load_words(
             }
         }
     }
-    v
-}
+);
 
 /// Stages a step's words `ra`, `rb` (of `op(A)`'s and `op(B)`'s tiles) in the workgroup
 /// arrays `sa`, `sb`: at `pa[q]`, `pb[q]`, or with `lean` at `store_word`'s places (the

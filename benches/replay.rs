@@ -1238,11 +1238,21 @@ fn reduce_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::R
 }
 
 /// The device, launching eagerly, with one scratch buffer handed out again and again, so a
-/// split product's timing (`MmaTile::SplitK`) has no allocation in it, as in a recording
-/// (whose workspace is allocated once).
+/// split product's timing (`MmaTile::SplitK`) or transposes' (`MmaTile::T128Words` of a
+/// gradient product) has no allocation in it, as in a recording (whose workspace is
+/// allocated once). The regions of one product are consecutive and apart; `reset` (before
+/// each product) starts again at the front.
 struct ReusedScratch<'a> {
     dev: &'a Device,
     scratch: Buffer<f32>,
+    next: std::cell::Cell<usize>,
+}
+
+impl ReusedScratch<'_> {
+    fn reset(&self) -> &Self {
+        self.next.set(0);
+        self
+    }
 }
 
 impl Launch for ReusedScratch<'_> {
@@ -1256,7 +1266,9 @@ impl Launch for ReusedScratch<'_> {
     }
 
     fn scratch(&self, len: usize) -> graphed::Result<Buffer<f32>> {
-        self.scratch.slice(0..len)
+        let at = self.next.get();
+        self.next.set(at + len);
+        self.scratch.slice(at..at + len)
     }
 
     fn backend_kind(&self) -> Option<BackendKind> {
@@ -1306,10 +1318,11 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
         let mut c_dsl = dev.alloc::<f32>(m * n)?;
         let mut c_blas = dev.alloc::<f32>(m * n)?;
         let g = MmaGemm { m, n, k, ta, tb };
-        // Enough for any split (at most k / 256 parts).
+        // Enough for any split (at most k / 256 parts) and for two transposed operands.
         let cx = ReusedScratch {
             dev,
-            scratch: dev.alloc::<f32>(m * n * (k / 256).max(1))?,
+            scratch: dev.alloc::<f32>((m * n * (k / 256).max(1)).max((m + n) * k / 2))?,
+            next: Default::default(),
         };
         let gb = match (ta, tb) {
             (false, true) => Gemm::nt(m, n, k),
@@ -1321,7 +1334,7 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
         // The largest |dsl - cublas| / sqrt(k) per variant, checked before any timing.
         let mut worst = Vec::new();
         for tile in MmaTile::ALL {
-            matmul_mma(&cx, tile, g, &a, &b, &mut c_dsl, false)?;
+            matmul_mma(cx.reset(), tile, g, &a, &b, &mut c_dsl, false)?;
             let x = c_dsl.to_host()?;
             let w = x
                 .iter()
@@ -1340,7 +1353,7 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
             let (us, lo, hi, cpu) = measure(
                 steps,
                 || match tile {
-                    Some(t) => matmul_mma(&cx, t, g, &a, &b, &mut c_dsl, false).unwrap(),
+                    Some(t) => matmul_mma(cx.reset(), t, g, &a, &b, &mut c_dsl, false).unwrap(),
                     None => matmul_half(dev, gb, &a, &b, &mut c_blas, false).unwrap(),
                 },
                 sync,

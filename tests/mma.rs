@@ -472,9 +472,10 @@ impl Launch for Recording<'_> {
 }
 
 /// `MmaTile::T128Words` reads the inputs as words where it can — views starting at an even
-/// element, `k` even, `A` stored `m × k` and `B` `n × k` — and otherwise launches the lean
-/// kernel; both give bitwise the lean kernel's product, on views at even and odd offsets
-/// into larger allocations, whole tiles and edges.
+/// element, `k` even — transposing first an operand stored with `k` outer (one
+/// `matmul_mma_pack_pairs` launch each), and otherwise launches the lean kernel; both give
+/// bitwise the lean kernel's product, on views at even and odd offsets into larger
+/// allocations, whole tiles and edges.
 #[test]
 fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() {
     let mut rng = rng("matmul_mma_words");
@@ -485,7 +486,14 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
             (130, 70, 96, false, true, 1, 0, false),
             (130, 70, 96, false, true, 0, 3, false),
             (65, 40, 33, false, true, 0, 0, false),
-            (64, 48, 64, true, false, 2, 2, false),
+            // Gradient products: an operand stored with `k` outer is transposed first, at
+            // edges of the transpose's 64 × 32 tiles too (rows 130, 70, 10; k/2 33).
+            (64, 48, 64, true, false, 2, 2, true),
+            (130, 70, 66, true, false, 0, 2, true),
+            (130, 10, 66, false, false, 2, 0, true),
+            (70, 130, 256, true, true, 0, 0, true),
+            (64, 48, 64, true, false, 1, 2, false),
+            (64, 48, 63, true, false, 0, 0, false),
         ] {
             let a: Vec<bf16> = floats(&mut rng, a_at + m * k + 1, -1.0, 1.0)
                 .into_iter()
@@ -511,12 +519,18 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
             };
             let mut out = poisoned(dev, m * n);
             matmul_mma(&rec, MmaTile::T128Words, g, &va, &vb, &mut out, false).unwrap();
-            let want = if words {
-                "matmul_mma_words_bf16"
+            // One transpose launch before the product for each operand stored with `k` outer.
+            let mut want = Vec::new();
+            if words {
+                want.extend(std::iter::repeat_n(
+                    "matmul_mma_pack_pairs",
+                    usize::from(ta) + usize::from(!tb),
+                ));
+                want.push("matmul_mma_words_bf16");
             } else {
-                "matmul_mma_lean_bf16"
-            };
-            assert_eq!(rec.names.into_inner(), vec![want], "{case}");
+                want.push("matmul_mma_lean_bf16");
+            }
+            assert_eq!(rec.names.into_inner(), want, "{case}");
             let (lean, out) = (lean.to_host().unwrap(), out.to_host().unwrap());
             assert!(lean.iter().all(|v| v.is_finite()), "{case}: poison left");
             assert!(
@@ -524,6 +538,161 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
                 "{case}: differs from T128Lean"
             );
         }
+    });
+}
+
+/// `matmul_mma_pack_pairs` moves the bits of a `k × rows` matrix of 16-bit values into its
+/// transpose as pairs (word `j` of row `r`: elements `(2j, r)`, `(2j + 1, r)`), any bits —
+/// NaN and subnormal patterns included — unchanged, at the edges of its 64 × 32 tiles, and
+/// writes nothing past the output's end (the words after it keep their poison).
+#[test]
+fn the_pair_transpose_moves_every_bit_and_writes_only_its_output() {
+    let mut rng = rng("matmul_mma_pack_pairs");
+    on_every_backend(|dev| {
+        for (rows, k) in [(64, 64), (130, 66), (10, 256), (1, 2), (257, 130)] {
+            let k2 = k / 2;
+            let x: Vec<u32> = (0..rows * k2).map(|_| rng.random()).collect();
+            let dx = dev.upload(&x).unwrap();
+            let poison = 0x7fa5_5a5au32;
+            let out = dev.upload(&vec![poison; rows * k2 + 33]).unwrap();
+            let mut view = out.slice(0..rows * k2).unwrap();
+            let grid =
+                graphed::Grid::workgroups_2d(k2.div_ceil(32) as u32, rows.div_ceil(64) as u32);
+            graphed::kernels::matmul_mma::matmul_mma_pack_pairs::launch(
+                dev,
+                grid,
+                rows as u32,
+                k2 as u32,
+                &dx,
+                &mut view,
+            )
+            .unwrap();
+            let got = out.to_host().unwrap();
+            let half = |e: usize| (x[e / 2] >> ((e % 2) * 16)) & 0xffff;
+            for r in 0..rows {
+                for j in 0..k2 {
+                    let want = half(2 * j * rows + r) | (half((2 * j + 1) * rows + r) << 16);
+                    assert_eq!(
+                        got[r * k2 + j],
+                        want,
+                        "[{}] {rows}×{k}: row {r}, pair {j}",
+                        dev.kind()
+                    );
+                }
+            }
+            assert!(
+                got[rows * k2..].iter().all(|&w| w == poison),
+                "[{}] {rows}×{k}: written past the output",
+                dev.kind()
+            );
+        }
+    });
+}
+
+/// A layer's gradient products for `(batch, outs, ins)`: `dW = dYᵀ·X` and `dX = dY·W`.
+fn gradient_shapes((batch, outs, ins): (usize, usize, usize)) -> (MmaGemm, MmaGemm) {
+    let gw = MmaGemm {
+        m: outs,
+        n: ins,
+        k: batch,
+        ta: true,
+        tb: false,
+    };
+    let gx = MmaGemm {
+        m: batch,
+        n: ins,
+        k: outs,
+        ta: false,
+        tb: false,
+    };
+    (gw, gx)
+}
+
+/// A layer's two gradient products on the words variant, recorded: `dW = dYᵀ·X` (both
+/// operands transposed first) and `dX = dY·W` (`W` transposed first), each transpose in a
+/// scratch buffer of the step.
+#[graphed]
+fn gradient_products(
+    cx: &mut Step,
+    dy: &Input<bf16>,
+    x: &Input<bf16>,
+    w: &Input<bf16>,
+    #[key] dims: (usize, usize, usize),
+) -> Result<(Output<f32>, Output<f32>)> {
+    let (batch, outs, ins) = dims;
+    let mut dw = cx.output::<f32>(outs * ins)?;
+    let mut dx = cx.output::<f32>(batch * ins)?;
+    let (gw, gx) = gradient_shapes(dims);
+    matmul_mma(cx, MmaTile::T128Words, gw, dy, x, &mut dw, false)?;
+    matmul_mma(cx, MmaTile::T128Words, gx, dy, w, &mut dx, false)?;
+    Ok((dw, dx))
+}
+
+/// The transposed operands of the words variant live in the recording's scratch: replays
+/// with fresh inputs give bitwise the eager results and the lean kernel's (no stale
+/// transpose survives from a previous step), with the three transposes and two products
+/// as the replay's five launches.
+#[test]
+fn recorded_gradient_products_on_the_words_variant_replay_bitwise_as_eager() {
+    let mut r = rng("recorded_gradient_products_words");
+    on_every_backend(|dev| {
+        let dims = (96usize, 70usize, 130usize);
+        let (batch, outs, ins) = dims;
+        let mut step = GradientProducts::new(dev).unwrap();
+        let mut eager = GradientProducts::new(dev).unwrap();
+        let half = |r: &mut _, len| -> Vec<bf16> {
+            floats(r, len, -1.0, 1.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect()
+        };
+        for call in 0..3 {
+            let case = format!("[{}] call {call}", dev.kind());
+            let (dy, x, w) = (
+                half(&mut r, batch * outs),
+                half(&mut r, batch * ins),
+                half(&mut r, outs * ins),
+            );
+            let (dw, dx) = step.call(&dy[..], &x[..], &w[..], dims).unwrap();
+            let (dw, dx) = (dw.to_host().unwrap(), dx.to_host().unwrap());
+            let (ew, ex) = eager.eager(&dy[..], &x[..], &w[..], dims).unwrap();
+            let (ew, ex) = (ew.to_host().unwrap(), ex.to_host().unwrap());
+            assert!(
+                common::bitwise_eq(&dw, &ew),
+                "{case}: dW replay differs from eager"
+            );
+            assert!(
+                common::bitwise_eq(&dx, &ex),
+                "{case}: dX replay differs from eager"
+            );
+            // The lean kernel on the same operands, eagerly.
+            let (ddy, dx_in, dw_in) = (
+                dev.upload(&dy).unwrap(),
+                dev.upload(&x).unwrap(),
+                dev.upload(&w).unwrap(),
+            );
+            let (gw, gx) = gradient_shapes(dims);
+            let mut lw = poisoned(dev, outs * ins);
+            let mut lx = poisoned(dev, batch * ins);
+            matmul_mma(dev, MmaTile::T128Lean, gw, &ddy, &dx_in, &mut lw, false).unwrap();
+            matmul_mma(dev, MmaTile::T128Lean, gx, &ddy, &dw_in, &mut lx, false).unwrap();
+            let (lw, lx) = (lw.to_host().unwrap(), lx.to_host().unwrap());
+            assert!(
+                lw.iter().chain(&lx).all(|v| v.is_finite()),
+                "{case}: poison left"
+            );
+            assert!(
+                common::bitwise_eq(&dw, &lw),
+                "{case}: dW differs from T128Lean"
+            );
+            assert!(
+                common::bitwise_eq(&dx, &lx),
+                "{case}: dX differs from T128Lean"
+            );
+        }
+        let s = step.stats();
+        assert_eq!((s.recordings, s.replays, s.eager_calls), (1, 3, 0), "{s:?}");
+        assert_eq!(s.launches_per_replay, 5, "{s:?}");
     });
 }
 
@@ -569,7 +738,16 @@ fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
         } else {
             MmaTile::T128
         };
-        for (g, want) in [(narrow, MmaTile::SplitK), (wide, square), (forward, words)] {
+        // A gradient product (`A` stored `k × m`) of many tiles: the lean variant on CUDA
+        // (its words route, transposing `A` first, is not yet measured against it), `k`
+        // even or odd.
+        let odd = MmaGemm { k: 63, ..wide };
+        for (g, want) in [
+            (narrow, MmaTile::SplitK),
+            (wide, square),
+            (odd, square),
+            (forward, words),
+        ] {
             assert_eq!(
                 MmaTile::Auto.resolved_for(g, kind),
                 want,

@@ -29,7 +29,10 @@
 //! the step, the four words of an `a` fragment — rows `g`, `g + 8` at pairs `t`, `t + 4` —
 //! lie side by side at quad `(4g + t) ^ (4·half)`, as do the two `b` fragments of columns `g`
 //! and `g + 8` (`quad_word`); a fragment is then one 16-byte read, in the registers' order.
-//! Each group's stores and reads meet every bank once.
+//! Each group's stores and reads meet every bank once. An operand stored with `k` outer (a
+//! layer's gradient products: `A` of `dYᵀ·X`, `B` of `dY·W` and `dYᵀ·X`) is transposed
+//! first into a scratch buffer of the step by `matmul_mma_pack_pairs`, whose words are the
+//! pairs the words kernel loads; the bits of `C` are those of the other variants.
 //!
 //! A product split over `k` ([`MmaTile::SplitK`], the `matmul_mma_split_*` kernels) has
 //! layer `z` of its grid sum the range `[z·kc, (z + 1)·kc)` into copy `z` of `C` in a
@@ -713,6 +716,83 @@ pub fn matmul_mma_split_sum(len: u32, parts: u32, accumulate: bool, p: &[f32], c
     }
 }
 
+/// Rows (of `x`'s transpose) per workgroup of [`matmul_mma_pack_pairs`](mod@matmul_mma_pack_pairs).
+const PACK_ROWS: usize = 64;
+
+/// `k` pairs (words of the output) per workgroup of
+/// [`matmul_mma_pack_pairs`](mod@matmul_mma_pack_pairs).
+const PACK_PAIRS: usize = 32;
+
+/// The transpose of a matrix of 16-bit values stored `k × rows` (`x`: its words, element `e`
+/// the half `e % 2` of word `e / 2`) into one stored `rows × k` (`out`: `rows · k2` words,
+/// `k = 2·k2`): word `j` of row `r` is element `(2j, r)` in its low half and `(2j + 1, r)`
+/// in its high half, the words [`matmul_mma_words_bf16`](mod@matmul_mma_words_bf16) loads.
+/// A workgroup transposes 64 rows × 32 words through workgroup memory, so that both its
+/// reads (along `r`) and its writes (along `j`) are contiguous; a grid of
+/// `⌈k2/32⌉ × ⌈rows/64⌉` workgroups. The bits are moved, never rounded: one kernel for
+/// `bf16` and `f16`.
+#[kernel(workgroup = 256)]
+pub fn matmul_mma_pack_pairs(rows: u32, k2: u32, x: &[u32], out: &mut [u32]) {
+    // Word `j0 + jl` of row `r0 + rl` at `s[jl·65 + rl]` (65: the reads along `jl` meet
+    // every bank once).
+    let s = shared::<u32, 2080>();
+    let tid = local_id().x;
+    let r0 = workgroup_id().y * 64;
+    let j0 = workgroup_id().x * 32;
+    let rl = tid % 64;
+    let r = r0 + rl;
+    for q in 0..8u32 {
+        let jl = tid / 64 + 4 * q;
+        let j = j0 + jl;
+        let mut v = 0u32;
+        if r < rows && j < k2 {
+            v = half_bits(x, 2 * j * rows + r) | (half_bits(x, (2 * j + 1) * rows + r) << 16u32);
+        }
+        s[jl * 65 + rl] = v;
+    }
+    barrier();
+    let jw = tid % 32;
+    let j = j0 + jw;
+    for q in 0..8u32 {
+        let rw = tid / 32 + 8 * q;
+        let r = r0 + rw;
+        if r < rows && j < k2 {
+            out[r * k2 + j] = s[jw * 65 + rw];
+        }
+    }
+}
+
+/// The grid of [`matmul_mma_pack_pairs`](mod@matmul_mma_pack_pairs) for a matrix stored
+/// `k × rows`, or `None` where it would be empty or pass 65,535 workgroups in a dimension.
+fn pack_grid(rows: usize, k: usize) -> Option<Grid> {
+    let (gx, gy) = ((k / 2).div_ceil(PACK_PAIRS), rows.div_ceil(PACK_ROWS));
+    (gx > 0 && gy > 0 && gx <= 65535 && gy <= 65535)
+        .then(|| Grid::workgroups_2d(gx as u32, gy as u32))
+}
+
+/// `x` (the words of a matrix of 16-bit values stored `k × rows`, `k` even) transposed by
+/// [`matmul_mma_pack_pairs`](mod@matmul_mma_pack_pairs) on `grid` (`pack_grid`) into a
+/// scratch buffer of the step: `rows × k` values, `rows · k/2` words.
+fn packed_transpose<C: Launch + ?Sized>(
+    cx: &C,
+    grid: Grid,
+    x: &Buffer<u32>,
+    rows: usize,
+    k: usize,
+) -> Result<Buffer<u32>> {
+    let k2 = k / 2;
+    // An `f32` scratch buffer is whole words.
+    let mut out = cx
+        .scratch(rows * k2)?
+        .words()
+        .ok_or_else(|| Error::Launch {
+            kernel: "matmul_mma_pack_pairs",
+            reason: "a scratch buffer not readable as words".into(),
+        })?;
+    matmul_mma_pack_pairs::launch(cx, grid, rows as u32, k2 as u32, x, &mut out)?;
+    Ok(out)
+}
+
 /// Workgroups a split product aims for: two per multiprocessor of an H200 (132).
 const SPLIT_TARGET: usize = 264;
 
@@ -754,11 +834,13 @@ pub enum MmaTile {
     /// [`MmaTile::T128Occ2`] with fewer registers held across the `k` loop
     /// ([`matmul_mma_lean_bf16`](mod@matmul_mma_lean_bf16)).
     T128Lean,
-    /// [`MmaTile::T128Lean`] of `A` stored `m × k` and `B` stored `n × k` (`ta = false`,
-    /// `tb = true`) reading its inputs as 32-bit words, two elements a load
-    /// ([`matmul_mma_words_bf16`](mod@matmul_mma_words_bf16)). It needs `k` even and both
-    /// inputs' words ([`Buffer::words`]: views starting at an even element); other products
-    /// run [`MmaTile::T128Lean`], with the same results.
+    /// [`MmaTile::T128Lean`] reading its inputs as 32-bit words, two elements a load
+    /// ([`matmul_mma_words_bf16`](mod@matmul_mma_words_bf16), of `A` stored `m × k` and `B`
+    /// stored `n × k`). An operand stored with `k` outer (`A` when `ta`, `B` when not `tb`: a
+    /// layer's gradient products) is first transposed into a scratch buffer of the step
+    /// ([`matmul_mma_pack_pairs`](mod@matmul_mma_pack_pairs), one more launch each). It
+    /// needs `k` even and both inputs' words ([`Buffer::words`]: views starting at an even
+    /// element); other products run [`MmaTile::T128Lean`], with the same results.
     T128Words,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and
@@ -776,8 +858,10 @@ impl MmaTile {
     /// [`MmaTile::T128`] on CUDA (4096³: 1268.5 against 1907.7 µs), and
     /// [`MmaTile::T128Words`] 1.6× faster than [`MmaTile::T128Lean`] where it applies (`A`
     /// stored `m × k`, `B` stored `n × k`, `k` even: 4096³ 639.2 against 1038.0 µs, session of
-    /// 2026-12-03c). Elsewhere the 128×128 variants are one portable form, and
-    /// [`MmaTile::T128`] stands for them.
+    /// 2026-12-03c). A gradient product (an operand stored with `k` outer) stays on
+    /// [`MmaTile::T128Lean`]: its words route, the operand transposed first, has not yet been
+    /// timed on the H200 (`cargo bench --bench replay -- mma` prints both). Elsewhere the
+    /// 128×128 variants are one portable form, and [`MmaTile::T128`] stands for them.
     pub fn resolved_for(self, g: MmaGemm, backend: Option<BackendKind>) -> MmaTile {
         let cuda = backend == Some(BackendKind::Cuda);
         match self {
@@ -829,6 +913,47 @@ pub struct MmaGemm {
     pub tb: bool,
 }
 
+/// The operands of the words kernel for `g`: `A` (`m × k`) and `B` (`n × k`) as words, an
+/// operand stored with `k` outer (`ta`, not `tb`) transposed first into a scratch buffer
+/// (`packed_transpose`). `None` where that cannot be: `k` odd, an input view that starts
+/// inside a word, a transpose's grid too large.
+fn words_operands<C: Launch + ?Sized, T: Element>(
+    cx: &C,
+    g: MmaGemm,
+    a: &Buffer<T>,
+    b: &Buffer<T>,
+) -> Result<Option<(Buffer<u32>, Buffer<u32>)>> {
+    let (Some(aw), Some(bw)) = (a.words(), b.words()) else {
+        return Ok(None);
+    };
+    if g.k % 2 != 0 {
+        return Ok(None);
+    }
+    // The transposes' grids, both known before either runs.
+    let grid_a = if g.ta {
+        Some(pack_grid(g.m, g.k))
+    } else {
+        None
+    };
+    let grid_b = if g.tb {
+        None
+    } else {
+        Some(pack_grid(g.n, g.k))
+    };
+    if grid_a == Some(None) || grid_b == Some(None) {
+        return Ok(None);
+    }
+    let aw = match grid_a.flatten() {
+        Some(grid) => packed_transpose(cx, grid, &aw, g.m, g.k)?,
+        None => aw,
+    };
+    let bw = match grid_b.flatten() {
+        Some(grid) => packed_transpose(cx, grid, &bw, g.n, g.k)?,
+        None => bw,
+    };
+    Ok(Some((aw, bw)))
+}
+
 /// `C = op(A)·op(B)` (plus `C` when `accumulate`) of `bf16` or `f16` inputs into `f32` by the
 /// kernel variant `tile` ([`MmaTile::Auto`]: the one measured fastest for the shape on the
 /// backend, see [`MmaTile::resolved_for`]): one launch of a 128×128 kernel
@@ -870,7 +995,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     // The words variant where the inputs can be read as words (else the lean one: the same
     // results).
     let words = match tile {
-        MmaTile::T128Words if !g.ta && g.tb && g.k % 2 == 0 => a.words().zip(b.words()),
+        MmaTile::T128Words => words_operands(cx, g, a, b)?,
         _ => None,
     };
     let lean = matches!(tile, MmaTile::T128Lean | MmaTile::T128Words);

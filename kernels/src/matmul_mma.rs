@@ -929,25 +929,16 @@ fn words_operands<C: Launch + ?Sized, T: Element>(
     if g.k % 2 != 0 {
         return Ok(None);
     }
-    // The transposes' grids, both known before either runs.
-    let grid_a = if g.ta {
-        Some(pack_grid(g.m, g.k))
-    } else {
-        None
-    };
-    let grid_b = if g.tb {
-        None
-    } else {
-        Some(pack_grid(g.n, g.k))
-    };
-    if grid_a == Some(None) || grid_b == Some(None) {
+    // Both transposes' grids checked before either runs.
+    let (grid_a, grid_b) = (pack_grid(g.m, g.k), pack_grid(g.n, g.k));
+    if (g.ta && grid_a.is_none()) || (!g.tb && grid_b.is_none()) {
         return Ok(None);
     }
-    let aw = match grid_a.flatten() {
+    let aw = match grid_a.filter(|_| g.ta) {
         Some(grid) => packed_transpose(cx, grid, &aw, g.m, g.k)?,
         None => aw,
     };
-    let bw = match grid_b.flatten() {
+    let bw = match grid_b.filter(|_| !g.tb) {
         Some(grid) => packed_transpose(cx, grid, &bw, g.n, g.k)?,
         None => bw,
     };

@@ -12,7 +12,7 @@
 mod common;
 
 use common::{on_every_backend, rng};
-use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm, MmaTile};
+use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm, MmaTile, WORDS_TRANSPOSE_MIN_K};
 use graphed::prelude::*;
 use graphed::testing::{floats, poisoned};
 use graphed::BackendKind;
@@ -471,7 +471,7 @@ impl Launch for Recording<'_> {
     }
 }
 
-/// `MmaTile::T128Words` reads the inputs as words where it can — views starting at an even
+/// `MmaTile::T128Words` (and `MmaTile::T128Staged`) reads the inputs as words where it can — views starting at an even
 /// element, `k` even — transposing first an operand stored with `k` outer (one
 /// `matmul_mma_pack_pairs` launch each), and otherwise launches the lean kernel; both give
 /// bitwise the lean kernel's product, on views at even and odd offsets into larger
@@ -483,6 +483,12 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
         for (m, n, k, ta, tb, a_at, b_at, words) in [
             (128, 128, 64, false, true, 0, 0, true),
             (130, 70, 96, false, true, 2, 4, true),
+            // Inside tiles over many steps, even and odd in number, a ragged last step (the
+            // staged variant's interior run ends at an even step).
+            (256, 128, 320, false, true, 0, 0, true),
+            (128, 256, 224, false, true, 2, 0, true),
+            (128, 128, 250, false, true, 0, 0, true),
+            (128, 128, 224, true, false, 0, 0, true),
             (130, 70, 96, false, true, 1, 0, false),
             (130, 70, 96, false, true, 0, 3, false),
             (65, 40, 33, false, true, 0, 0, false),
@@ -513,30 +519,50 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
             );
             let mut lean = poisoned(dev, m * n);
             matmul_mma(dev, MmaTile::T128Lean, g, &va, &vb, &mut lean, false).unwrap();
-            let rec = Recording {
-                dev,
-                names: Default::default(),
-            };
-            let mut out = poisoned(dev, m * n);
-            matmul_mma(&rec, MmaTile::T128Words, g, &va, &vb, &mut out, false).unwrap();
-            // One transpose launch before the product for each operand stored with `k` outer.
-            let mut want = Vec::new();
-            if words {
-                want.extend(std::iter::repeat_n(
-                    "matmul_mma_pack_pairs",
-                    usize::from(ta) + usize::from(!tb),
-                ));
-                want.push("matmul_mma_words_bf16");
-            } else {
-                want.push("matmul_mma_lean_bf16");
-            }
-            assert_eq!(rec.names.into_inner(), want, "{case}");
-            let (lean, out) = (lean.to_host().unwrap(), out.to_host().unwrap());
+            let lean = lean.to_host().unwrap();
             assert!(lean.iter().all(|v| v.is_finite()), "{case}: poison left");
-            assert!(
-                common::bitwise_eq(&lean, &out),
-                "{case}: differs from T128Lean"
-            );
+            // On wgpu the staged variant runs the words kernel (its workgroup memory passes
+            // the 32 KB adapters promise): checked on the first case only there.
+            let wgpu = dev.kind() == BackendKind::Wgpu;
+            let staged = if wgpu {
+                "matmul_mma_words_bf16"
+            } else {
+                "matmul_mma_staged_bf16"
+            };
+            let tiles = [
+                (MmaTile::T128Words, "matmul_mma_words_bf16"),
+                (MmaTile::T128Staged, staged),
+            ];
+            let count = if wgpu && (m, n, k) != (128, 128, 64) {
+                1
+            } else {
+                2
+            };
+            for (tile, kernel) in tiles.into_iter().take(count) {
+                let rec = Recording {
+                    dev,
+                    names: Default::default(),
+                };
+                let mut out = poisoned(dev, m * n);
+                matmul_mma(&rec, tile, g, &va, &vb, &mut out, false).unwrap();
+                // One transpose launch before the product for each operand stored with `k`
+                // outer.
+                let mut want = Vec::new();
+                if words {
+                    want.extend(std::iter::repeat_n(
+                        "matmul_mma_pack_pairs",
+                        usize::from(ta) + usize::from(!tb),
+                    ));
+                    want.push(kernel);
+                } else {
+                    want.push("matmul_mma_lean_bf16");
+                }
+                assert_eq!(rec.names.into_inner(), want, "{case} {tile:?}");
+                assert!(
+                    common::bitwise_eq(&lean, &out.to_host().unwrap()),
+                    "{case}: {tile:?} differs from T128Lean"
+                );
+            }
         }
     });
 }
@@ -698,8 +724,9 @@ fn recorded_gradient_products_on_the_words_variant_replay_bitwise_as_eager() {
 
 /// `MmaTile::Auto` (what `matmul_mma` takes) resolves by shape and backend, and gives
 /// bitwise what the variant it resolves to gives: split over `k` for a product of one tile
-/// with a long `k`, the lean 128×128 kernel on CUDA (the words one for a forward product)
-/// and the portable one elsewhere for a product of many tiles.
+/// with a long `k`, the lean 128×128 kernel on CUDA (the words one for a forward product,
+/// and for a gradient product from `WORDS_TRANSPOSE_MIN_K` on) and the portable one
+/// elsewhere for a product of many tiles.
 #[test]
 fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
     let mut rng = rng("matmul_mma_auto");
@@ -739,14 +766,31 @@ fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
             MmaTile::T128
         };
         // A gradient product (`A` stored `k × m`) of many tiles: the lean variant on CUDA
-        // (its words route, transposing `A` first, is not yet measured against it), `k`
-        // even or odd.
+        // for a short or odd `k` (the transpose would cost more than it saves, or cannot
+        // be), the words one (transposing `A` first) from `WORDS_TRANSPOSE_MIN_K` on; and
+        // `dX` (`B` stored `k × n`) likewise.
         let odd = MmaGemm { k: 63, ..wide };
+        let deep = MmaGemm {
+            k: WORDS_TRANSPOSE_MIN_K,
+            ..wide
+        };
+        let shallow = MmaGemm {
+            k: WORDS_TRANSPOSE_MIN_K - 2,
+            ..wide
+        };
+        let deep_dx = MmaGemm {
+            ta: false,
+            tb: false,
+            ..deep
+        };
         for (g, want) in [
             (narrow, MmaTile::SplitK),
             (wide, square),
             (odd, square),
+            (shallow, square),
             (forward, words),
+            (deep, words),
+            (deep_dx, words),
         ] {
             assert_eq!(
                 MmaTile::Auto.resolved_for(g, kind),

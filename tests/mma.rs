@@ -471,7 +471,7 @@ impl Launch for Recording<'_> {
     }
 }
 
-/// `MmaTile::T128Words` (and `MmaTile::T128Staged`) reads the inputs as words where it can — views starting at an even
+/// `MmaTile::T128Words` reads the inputs as words where it can — views starting at an even
 /// element, `k` even — transposing first an operand stored with `k` outer (one
 /// `matmul_mma_pack_pairs` launch each), and otherwise launches the lean kernel; both give
 /// bitwise the lean kernel's product, on views at even and odd offsets into larger
@@ -483,8 +483,7 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
         for (m, n, k, ta, tb, a_at, b_at, words) in [
             (128, 128, 64, false, true, 0, 0, true),
             (130, 70, 96, false, true, 2, 4, true),
-            // Inside tiles over many steps, even and odd in number, a ragged last step (the
-            // staged variant's interior run ends at an even step).
+            // Inside tiles over many steps, even and odd in number, a ragged last step.
             (256, 128, 320, false, true, 0, 0, true),
             (128, 256, 224, false, true, 2, 0, true),
             (128, 128, 250, false, true, 0, 0, true),
@@ -521,48 +520,29 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
             matmul_mma(dev, MmaTile::T128Lean, g, &va, &vb, &mut lean, false).unwrap();
             let lean = lean.to_host().unwrap();
             assert!(lean.iter().all(|v| v.is_finite()), "{case}: poison left");
-            // On wgpu the staged variant runs the words kernel (its workgroup memory passes
-            // the 32 KB adapters promise): checked on the first case only there.
-            let wgpu = dev.kind() == BackendKind::Wgpu;
-            let staged = if wgpu {
-                "matmul_mma_words_bf16"
-            } else {
-                "matmul_mma_staged_bf16"
+            let rec = Recording {
+                dev,
+                names: Default::default(),
             };
-            let tiles = [
-                (MmaTile::T128Words, "matmul_mma_words_bf16"),
-                (MmaTile::T128Staged, staged),
-            ];
-            let count = if wgpu && (m, n, k) != (128, 128, 64) {
-                1
+            let mut out = poisoned(dev, m * n);
+            matmul_mma(&rec, MmaTile::T128Words, g, &va, &vb, &mut out, false).unwrap();
+            // One transpose launch before the product for each operand stored with `k`
+            // outer.
+            let mut want = Vec::new();
+            if words {
+                want.extend(std::iter::repeat_n(
+                    "matmul_mma_pack_pairs",
+                    usize::from(ta) + usize::from(!tb),
+                ));
+                want.push("matmul_mma_words_bf16");
             } else {
-                2
-            };
-            for (tile, kernel) in tiles.into_iter().take(count) {
-                let rec = Recording {
-                    dev,
-                    names: Default::default(),
-                };
-                let mut out = poisoned(dev, m * n);
-                matmul_mma(&rec, tile, g, &va, &vb, &mut out, false).unwrap();
-                // One transpose launch before the product for each operand stored with `k`
-                // outer.
-                let mut want = Vec::new();
-                if words {
-                    want.extend(std::iter::repeat_n(
-                        "matmul_mma_pack_pairs",
-                        usize::from(ta) + usize::from(!tb),
-                    ));
-                    want.push(kernel);
-                } else {
-                    want.push("matmul_mma_lean_bf16");
-                }
-                assert_eq!(rec.names.into_inner(), want, "{case} {tile:?}");
-                assert!(
-                    common::bitwise_eq(&lean, &out.to_host().unwrap()),
-                    "{case}: {tile:?} differs from T128Lean"
-                );
+                want.push("matmul_mma_lean_bf16");
             }
+            assert_eq!(rec.names.into_inner(), want, "{case}");
+            assert!(
+                common::bitwise_eq(&lean, &out.to_host().unwrap()),
+                "{case}: differs from T128Lean"
+            );
         }
     });
 }

@@ -273,48 +273,6 @@ macro_rules! tile_load {
     };
 }
 
-/// The fragments of `mma_m16n8k16` over inputs of type `$t` read from staged tiles in a
-/// workgroup array of `$words` words (`$frag_a`, `$frag_b`).
-macro_rules! mma_frags {
-    ($t:ident, $frag_a:ident, $frag_b:ident, $words:literal) => {
-        /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
-        /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the words `d` after them).
-        #[allow(dead_code)]
-        #[device]
-        fn $frag_a(s: &[u32; $words], p: u32, p8: u32, d: u32) -> [$t; 8] {
-            let mut f = [0.0f32 as $t; 8];
-            let w0 = s[p];
-            let w1 = s[p8];
-            let w2 = s[p + d];
-            let w3 = s[p8 + d];
-            f[0] = $t::from_bits(w0);
-            f[1] = $t::from_bits(w0 >> 16u32);
-            f[2] = $t::from_bits(w1);
-            f[3] = $t::from_bits(w1 >> 16u32);
-            f[4] = $t::from_bits(w2);
-            f[5] = $t::from_bits(w2 >> 16u32);
-            f[6] = $t::from_bits(w3);
-            f[7] = $t::from_bits(w3 >> 16u32);
-            f
-        }
-
-        /// The `b` fragment of `mma_m16n8k16` whose column `g`, `k` pair `t` is word `p` of
-        /// `s` (`k` pair `t + 4` the next word).
-        #[allow(dead_code)]
-        #[device]
-        fn $frag_b(s: &[u32; $words], p: u32) -> [$t; 4] {
-            let mut f = [0.0f32 as $t; 4];
-            let w0 = s[p];
-            let w1 = s[p + 1];
-            f[0] = $t::from_bits(w0);
-            f[1] = $t::from_bits(w0 >> 16u32);
-            f[2] = $t::from_bits(w1);
-            f[3] = $t::from_bits(w1 >> 16u32);
-            f
-        }
-    };
-}
-
 /// The product's helpers over inputs of type `$t`: a tile's loads (`$load`) and the
 /// fragments of `mma_m16n8k16` read from staged tiles (`$frag_a`, `$frag_b`).
 macro_rules! matmul_mma_helpers {
@@ -339,7 +297,41 @@ macro_rules! matmul_mma_helpers {
             }
         );
 
-        mma_frags!($t, $frag_a, $frag_b, 2048);
+        /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
+        /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the words `d` after them).
+        #[allow(dead_code)]
+        #[device]
+        fn $frag_a(s: &[u32; 2048], p: u32, p8: u32, d: u32) -> [$t; 8] {
+            let mut f = [0.0f32 as $t; 8];
+            let w0 = s[p];
+            let w1 = s[p8];
+            let w2 = s[p + d];
+            let w3 = s[p8 + d];
+            f[0] = $t::from_bits(w0);
+            f[1] = $t::from_bits(w0 >> 16u32);
+            f[2] = $t::from_bits(w1);
+            f[3] = $t::from_bits(w1 >> 16u32);
+            f[4] = $t::from_bits(w2);
+            f[5] = $t::from_bits(w2 >> 16u32);
+            f[6] = $t::from_bits(w3);
+            f[7] = $t::from_bits(w3 >> 16u32);
+            f
+        }
+
+        /// The `b` fragment of `mma_m16n8k16` whose column `g`, `k` pair `t` is word `p` of
+        /// `s` (`k` pair `t + 4` the next word).
+        #[allow(dead_code)]
+        #[device]
+        fn $frag_b(s: &[u32; 2048], p: u32) -> [$t; 4] {
+            let mut f = [0.0f32 as $t; 4];
+            let w0 = s[p];
+            let w1 = s[p + 1];
+            f[0] = $t::from_bits(w0);
+            f[1] = $t::from_bits(w0 >> 16u32);
+            f[2] = $t::from_bits(w1);
+            f[3] = $t::from_bits(w1 >> 16u32);
+            f
+        }
     };
 }
 
@@ -355,8 +347,7 @@ macro_rules! matmul_mma_kernel {
     (
         $(#[$doc:meta])* $name:ident, $t:ident, $in:ident, $load:ident, $frag_a:ident,
         $frag_b:ident, [$($kargs:tt)*], $lean:literal, $split:literal,
-        [$($layout:tt)*] { $($fixed:tt)* }, $quad:literal, $staged:literal, $words:literal,
-        $store:ident
+        [$($layout:tt)*] { $($fixed:tt)* }, $quad:literal
     ) => {
         $(#[$doc])*
         #[kernel($($kargs)*)]
@@ -373,8 +364,8 @@ macro_rules! matmul_mma_kernel {
         ) {
             // `sa`: rows of the tile of `op(A)`; `sb`: columns of the tile of `op(B)`; each
             // 128 rows of 16 words (`tile_word`).
-            let sa = shared::<u32, $words>();
-            let sb = shared::<u32, $words>();
+            let sa = shared::<u32, 2048>();
+            let sb = shared::<u32, 2048>();
             $($fixed)*
             let tid = local_id().x;
             let lane = tid % 32;
@@ -452,7 +443,7 @@ macro_rules! matmul_mma_kernel {
                 rb[q] = rb0[q];
             }
             // The first step's words.
-            $store(sa, sb, 0u32, ra, rb, pa, pb, $lean, ta, tb, tid);
+            store_tiles(sa, sb, ra, rb, pa, pb, $lean, ta, tb, tid);
             barrier();
             // The steps in two runs, written out as two copies of the loop (indexing
             // `edges` makes the front end unroll `run`; its bounds come from `run` itself,
@@ -465,138 +456,64 @@ macro_rules! matmul_mma_kernel {
                 e0 = (ke - kb) / 32 - 1;
             }
             let edges = [false, true];
-            if $staged {
-                // Two stages (`$words` = 4096: each array holds two tiles of 2048 words):
-                // step `s` reads stage `s % 2` and stores its successor's tiles in the other,
-                // so one barrier a step suffices (the stage it overwrites was last read in the
-                // step before, and every group passed that step's barrier). The interior run
-                // ends at an even step, and the step loop is written out in pairs (indexing
-                // `stage` unrolls `st`), so each copy reads and writes at constant offsets.
-                e0 = e0 / 2 * 2;
-                let stage = [0u32, 2048u32];
-                let mut s0 = 0u32;
-                for run in 0..2u32 {
-                    let mut s1 = e0;
-                    if run == 1 {
-                        s1 = tiles;
-                    }
-                    for j in 0..(s1 - s0 + 1) / 2 {
-                        for st in 0..2u32 {
-                            let step = s0 + 2 * j + st;
-                            let cur = stage[st];
-                            let nxt = stage[1 - st];
-                            if step < s1 {
-                                if step + 1 < tiles {
-                                    let k1 = kb + (step + 1) * 32;
-                                    let checked = edges[run] && !(inside && k1 + 32 <= ke);
-                                    let na = $load(a, ta, tid, row0, k1, m, k, ke, checked, ata);
-                                    let nb =
-                                        $load(b, !tb, tid, col0, k1, n, k, ke, checked, atb);
-                                    for q in 0..8u32 {
-                                        ra[q] = na[q];
-                                        rb[q] = nb[q];
-                                    }
-                                }
-                                let blks = [cur + fr[4], cur + fr[5]];
-                                for half in 0..2u32 {
-                                    let blk = blks[half];
-                                    let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk, d);
-                                    let fa1 =
-                                        $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256, d);
-                                    let fa2 =
-                                        $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512, d);
-                                    let fa3 =
-                                        $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768, d);
-                                    let fb0 = $frag_b(sb, fb_at + blk);
-                                    let fb1 = $frag_b(sb, fb1_at + blk);
-                                    let fb2 = $frag_b(sb, fb_at + blk + 256);
-                                    let fb3 = $frag_b(sb, fb1_at + blk + 256);
-                                    mma_m16n8k16(&fa0, &fb0, &mut acc00);
-                                    mma_m16n8k16(&fa0, &fb1, &mut acc01);
-                                    mma_m16n8k16(&fa0, &fb2, &mut acc02);
-                                    mma_m16n8k16(&fa0, &fb3, &mut acc03);
-                                    mma_m16n8k16(&fa1, &fb0, &mut acc10);
-                                    mma_m16n8k16(&fa1, &fb1, &mut acc11);
-                                    mma_m16n8k16(&fa1, &fb2, &mut acc12);
-                                    mma_m16n8k16(&fa1, &fb3, &mut acc13);
-                                    mma_m16n8k16(&fa2, &fb0, &mut acc20);
-                                    mma_m16n8k16(&fa2, &fb1, &mut acc21);
-                                    mma_m16n8k16(&fa2, &fb2, &mut acc22);
-                                    mma_m16n8k16(&fa2, &fb3, &mut acc23);
-                                    mma_m16n8k16(&fa3, &fb0, &mut acc30);
-                                    mma_m16n8k16(&fa3, &fb1, &mut acc31);
-                                    mma_m16n8k16(&fa3, &fb2, &mut acc32);
-                                    mma_m16n8k16(&fa3, &fb3, &mut acc33);
-                                }
-                                if step + 1 < tiles {
-                                    $store(sa, sb, nxt, ra, rb, pa, pb, $lean, ta, tb, tid);
-                                    barrier();
-                                }
-                            }
-                        }
-                    }
-                    s0 = s1;
+            let mut s0 = 0u32;
+            for run in 0..2u32 {
+                let mut s1 = e0;
+                if run == 1 {
+                    s1 = tiles;
                 }
-            } else {
-                let mut s0 = 0u32;
-                for run in 0..2u32 {
-                    let mut s1 = e0;
-                    if run == 1 {
-                        s1 = tiles;
-                    }
-                    for step in s0..s1 {
-                        if step + 1 < tiles {
-                            let k1 = kb + (step + 1) * 32;
-                            let checked = edges[run] && !(inside && k1 + 32 <= ke);
-                            let na = $load(a, ta, tid, row0, k1, m, k, ke, checked, ata);
-                            let nb = $load(b, !tb, tid, col0, k1, n, k, ke, checked, atb);
-                            for q in 0..8u32 {
-                                ra[q] = na[q];
-                                rb[q] = nb[q];
-                            }
-                        }
-                        // The two 16-value halves of the step (`frag_starts`). Indexing the array
-                        // `blks` makes the front end write the
-                        // loop out as two copies (a loop left to NVRTC stays a loop: 16 products a
-                        // trip), so the compiler may read the second half's fragments during the
-                        // first's products.
-                        let blks = [fr[4], fr[5]];
-                        for half in 0..2u32 {
-                            let blk = blks[half];
-                            let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk, d);
-                            let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256, d);
-                            let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512, d);
-                            let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768, d);
-                            let fb0 = $frag_b(sb, fb_at + blk);
-                            let fb1 = $frag_b(sb, fb1_at + blk);
-                            let fb2 = $frag_b(sb, fb_at + blk + 256);
-                            let fb3 = $frag_b(sb, fb1_at + blk + 256);
-                            mma_m16n8k16(&fa0, &fb0, &mut acc00);
-                            mma_m16n8k16(&fa0, &fb1, &mut acc01);
-                            mma_m16n8k16(&fa0, &fb2, &mut acc02);
-                            mma_m16n8k16(&fa0, &fb3, &mut acc03);
-                            mma_m16n8k16(&fa1, &fb0, &mut acc10);
-                            mma_m16n8k16(&fa1, &fb1, &mut acc11);
-                            mma_m16n8k16(&fa1, &fb2, &mut acc12);
-                            mma_m16n8k16(&fa1, &fb3, &mut acc13);
-                            mma_m16n8k16(&fa2, &fb0, &mut acc20);
-                            mma_m16n8k16(&fa2, &fb1, &mut acc21);
-                            mma_m16n8k16(&fa2, &fb2, &mut acc22);
-                            mma_m16n8k16(&fa2, &fb3, &mut acc23);
-                            mma_m16n8k16(&fa3, &fb0, &mut acc30);
-                            mma_m16n8k16(&fa3, &fb1, &mut acc31);
-                            mma_m16n8k16(&fa3, &fb2, &mut acc32);
-                            mma_m16n8k16(&fa3, &fb3, &mut acc33);
-                        }
-                        if step + 1 < tiles {
-                            // Every group has read this step's tiles before they are overwritten.
-                            barrier();
-                            $store(sa, sb, 0u32, ra, rb, pa, pb, $lean, ta, tb, tid);
-                            barrier();
+                for step in s0..s1 {
+                    if step + 1 < tiles {
+                        let k1 = kb + (step + 1) * 32;
+                        let checked = edges[run] && !(inside && k1 + 32 <= ke);
+                        let na = $load(a, ta, tid, row0, k1, m, k, ke, checked, ata);
+                        let nb = $load(b, !tb, tid, col0, k1, n, k, ke, checked, atb);
+                        for q in 0..8u32 {
+                            ra[q] = na[q];
+                            rb[q] = nb[q];
                         }
                     }
-                    s0 = s1;
+                    // The two 16-value halves of the step (`frag_starts`). Indexing the array
+                    // `blks` makes the front end write the
+                    // loop out as two copies (a loop left to NVRTC stays a loop: 16 products a
+                    // trip), so the compiler may read the second half's fragments during the
+                    // first's products.
+                    let blks = [fr[4], fr[5]];
+                    for half in 0..2u32 {
+                        let blk = blks[half];
+                        let fa0 = $frag_a(sa, fa_at + blk, fa8_at + blk, d);
+                        let fa1 = $frag_a(sa, fa_at + blk + 256, fa8_at + blk + 256, d);
+                        let fa2 = $frag_a(sa, fa_at + blk + 512, fa8_at + blk + 512, d);
+                        let fa3 = $frag_a(sa, fa_at + blk + 768, fa8_at + blk + 768, d);
+                        let fb0 = $frag_b(sb, fb_at + blk);
+                        let fb1 = $frag_b(sb, fb1_at + blk);
+                        let fb2 = $frag_b(sb, fb_at + blk + 256);
+                        let fb3 = $frag_b(sb, fb1_at + blk + 256);
+                        mma_m16n8k16(&fa0, &fb0, &mut acc00);
+                        mma_m16n8k16(&fa0, &fb1, &mut acc01);
+                        mma_m16n8k16(&fa0, &fb2, &mut acc02);
+                        mma_m16n8k16(&fa0, &fb3, &mut acc03);
+                        mma_m16n8k16(&fa1, &fb0, &mut acc10);
+                        mma_m16n8k16(&fa1, &fb1, &mut acc11);
+                        mma_m16n8k16(&fa1, &fb2, &mut acc12);
+                        mma_m16n8k16(&fa1, &fb3, &mut acc13);
+                        mma_m16n8k16(&fa2, &fb0, &mut acc20);
+                        mma_m16n8k16(&fa2, &fb1, &mut acc21);
+                        mma_m16n8k16(&fa2, &fb2, &mut acc22);
+                        mma_m16n8k16(&fa2, &fb3, &mut acc23);
+                        mma_m16n8k16(&fa3, &fb0, &mut acc30);
+                        mma_m16n8k16(&fa3, &fb1, &mut acc31);
+                        mma_m16n8k16(&fa3, &fb2, &mut acc32);
+                        mma_m16n8k16(&fa3, &fb3, &mut acc33);
+                    }
+                    if step + 1 < tiles {
+                        // Every group has read this step's tiles before they are overwritten.
+                        barrier();
+                        store_tiles(sa, sb, ra, rb, pa, pb, $lean, ta, tb, tid);
+                        barrier();
+                    }
                 }
+                s0 = s1;
             }
             let r = row0 + wr + g;
             let cl = col0 + wc + 2 * t;
@@ -630,13 +547,11 @@ macro_rules! matmul_mma_kernels {
     ) => {
         matmul_mma_kernel!(
             $(#[$bdoc])* $bf16, bf16, bf16, load_bf16, frag_a_bf16, frag_b_bf16,
-            [$($kargs)*], $lean, $split, [ta: bool, tb: bool,] {}, false, false, 2048,
-            store_tiles
+            [$($kargs)*], $lean, $split, [ta: bool, tb: bool,] {}, false
         );
         matmul_mma_kernel!(
             $(#[$fdoc])* $f16, f16, f16, load_f16, frag_a_f16, frag_b_f16,
-            [$($kargs)*], $lean, $split, [ta: bool, tb: bool,] {}, false, false, 2048,
-            store_tiles
+            [$($kargs)*], $lean, $split, [ta: bool, tb: bool,] {}, false
         );
     };
     (
@@ -645,28 +560,11 @@ macro_rules! matmul_mma_kernels {
     ) => {
         matmul_mma_kernel!(
             $(#[$bdoc])* $bf16, bf16, u32, load_words, frag_a_bf16, frag_b_bf16,
-            [$($kargs)*], $lean, $split, [] { let ta = false; let tb = true; }, true, false, 2048,
-            store_tiles
+            [$($kargs)*], $lean, $split, [] { let ta = false; let tb = true; }, true
         );
         matmul_mma_kernel!(
             $(#[$fdoc])* $f16, f16, u32, load_words, frag_a_f16, frag_b_f16,
-            [$($kargs)*], $lean, $split, [] { let ta = false; let tb = true; }, true, false, 2048,
-            store_tiles
-        );
-    };
-    (
-        words_nt_staged, $(#[$bdoc:meta])* $bf16:ident, $(#[$fdoc:meta])* $f16:ident,
-        [$($kargs:tt)*], $lean:literal, $split:literal
-    ) => {
-        matmul_mma_kernel!(
-            $(#[$bdoc])* $bf16, bf16, u32, load_words, frag_a_staged_bf16, frag_b_staged_bf16,
-            [$($kargs)*], $lean, $split, [] { let ta = false; let tb = true; }, true, true, 4096,
-            store_tiles_staged
-        );
-        matmul_mma_kernel!(
-            $(#[$fdoc])* $f16, f16, u32, load_words, frag_a_staged_f16, frag_b_staged_f16,
-            [$($kargs)*], $lean, $split, [] { let ta = false; let tb = true; }, true, true, 4096,
-            store_tiles_staged
+            [$($kargs)*], $lean, $split, [] { let ta = false; let tb = true; }, true
         );
     };
 }
@@ -705,46 +603,36 @@ tile_load!(
     }
 );
 
-/// `$name`: stages a step's words `ra`, `rb` (of `op(A)`'s and `op(B)`'s tiles) in the
-/// workgroup arrays `sa`, `sb` of `$words` words, from word `off` on: at `pa[q]`, `pb[q]`, or
-/// with `lean` at `store_word`'s places (the same), recomputed.
-macro_rules! store_tiles_fn {
-    ($name:ident, $words:literal) => {
-        #[allow(dead_code, clippy::too_many_arguments)]
-        #[device]
-        fn $name(
-            sa: &mut [u32; $words],
-            sb: &mut [u32; $words],
-            off: u32,
-            ra: [u32; 8],
-            rb: [u32; 8],
-            pa: [u32; 8],
-            pb: [u32; 8],
-            lean: bool,
-            ta: bool,
-            tb: bool,
-            tid: u32,
-        ) {
-            for q in 0..8u32 {
-                if lean {
-                    sa[off + store_word(ta, tid, pa[0], q)] = ra[q];
-                    sb[off + store_word(!tb, tid, pb[0], q)] = rb[q];
-                } else {
-                    sa[off + pa[q]] = ra[q];
-                    sb[off + pb[q]] = rb[q];
-                }
-            }
+/// Stages a step's words `ra`, `rb` (of `op(A)`'s and `op(B)`'s tiles) in the workgroup
+/// arrays `sa`, `sb`: at `pa[q]`, `pb[q]`, or with `lean` at `store_word`'s places (the
+/// same), recomputed.
+#[allow(clippy::too_many_arguments)]
+#[device]
+fn store_tiles(
+    sa: &mut [u32; 2048],
+    sb: &mut [u32; 2048],
+    ra: [u32; 8],
+    rb: [u32; 8],
+    pa: [u32; 8],
+    pb: [u32; 8],
+    lean: bool,
+    ta: bool,
+    tb: bool,
+    tid: u32,
+) {
+    for q in 0..8u32 {
+        if lean {
+            sa[store_word(ta, tid, pa[0], q)] = ra[q];
+            sb[store_word(!tb, tid, pb[0], q)] = rb[q];
+        } else {
+            sa[pa[q]] = ra[q];
+            sb[pb[q]] = rb[q];
         }
-    };
+    }
 }
-
-store_tiles_fn!(store_tiles, 2048);
-store_tiles_fn!(store_tiles_staged, 4096);
 
 matmul_mma_helpers!(bf16, load_bf16, frag_a_bf16, frag_b_bf16);
 matmul_mma_helpers!(f16, load_f16, frag_a_f16, frag_b_f16);
-mma_frags!(bf16, frag_a_staged_bf16, frag_b_staged_bf16, 4096);
-mma_frags!(f16, frag_a_staged_f16, frag_b_staged_f16, 4096);
 
 matmul_mma_kernels!(
     elements,
@@ -793,20 +681,6 @@ matmul_mma_kernels!(
     matmul_mma_words_bf16,
     /// [`matmul_mma_words_bf16`](mod@matmul_mma_words_bf16) of `f16` inputs.
     matmul_mma_words_f16,
-    [workgroup = 256, min_workgroups = 2],
-    true,
-    false
-);
-
-matmul_mma_kernels!(
-    words_nt_staged,
-    /// [`matmul_mma_words_bf16`](mod@matmul_mma_words_bf16) with two stages of workgroup
-    /// memory (32 KB a workgroup): step `s` reads the tiles staged in stage `s % 2` while its
-    /// successor's are stored in the other, one barrier a step instead of two; the same
-    /// results on every backend. [`MmaTile::T128Staged`].
-    matmul_mma_staged_bf16,
-    /// [`matmul_mma_staged_bf16`](mod@matmul_mma_staged_bf16) of `f16` inputs.
-    matmul_mma_staged_f16,
     [workgroup = 256, min_workgroups = 2],
     true,
     false
@@ -944,9 +818,10 @@ fn split_kc(g: MmaGemm) -> usize {
 
 /// The shortest `k` for which [`MmaTile::Auto`] sends a product that needs a transposed
 /// operand (a layer's gradient products) to [`MmaTile::T128Words`] on CUDA. Measured on the
-/// H200: at `k` = 10 the transposes cost more than the words kernel saves (77.6 against
-/// 72.5 µs), at 4096 it runs 1.6× faster; 128 is a round point between them, not a measured
-/// crossover.
+/// H200 and the H100 (session of 2026-12-05): at `k` = 10 the transposes cost more than the
+/// words kernel saves (`dX` 77.6 against 72.5 µs on the H200, 88.4 against 83.1 on the
+/// H100), at 4096 it runs 1.55–1.6× faster; 128 is a round point between them, not a
+/// measured crossover.
 pub const WORDS_TRANSPOSE_MIN_K: usize = 128;
 
 /// Which kernel [`matmul_mma`] launches. The 128×128 variants compute the same product
@@ -975,12 +850,6 @@ pub enum MmaTile {
     /// needs `k` even and both inputs' words ([`Buffer::words`]: views starting at an even
     /// element); other products run [`MmaTile::T128Lean`], with the same results.
     T128Words,
-    /// [`MmaTile::T128Words`] with two stages of workgroup memory, one barrier a step
-    /// instead of two ([`matmul_mma_staged_bf16`](mod@matmul_mma_staged_bf16)); the same
-    /// operands, rules and results, and the same fallback to [`MmaTile::T128Lean`]. Its
-    /// 38,912 bytes of workgroup memory pass the 32 KB that wgpu adapters promise, so on wgpu
-    /// it runs [`MmaTile::T128Words`].
-    T128Staged,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and
     /// [`matmul_mma_split_sum`](mod@matmul_mma_split_sum) adds the parts in order (so a
@@ -999,8 +868,8 @@ impl MmaTile {
     /// stored `m × k`, `B` stored `n × k`, `k` even: 4096³ 639.2 against 1038.0 µs, session of
     /// 2026-12-03c). A gradient product (an operand stored with `k` outer, transposed first)
     /// takes the words route too where `k` is at least [`WORDS_TRANSPOSE_MIN_K`]: 4096³
-    /// `dW = dYᵀ·X` 685.7 against 1101.3 µs, `dX = dY·W` 661.5 against 1054.4 µs, but
-    /// 4096×4096×10 `dX` 77.6 against 72.5 (session of 2026-12-05). Elsewhere the
+    /// `dW = dYᵀ·X` 685.7 against 1101.3 µs, `dX = dY·W` 661.5 against 1054.4 µs on the H200,
+    /// but 4096×4096×10 `dX` 77.6 against 72.5 (session of 2026-12-05). Elsewhere the
     /// 128×128 variants are one portable form, and [`MmaTile::T128`] stands for them.
     pub fn resolved_for(self, g: MmaGemm, backend: Option<BackendKind>) -> MmaTile {
         let cuda = backend == Some(BackendKind::Cuda);
@@ -1011,25 +880,22 @@ impl MmaTile {
             MmaTile::Auto if cuda && words => MmaTile::T128Words,
             MmaTile::Auto if cuda => MmaTile::T128Lean,
             MmaTile::Auto => MmaTile::T128,
-            // Its 38,912 bytes of workgroup memory pass the 32 KB that wgpu adapters promise
-            // (lavapipe's limit); CUDA gives 48 KB without opting in.
-            MmaTile::T128Staged if backend == Some(BackendKind::Wgpu) => MmaTile::T128Words,
             other => other,
         }
     }
 
     /// Every variant but [`MmaTile::Auto`], [`MmaTile::T128`] first.
-    pub const ALL: [MmaTile; 6] = [
+    pub const ALL: [MmaTile; 5] = [
         MmaTile::T128,
         MmaTile::T128Occ2,
         MmaTile::T128Lean,
         MmaTile::T128Words,
-        MmaTile::T128Staged,
         MmaTile::SplitK,
     ];
 
     /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `t128-words`,
-    /// `t128-staged`, `splitk`), as the bench prints it.
+    /// `splitk`), as the
+    /// bench prints it.
     pub fn name(self) -> &'static str {
         match self {
             MmaTile::Auto => "auto",
@@ -1037,7 +903,6 @@ impl MmaTile {
             MmaTile::T128Occ2 => "t128-occ2",
             MmaTile::T128Lean => "t128-lean",
             MmaTile::T128Words => "t128-words",
-            MmaTile::T128Staged => "t128-staged",
             MmaTile::SplitK => "splitk",
         }
     }
@@ -1132,14 +997,10 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     // The words variant where the inputs can be read as words (else the lean one: the same
     // results).
     let words = match tile {
-        MmaTile::T128Words | MmaTile::T128Staged => words_operands(cx, g, a, b)?,
+        MmaTile::T128Words => words_operands(cx, g, a, b)?,
         _ => None,
     };
-    let lean = matches!(
-        tile,
-        MmaTile::T128Lean | MmaTile::T128Words | MmaTile::T128Staged
-    );
-    let staged = tile == MmaTile::T128Staged;
+    let lean = matches!(tile, MmaTile::T128Lean | MmaTile::T128Words);
     // A split product's parts go to a scratch copy of `C` each (never accumulated there).
     let mut scratch = if parts > 1 {
         Some(cx.scratch(parts * g.m * g.n)?)
@@ -1152,16 +1013,9 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     };
     // One input type's kernels: by `tile`, and the split kernel for a product in parts.
     macro_rules! run {
-        (
-            $t:ident, $occ2:ident, $lean:ident, $words:ident, $staged:ident, $split:ident,
-            $plain:ident
-        ) => {{
+        ($t:ident, $occ2:ident, $lean:ident, $words:ident, $split:ident, $plain:ident) => {{
             if let Some((aw, bw)) = &words {
-                if staged {
-                    $staged::launch(cx, grid, m, n, k, kcu, acc, aw, bw, out)?;
-                } else {
-                    $words::launch(cx, grid, m, n, k, kcu, acc, aw, bw, out)?;
-                }
+                $words::launch(cx, grid, m, n, k, kcu, acc, aw, bw, out)?;
             } else {
                 let a = Buffer::<$t>::try_from_view(a.raw_view())?;
                 let b = Buffer::<$t>::try_from_view(b.raw_view())?;
@@ -1184,7 +1038,6 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             matmul_mma_occ2_bf16,
             matmul_mma_lean_bf16,
             matmul_mma_words_bf16,
-            matmul_mma_staged_bf16,
             matmul_mma_split_bf16,
             matmul_mma_bf16
         ),
@@ -1193,7 +1046,6 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             matmul_mma_occ2_f16,
             matmul_mma_lean_f16,
             matmul_mma_words_f16,
-            matmul_mma_staged_f16,
             matmul_mma_split_f16,
             matmul_mma_f16
         ),

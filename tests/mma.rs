@@ -449,6 +449,8 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
 struct Recording<'a> {
     dev: &'a Device,
     names: std::cell::RefCell<Vec<&'static str>>,
+    /// Whether launches reach `dev` (else only their names are recorded).
+    run: bool,
 }
 
 impl Launch for Recording<'_> {
@@ -459,7 +461,11 @@ impl Launch for Recording<'_> {
         args: &[graphed::KernelArg],
     ) -> graphed::Result<()> {
         self.names.borrow_mut().push(kernel.name);
-        self.dev.launch(kernel, grid, args)
+        if self.run {
+            self.dev.launch(kernel, grid, args)
+        } else {
+            Ok(())
+        }
     }
 
     fn scratch(&self, len: usize) -> graphed::Result<Buffer<f32>> {
@@ -523,6 +529,7 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
             let rec = Recording {
                 dev,
                 names: Default::default(),
+                run: true,
             };
             let mut out = poisoned(dev, m * n);
             matmul_mma(&rec, MmaTile::T128Words, g, &va, &vb, &mut out, false).unwrap();
@@ -543,6 +550,51 @@ fn the_words_variant_reads_views_at_any_offset_and_falls_back_where_it_cannot() 
                 common::bitwise_eq(&lean, &out.to_host().unwrap()),
                 "{case}: differs from T128Lean"
             );
+        }
+    });
+}
+
+/// A gradient product whose transpose would need more than 65,535 workgroups in a dimension
+/// (`A` stored `k × m` with `m` = 65,536 · 64: one row block of 64 too many) runs the lean
+/// kernel, with no transpose, instead of failing; at 65,535 · 64 rows the transpose runs. Only
+/// the launches' names are checked (the kernels are not run: the routing is decided before
+/// any launch).
+#[test]
+fn a_transpose_past_the_grid_limit_falls_back_to_the_lean_kernel() {
+    let mut rng = rng("matmul_mma_pack_limit");
+    on_every_backend(|dev| {
+        for (m, want) in [
+            (65_536 * 64, vec!["matmul_mma_lean_bf16"]),
+            (
+                65_535 * 64,
+                vec!["matmul_mma_pack_pairs", "matmul_mma_words_bf16"],
+            ),
+        ] {
+            let (n, k) = (2, 2);
+            let a: Vec<bf16> = floats(&mut rng, m * k, -1.0, 1.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let b: Vec<bf16> = floats(&mut rng, n * k, -1.0, 1.0)
+                .into_iter()
+                .map(bf16::from_f32)
+                .collect();
+            let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+            let mut c = dev.alloc::<f32>(m * n).unwrap();
+            let g = MmaGemm {
+                m,
+                n,
+                k,
+                ta: true,
+                tb: true,
+            };
+            let rec = Recording {
+                dev,
+                names: Default::default(),
+                run: false,
+            };
+            matmul_mma(&rec, MmaTile::T128Words, g, &da, &db, &mut c, false).unwrap();
+            assert_eq!(rec.names.into_inner(), want, "[{}] m {m}", dev.kind());
         }
     });
 }

@@ -27,7 +27,8 @@
 //! `shared/bench/torch_mixed_step.py` (`mixed-M`, `mixed-L`; MLP-L on CUDA only) at each
 //! `--precision` given (default bf16), with each step's achieved TFLOP/s. Workload `mma`: the
 //! kernel library's tensor-core product beside cuBLAS's on the MLP-L products (CUDA only; see
-//! `mma_workload`). Workload `sampler`: one timestep of `graphed::sample`
+//! `mma_workload`); `mma-k`: the gradient products at short `k`, lean against words (where
+//! `MmaTile::Auto` switches, `WORDS_TRANSPOSE_MIN_K`). Workload `sampler`: one timestep of `graphed::sample`
 //! (the `sampler` example's step). Each runs eagerly and replayed on every backend asked for.
 //! Workload `half`: an axpy over 2^23 elements in `f32`, `f16` and `bf16` storage, side by side.
 //! Workload `tiles`: the MLP products with each tiling and split-K on (summed by a second launch,
@@ -1282,8 +1283,10 @@ impl Launch for ReusedScratch<'_> {
 /// each layer's forward `X·Wᵀ`, weight gradient `dYᵀ·X` and input gradient `dY·W`, eagerly
 /// (one launch each), with µs and achieved TFLOP/s side by side. CUDA only (cuBLAS, and the
 /// shapes take minutes elsewhere). Checks the two agree within 2^-10 relative to the
-/// products' magnitude before timing.
-fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
+/// products' magnitude before timing. `short_k` (workload `mma-k`): instead, 4096×4096
+/// gradient products (`dW`, `dX`) at `k` from 16 to 1024, where the words variant's
+/// transposes weigh most, with the lean and words variants and `MmaTile::Auto` only.
+fn mma_workload(dev: &Device, quick: bool, short_k: bool, rows: &mut Vec<Row>) -> Result<()> {
     use graphed::kernels::matmul::{matmul_half, Gemm};
     use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm, MmaTile};
     if dev.kind() != BackendKind::Cuda {
@@ -1296,14 +1299,51 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
     let steps = if quick { 5 } else { 50 };
     let (batch, width, classes) = (4096usize, 4096usize, 10usize);
     // (name, m, n, k, ta, tb)
-    let shapes = [
-        ("fwd 4096x4096", batch, width, width, false, true),
-        ("dW 4096x4096", width, width, batch, true, false),
-        ("dX 4096x4096", batch, width, width, false, false),
-        ("fwd 4096x10", batch, classes, width, false, true),
-        ("dW 10x4096", classes, width, batch, true, false),
-        ("dX 4096x4096 k10", batch, width, classes, false, false),
+    let mut shapes = vec![
+        (
+            "fwd 4096x4096".to_string(),
+            batch,
+            width,
+            width,
+            false,
+            true,
+        ),
+        ("dW 4096x4096".to_string(), width, width, batch, true, false),
+        (
+            "dX 4096x4096".to_string(),
+            batch,
+            width,
+            width,
+            false,
+            false,
+        ),
+        (
+            "fwd 4096x10".to_string(),
+            batch,
+            classes,
+            width,
+            false,
+            true,
+        ),
+        ("dW 10x4096".to_string(), classes, width, batch, true, false),
+        (
+            "dX 4096x4096 k10".to_string(),
+            batch,
+            width,
+            classes,
+            false,
+            false,
+        ),
     ];
+    let mut tiles = MmaTile::ALL.to_vec();
+    if short_k {
+        shapes.clear();
+        for k in [16, 32, 64, 128, 256, 512, 1024] {
+            shapes.push((format!("dW 4096x4096 k{k}"), width, width, k, true, false));
+            shapes.push((format!("dX 4096x4096 k{k}"), batch, width, k, false, false));
+        }
+        tiles = vec![MmaTile::T128Lean, MmaTile::T128Words, MmaTile::Auto];
+    }
     let sync = || dev.synchronize().unwrap();
     let mut summary = String::new();
     for (name, m, n, k, ta, tb) in shapes {
@@ -1333,7 +1373,7 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
         let y = c_blas.to_host()?;
         // The largest |dsl - cublas| / sqrt(k) per variant, checked before any timing.
         let mut worst = Vec::new();
-        for tile in MmaTile::ALL {
+        for &tile in &tiles {
             matmul_mma(cx.reset(), tile, g, &a, &b, &mut c_dsl, false)?;
             let x = c_dsl.to_host()?;
             let w = x
@@ -1345,7 +1385,7 @@ fn mma_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> Result<()> {
         }
         let flops = 2.0 * (m * n * k) as f64;
         let mut line = format!("{name:<18} m {m:>5} n {n:>5} k {k:>5}:");
-        let variants = MmaTile::ALL
+        let variants = tiles
             .iter()
             .map(|&t| (format!("dsl-mma-{}", t.name()), Some(t)))
             .chain([("cublas-bf16".to_string(), None)]);
@@ -1389,7 +1429,7 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [mixed | mixed-M | mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce] [half] [mma] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
+    eprintln!("usage: cargo bench --bench replay -- [launch] [mlp | mlp-S | mlp-M] [mixed | mixed-M | mixed-L] [--precision f32|tf32|bf16|f16]... [sampler] [reduce] [half] [mma] [mma-k] [bind] [update] [--backend host|wgpu|cuda]... [--checked] [--quick] [--out DIR] [--chart CSV]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -1640,7 +1680,8 @@ fn main() {
                 "reduce" => reduce_workload(&dev, quick, &mut rows).unwrap(),
                 "half" => half_workload(&dev, quick, &mut rows).unwrap(),
                 "tiles" => tiles_workload(&dev, quick, &mut rows).unwrap(),
-                "mma" => mma_workload(&dev, quick, &mut rows).unwrap(),
+                "mma" => mma_workload(&dev, quick, false, &mut rows).unwrap(),
+                "mma-k" => mma_workload(&dev, quick, true, &mut rows).unwrap(),
                 "bind" => bind_workload(&dev, quick, &mut rows).unwrap(),
                 "update" => update_workload(&dev, quick, &mut rows).unwrap(),
                 other => eprintln!("workload {other} is not implemented yet"),

@@ -817,12 +817,12 @@ fn split_kc(g: MmaGemm) -> usize {
 }
 
 /// The shortest `k` for which [`MmaTile::Auto`] sends a product that needs a transposed
-/// operand (a layer's gradient products) to [`MmaTile::T128Words`] on CUDA. Measured on the
-/// H200 and the H100 (session of 2026-12-05): at `k` = 10 the transposes cost more than the
-/// words kernel saves (`dX` 77.6 against 72.5 µs on the H200, 88.4 against 83.1 on the
-/// H100), at 4096 it runs 1.55–1.6× faster; 128 is a round point between them, not a
-/// measured crossover.
-pub const WORDS_TRANSPOSE_MIN_K: usize = 128;
+/// operand (a layer's gradient products) to [`MmaTile::T128Words`] on CUDA. Measured on an
+/// H100 (`bench-replay mma-k`, session of 2026-12-05, call 3; 4096×4096 outputs): at `k` =
+/// 128 the transpose still costs more than the words kernel saves for `dW` (96.5 against
+/// 93.7 µs lean; `dX` 90.9 against 93.2), at 256 the words route wins both (`dW` 108.3
+/// against 118.3, `dX` 102.5 against 115.3) and at 1024 it is 1.36–1.39× faster.
+pub const WORDS_TRANSPOSE_MIN_K: usize = 256;
 
 /// Which kernel [`matmul_mma`] launches. The 128×128 variants compute the same product
 /// with the same tiles and summation order (so the same bits on the host and wgpu) and differ
@@ -869,7 +869,8 @@ impl MmaTile {
     /// 2026-12-03c). A gradient product (an operand stored with `k` outer, transposed first)
     /// takes the words route too where `k` is at least [`WORDS_TRANSPOSE_MIN_K`]: 4096³
     /// `dW = dYᵀ·X` 685.7 against 1101.3 µs, `dX = dY·W` 661.5 against 1054.4 µs on the H200,
-    /// but 4096×4096×10 `dX` 77.6 against 72.5 (session of 2026-12-05). Elsewhere the
+    /// but 4096×4096×10 `dX` 77.6 against 72.5 (session of 2026-12-05; the threshold is the
+    /// crossover timed at `k` from 16 to 1024). Elsewhere the
     /// 128×128 variants are one portable form, and [`MmaTile::T128`] stands for them.
     pub fn resolved_for(self, g: MmaGemm, backend: Option<BackendKind>) -> MmaTile {
         let cuda = backend == Some(BackendKind::Cuda);

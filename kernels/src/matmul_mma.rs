@@ -818,7 +818,7 @@ fn split_kc(g: MmaGemm) -> usize {
 
 /// The shortest `k` for which [`MmaTile::Auto`] sends a product that needs a transposed
 /// operand (a layer's gradient products) to [`MmaTile::T128Words`] on CUDA. Measured on an
-/// H100 (`bench-replay mma-k`, session of 2026-12-05, call 3; 4096×4096 outputs): at `k` =
+/// H100 (`bench-replay mma-k`, session of 2026-12-05, call 4; 4096×4096 outputs): at `k` =
 /// 128 the transpose still costs more than the words kernel saves for `dW` (96.5 against
 /// 93.7 µs lean; `dX` 90.9 against 93.2), at 256 the words route wins both (`dW` 108.3
 /// against 118.3, `dX` 102.5 against 115.3) and at 1024 it is 1.36–1.39× faster.

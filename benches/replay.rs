@@ -1299,42 +1299,16 @@ fn mma_workload(dev: &Device, quick: bool, short_k: bool, rows: &mut Vec<Row>) -
     let steps = if quick { 5 } else { 50 };
     let (batch, width, classes) = (4096usize, 4096usize, 10usize);
     // (name, m, n, k, ta, tb)
-    let mut shapes = vec![
-        (
-            "fwd 4096x4096".to_string(),
-            batch,
-            width,
-            width,
-            false,
-            true,
-        ),
-        ("dW 4096x4096".to_string(), width, width, batch, true, false),
-        (
-            "dX 4096x4096".to_string(),
-            batch,
-            width,
-            width,
-            false,
-            false,
-        ),
-        (
-            "fwd 4096x10".to_string(),
-            batch,
-            classes,
-            width,
-            false,
-            true,
-        ),
-        ("dW 10x4096".to_string(), classes, width, batch, true, false),
-        (
-            "dX 4096x4096 k10".to_string(),
-            batch,
-            width,
-            classes,
-            false,
-            false,
-        ),
-    ];
+    let mut shapes: Vec<(String, usize, usize, usize, bool, bool)> = [
+        ("fwd 4096x4096", batch, width, width, false, true),
+        ("dW 4096x4096", width, width, batch, true, false),
+        ("dX 4096x4096", batch, width, width, false, false),
+        ("fwd 4096x10", batch, classes, width, false, true),
+        ("dW 10x4096", classes, width, batch, true, false),
+        ("dX 4096x4096 k10", batch, width, classes, false, false),
+    ]
+    .map(|(name, m, n, k, ta, tb)| (name.to_string(), m, n, k, ta, tb))
+    .to_vec();
     let mut tiles = MmaTile::ALL.to_vec();
     if short_k {
         shapes.clear();

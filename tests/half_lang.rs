@@ -88,6 +88,16 @@ pub fn casts(
     }
 }
 
+/// The two `f16` conversions alone, for the exhaustive sweep.
+#[kernel(workgroup = 64)]
+pub fn f16_casts(x: &[f32], h: &[f16], to_h: &mut [f16], from_h: &mut [f32]) {
+    let k = global_id().x;
+    if k < x.len() {
+        to_h[k] = x[k] as f16;
+        from_h[k] = h[k] as f32;
+    }
+}
+
 macro_rules! arith_kernel {
     ($name:ident, $t:ident) => {
         /// Arithmetic of one 16-bit type: `out[9k..9k+9]` = `a+b a-b a*b a/b -a min max abs
@@ -155,6 +165,7 @@ const ALL: &[&graphed::KernelDef] = &[
     &axpy_f16::DEF,
     &dot_bf16::DEF,
     &casts::DEF,
+    &f16_casts::DEF,
     &arith_f16::DEF,
     &arith_bf16::DEF,
     &scale::DEF,
@@ -540,6 +551,73 @@ fn casts_round_to_nearest_even_overflow_to_infinity_and_keep_nan() {
             !payload,
             0,
         );
+    });
+}
+
+/// Every `f16` bit pattern widened to `f32`, and `f32`s on every rounding boundary of
+/// `f16` narrowed: for each finite magnitude `p`, the exact midpoint between `p` and the
+/// next pattern (a tie, to even), one `f32` ulp below it and one above, both signs — the
+/// normal, subnormal and overflow ranges whole, since the WGSL helpers compute every case
+/// without branches and pick one.
+#[test]
+fn every_f16_pattern_and_rounding_boundary_converts_as_the_definition() {
+    on_every_backend(|dev| {
+        let mut x = Vec::new();
+        for p in 0u16..0x7c00 {
+            // Past 65504 the next step would be 65536, which f16 lacks: ties go to infinity.
+            let next = if p == 0x7bff {
+                65536.0
+            } else {
+                f16::from_bits(p + 1).to_f64()
+            };
+            let mid = (f16::from_bits(p).to_f64() + next) / 2.0;
+            let m = mid as f32;
+            assert_eq!(m as f64, mid, "the midpoint after {p:#06x} is an f32");
+            for v in [
+                m,
+                f32::from_bits(m.to_bits() - 1),
+                f32::from_bits(m.to_bits() + 1),
+            ] {
+                x.push(v);
+                x.push(-v);
+            }
+        }
+        let n = x.len();
+        let h: Vec<u16> = (0..n).map(|j| (j % 0x1_0000) as u16).collect();
+        let mut to_h = dev.upload(&f16s(&vec![POISON16; n])).unwrap();
+        let mut from_h = graphed::testing::poisoned(dev, n);
+        f16_casts::launch(
+            dev,
+            n,
+            &dev.upload(&x).unwrap(),
+            &dev.upload(&f16s(&h)).unwrap(),
+            &mut to_h,
+            &mut from_h,
+        )
+        .unwrap();
+        let k = dev.kind();
+        let payload = f16_slice_nan_payload_kept(dev);
+        let want: Vec<u16> = x.iter().map(|v| f16::from_f32(*v).to_bits()).collect();
+        assert!(want.contains(&0x7c00) && want.contains(&0x0001) && want.contains(&0x8000));
+        assert_16(
+            &format!("{k}: f32 as f16 on the boundaries"),
+            &bits16(&to_h.to_host().unwrap()),
+            &want,
+            false,
+            false,
+            0,
+        );
+        let got: Vec<f32> = from_h.to_host().unwrap();
+        for (j, (g, b)) in got.iter().zip(&h).enumerate() {
+            let w = f16::from_bits(*b).to_f32();
+            let same = g.to_bits() == w.to_bits() || (!payload && g.is_nan() && w.is_nan());
+            assert!(
+                same,
+                "{k}: f16 {b:#06x} as f32 [{j}]: {:#x}, want {:#x}",
+                g.to_bits(),
+                w.to_bits()
+            );
+        }
     });
 }
 

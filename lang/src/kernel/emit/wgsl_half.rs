@@ -157,3 +157,30 @@ pub(super) fn helper_source(name: &str) -> Option<&'static str> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::helper_source;
+
+    /// The widening helpers run 128 times in each call of the portable MMA, so they stay
+    /// branch-free: with an `if` in `gd_f16_to_f32`, lavapipe took minutes to compile one
+    /// tiled `f16` product (see the helper's comment). Their results are checked bitwise, for
+    /// every bit pattern, by `tests/half_lang.rs`.
+    #[test]
+    fn the_widening_helpers_have_no_branches() {
+        for name in ["gd_f16_to_f32", "gd_bf16_to_f32"] {
+            let src = helper_source(name).expect(name);
+            assert!(src.starts_with(&format!("fn {name}(")), "{src}");
+            let body = &src[src.find('{').unwrap()..];
+            for word in ["if", "else", "switch", "loop", "for", "while"] {
+                let branches = body
+                    .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                    .filter(|w| *w == word)
+                    .count();
+                assert_eq!(branches, 0, "`{word}` in {name}:\n{src}");
+            }
+            assert!(body.contains("select("), "{src}");
+        }
+        assert!(helper_source("gd_no_such_helper").is_none());
+    }
+}

@@ -154,10 +154,14 @@ fn frag_starts(quad: bool, wr: u32, wc: u32, g: u32, t: u32) -> [u32; 7] {
 /// The word of workgroup memory for word `q` of invocation `tid`'s share of a tile
 /// (`tile_word` of `tile_share`'s row `sh[0] + sh[2]·q`, pair `sh[1] + sh[3]·q`), `w0` being
 /// that of word 0: rows 16 apart have the same swizzle, so along `k` (not `trans`) it is
-/// `w0 + 256·q`.
+/// `w0 + 256·q`. Word 0 lies in the first 16 rows, so `w0 < 256`; saying so (`w0 & 255`, the
+/// same value) lets the CUDA compiler prove that `w0 + 256·q` does not wrap, and address the
+/// eight stores from one register with constant offsets: without it NVRTC held eight
+/// addresses a tile in registers and spilled the words kernel (48 bytes a thread at 128
+/// registers; none with it).
 #[device]
 fn store_word(trans: bool, tid: u32, w0: u32, q: u32) -> u32 {
-    let mut w = w0 + 256 * q;
+    let mut w = (w0 & 255u32) + 256 * q;
     if trans {
         let sh = tile_share(true, tid);
         w = tile_word(sh[0], sh[1] + sh[3] * q);

@@ -251,7 +251,26 @@ fn workgroup_memory_over_the_adapters_limit_is_refused_before_the_pipeline() {
         let x = dev.upload(&[1.5f32; 64]).unwrap();
         let mut y = dev.alloc::<f32>(64).unwrap();
         let result = big_tile::launch(dev, 64, &x, &mut y);
+        // `workgroup_bytes_max` says beforehand whether the launch is refused, and the
+        // refusal names that limit.
+        let max = dev.workgroup_bytes_max();
+        assert_eq!(big_tile::DEF.workgroup_bytes, 49152);
+        assert_eq!(
+            result.is_err(),
+            49152 > max,
+            "[{}] limit {max}: {result:?}",
+            dev.kind()
+        );
+        if let Err(Error::Limit { limit, .. }) = &result {
+            assert_eq!(*limit, u128::from(max), "[{}]", dev.kind());
+        }
+        match dev.kind() {
+            BackendKind::Host => assert_eq!(max, u32::MAX),
+            BackendKind::Cuda => assert_eq!(max, 48 * 1024),
+            _ => {}
+        }
         if dev.kind() == BackendKind::Wgpu && dev.adapter().contains("llvmpipe") {
+            assert_eq!(max, 32768);
             let err = result.unwrap_err();
             assert!(
                 matches!(

@@ -407,6 +407,14 @@ impl Device {
         self.inner.backend.multiprocessors()
     }
 
+    /// The most workgroup memory, in bytes, one kernel may declare on this device (its
+    /// `shared` arrays together): 48 KiB on CUDA (static shared memory), the adapter's
+    /// `max_compute_workgroup_storage_size` on wgpu, unbounded on the host. A kernel that
+    /// declares more fails to launch with [`Error::Limit`].
+    pub fn workgroup_bytes_max(&self) -> u32 {
+        self.inner.backend.workgroup_bytes_max()
+    }
+
     /// The multiprocessors the kernel library's matrix products fill by splitting `k`
     /// (`graphed::kernels::matmul`'s rule): [`Device::multiprocessors`] unless switched off
     /// ([`Device::set_split_fill`], `GRAPHED_SPLIT_FILL=0`).

@@ -814,6 +814,10 @@ impl Backend for CudaBackend {
     fn adapter(&self) -> String {
         self.name.clone()
     }
+    fn workgroup_bytes_max(&self) -> u32 {
+        STATIC_SHARED_BYTES
+    }
+
     fn subgroup_size(&self) -> Option<u32> {
         Some(32)
     }

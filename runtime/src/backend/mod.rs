@@ -68,6 +68,10 @@ pub(crate) trait Backend: Send + Sync {
     fn multiprocessors(&self) -> Option<u32> {
         None
     }
+    /// The most workgroup memory (bytes) one kernel may declare here.
+    fn workgroup_bytes_max(&self) -> u32 {
+        u32::MAX
+    }
     /// Alignment (in 32-bit words) of each launch's argument block inside a recording's arena.
     fn arg_align_words(&self) -> usize;
     /// A zeroed allocation of `words` 32-bit words.

@@ -611,6 +611,10 @@ impl Backend for WgpuBackend {
     fn shader_f16(&self) -> bool {
         self.shader_f16
     }
+    fn workgroup_bytes_max(&self) -> u32 {
+        self.limits.max_compute_workgroup_storage_size
+    }
+
     fn subgroup_size(&self) -> Option<u32> {
         self.subgroups
             .filter(|(min, max)| min == max)

@@ -427,7 +427,7 @@ impl CudaBackend {
         }
         // The kernel language caps workgroup memory at CUDA's static `__shared__` limit; a
         // definition built otherwise is refused before compiling rather than by the module loader.
-        if kernel.workgroup_bytes > STATIC_SHARED_BYTES {
+        if kernel.workgroup_bytes > self.workgroup_bytes_max() {
             return Err(Error::Limit {
                 backend: NAME,
                 what: format!(
@@ -435,7 +435,7 @@ impl CudaBackend {
                     kernel.name
                 ),
                 asked: kernel.workgroup_bytes.into(),
-                limit: STATIC_SHARED_BYTES.into(),
+                limit: self.workgroup_bytes_max().into(),
             });
         }
         if let Some((_, kernels)) = &self.checked {

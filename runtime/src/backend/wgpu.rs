@@ -360,7 +360,7 @@ impl WgpuBackend {
                 ),
             });
         }
-        if kernel.workgroup_bytes > l.max_compute_workgroup_storage_size {
+        if kernel.workgroup_bytes > self.workgroup_bytes_max() {
             return Err(Error::Limit {
                 backend: NAME,
                 what: format!(
@@ -368,7 +368,7 @@ impl WgpuBackend {
                     kernel.name
                 ),
                 asked: kernel.workgroup_bytes.into(),
-                limit: l.max_compute_workgroup_storage_size.into(),
+                limit: self.workgroup_bytes_max().into(),
             });
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);

@@ -99,6 +99,9 @@ pub const BUILTIN_FNS: &[&str] = &[
     "subgroup_shuffle_up",
     "subgroup_shuffle_down",
     "mma_m16n8k16",
+    "copy_async",
+    "copy_async_commit",
+    "copy_async_wait",
 ];
 
 /// Methods kernels accept (`x.len()` and the math functions).

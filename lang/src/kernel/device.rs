@@ -71,7 +71,13 @@ fn is_builtin(name: &str) -> bool {
         || super::ir::SubgroupOp::from_name(name).is_some()
         || matches!(
             name,
-            "barrier" | "device_fence" | "shared" | super::mma::NAME
+            "barrier"
+                | "device_fence"
+                | "shared"
+                | super::mma::NAME
+                | super::copy_async::NAME
+                | super::copy_async::COMMIT
+                | super::copy_async::WAIT
         )
 }
 

@@ -6,6 +6,7 @@
 
 use proc_macro2::Span;
 
+pub use super::copy_async::{CopyAsync, CopyFence};
 pub use super::mma::Mma;
 pub use super::subgroup::SubgroupOp;
 
@@ -480,6 +481,10 @@ pub enum Stmt {
     },
     /// `mma_m16n8k16(&a, &b, &mut acc)` (see [`super::mma`]).
     Mma(Mma),
+    /// `copy_async(dst, d, src, s, n)` (see [`super::copy_async`]).
+    CopyAsync(CopyAsync),
+    /// `copy_async_commit()` or `copy_async_wait(k)`.
+    CopyFence(CopyFence),
     /// An atomic read-modify-write on `target[index]`; the old value goes to `result`.
     Atomic {
         result: Option<String>,

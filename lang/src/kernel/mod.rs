@@ -2,6 +2,7 @@
 //! and a typed launcher.
 
 mod check;
+pub mod copy_async;
 pub mod device;
 pub mod emit;
 pub mod ir;
@@ -342,6 +343,8 @@ pub(crate) fn stub(func: &syn::ItemFn, params: &[Param]) -> TokenStream {
     }
 }
 
+#[cfg(test)]
+mod copy_async_tests;
 #[cfg(test)]
 mod device_array_tests;
 #[cfg(test)]

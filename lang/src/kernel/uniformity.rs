@@ -265,6 +265,12 @@ impl Analysis<'_, '_> {
                     r.push(syn::Error::new(*span, fence_message(why)));
                 }
             }
+            // Its `let`s and element copies, walked as the straight-line code they are.
+            Stmt::CopyAsync(c) => {
+                self.block(&c.setup, nu);
+                self.block(&c.copy, nu);
+            }
+            Stmt::CopyFence(_) => {}
             Stmt::Barrier { span } => {
                 if let Some(why) = nu {
                     let mut msg = barrier_message(why).to_string();
@@ -388,7 +394,10 @@ impl Analysis<'_, '_> {
             | Stmt::ReturnArray(_)
             | Stmt::Barrier { .. }
             | Stmt::DeviceFence { .. }
-            | Stmt::Mma(_) => {}
+            | Stmt::Mma(_)
+            // Walked statement by statement in `stmt`.
+            | Stmt::CopyAsync(_)
+            | Stmt::CopyFence(_) => {}
         }
         for e in es {
             self.ops(e, nu);

@@ -92,7 +92,9 @@ fn widen_stmt(s: &mut Stmt) {
         | Stmt::ReturnArray(_)
         | Stmt::Barrier { .. }
         | Stmt::DeviceFence { .. }
-        | Stmt::Mma(_) => {}
+        | Stmt::Mma(_)
+        | Stmt::CopyFence(_) => {}
+        Stmt::CopyAsync(c) => c.setup.iter_mut().chain(&mut c.copy).for_each(widen_stmt),
     }
 }
 

@@ -8,6 +8,7 @@ mod atomics;
 mod builtins;
 mod consts;
 mod control;
+mod copy_async;
 mod device;
 mod expr;
 mod half;

@@ -409,6 +409,15 @@ impl Checker<'_> {
                 out.push(Stmt::DeviceFence { span: c.span() });
             }
             syn::Expr::Call(c) if is_path_call(c, crate::kernel::mma::NAME) => self.mma(c, out),
+            syn::Expr::Call(c) if is_path_call(c, crate::kernel::copy_async::NAME) => {
+                self.copy_async(c, out)
+            }
+            syn::Expr::Call(c) if is_path_call(c, crate::kernel::copy_async::COMMIT) => {
+                self.copy_fence(c, false, out)
+            }
+            syn::Expr::Call(c) if is_path_call(c, crate::kernel::copy_async::WAIT) => {
+                self.copy_fence(c, true, out)
+            }
             syn::Expr::Paren(p) => self.expr_stmt(&p.expr, out),
             syn::Expr::Call(c) if self.helper_index(&c.func).is_some() => {
                 if let Some(i) = self.helper_index(&c.func) {

@@ -162,7 +162,7 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
     for s in &k.shared {
         writeln!(
             head,
-            "    __shared__ {} {}[{}];",
+            "    __shared__ __align__(16) {} {}[{}];",
             ty(s.elem),
             s.name,
             s.size
@@ -458,6 +458,16 @@ impl Cuda<'_> {
                 let line = super::mma::cuda_stmt(m, self.arrays);
                 self.line(&line);
             }
+            Stmt::CopyAsync(c) => self.copy_async(c),
+            Stmt::CopyFence(f) => {
+                let ptx = match f {
+                    CopyFence::Commit => "cp.async.commit_group;".to_string(),
+                    CopyFence::Wait(k) => format!("cp.async.wait_group {k};"),
+                };
+                self.line("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800");
+                self.line(&format!("asm volatile(\"{ptx}\" ::: \"memory\");"));
+                self.line("#endif");
+            }
             Stmt::Atomic {
                 result,
                 op,
@@ -502,6 +512,38 @@ impl Cuda<'_> {
                 self.line(&line);
             }
         }
+    }
+
+    /// `copy_async` (see [`crate::kernel::copy_async`]): on sm_80 and later one
+    /// `cp.async.cg.shared.global` of 16 bytes where both addresses are 16-byte aligned and
+    /// the chunk lies inside the workgroup array, else (and before sm_80) the portable form's
+    /// element copies, at once.
+    fn copy_async(&mut self, c: &CopyAsync) {
+        self.line("{");
+        self.indent += 1;
+        self.block(&c.setup);
+        let (ptr, off, _, _) = self.param_target(c.src);
+        let sh = &self.shared[c.shared];
+        let (name, last) = (sh.name.clone(), sh.size - crate::kernel::copy_async::CHUNK);
+        let (d, s, n) = (&c.d, &c.s, &c.n);
+        self.line("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800");
+        // With nothing to read, the source address is the slice's start (never past it).
+        self.line(&format!(
+            "const {}* gd_cp = {ptr} + {off} + ({n} != 0u ? {s} : 0u);",
+            ty(c.elem)
+        ));
+        self.line(&format!("if (({d} & 3u) == 0u && {d} <= {last}u && (((unsigned long long)gd_cp) & 15ull) == 0ull) {{"));
+        self.line(&format!("    gd_u32 gd_cps; asm(\"{{ .reg .u64 gd_a; cvta.to.shared.u64 gd_a, %1; cvt.u32.u64 %0, gd_a; }}\" : \"=r\"(gd_cps) : \"l\"(&{name}[{d}]));"));
+        self.line(&format!("    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(gd_cps), \"l\"(gd_cp), \"r\"({n} * 4u) : \"memory\");"));
+        self.line("} else");
+        self.line("#endif");
+        self.line("{");
+        self.indent += 1;
+        self.block(&c.copy);
+        self.indent -= 1;
+        self.line("}");
+        self.indent -= 1;
+        self.line("}");
     }
 
     /// The storage or workgroup array of a checked access, the offset to add, the length and

@@ -144,6 +144,14 @@ impl Host<'_> {
 
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            // Copied at once: the portable form (`kernel::copy_async`).
+            Stmt::CopyAsync(c) => {
+                self.line("{");
+                self.block(&c.setup);
+                self.block(&c.copy);
+                self.line("}");
+            }
+            Stmt::CopyFence(_) => {}
             Stmt::ReturnArray(a) => self.line(&format!(
                 "return ::core::result::Result::Ok({});",
                 self.arrays[*a].name

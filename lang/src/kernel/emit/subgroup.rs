@@ -75,7 +75,12 @@ fn stmts(body: &[Stmt], f: &mut impl FnMut(&Expr)) {
             | Stmt::ReturnArray(_)
             | Stmt::Barrier { .. }
             | Stmt::DeviceFence { .. }
-            | Stmt::Mma(_) => {}
+            | Stmt::Mma(_)
+            | Stmt::CopyFence(_) => {}
+            Stmt::CopyAsync(c) => {
+                stmts(&c.setup, f);
+                stmts(&c.copy, f);
+            }
         }
     }
 }

@@ -457,7 +457,12 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                     | Stmt::Return
                     | Stmt::ReturnArray(_)
                     | Stmt::DeviceFence { .. }
-                    | Stmt::Mma(_) => {}
+                    | Stmt::Mma(_)
+                    | Stmt::CopyFence(_) => {}
+                    Stmt::CopyAsync(c) => {
+                        self.block(&c.setup);
+                        self.block(&c.copy);
+                    }
                 }
             }
         }
@@ -721,6 +726,16 @@ impl Wgsl<'_> {
 
     fn stmt(&mut self, s: &Stmt) {
         match s {
+            // Copied at once: the portable form (`kernel::copy_async`).
+            Stmt::CopyAsync(c) => {
+                self.line("{");
+                self.indent += 1;
+                self.block(&c.setup);
+                self.block(&c.copy);
+                self.indent -= 1;
+                self.line("}");
+            }
+            Stmt::CopyFence(_) => {}
             Stmt::ReturnValue(e) => {
                 let v = self.expr(e);
                 self.line(&format!("return {v};"));

@@ -1275,6 +1275,10 @@ impl Launch for ReusedScratch<'_> {
     fn backend_kind(&self) -> Option<BackendKind> {
         Some(self.dev.kind())
     }
+
+    fn fits_workgroup_memory(&self, kernel: &graphed::KernelDef) -> bool {
+        self.dev.fits_workgroup_memory(kernel)
+    }
 }
 
 /// Workload `mma`: the kernel library's tensor-core product (`matmul_mma`, on the kernel

@@ -279,6 +279,7 @@ static PUT_F16: KernelDef = KernelDef {
         }\n",
     workgroup: [64, 1, 1],
     workgroup_bytes: 0,
+    exchange_bytes: 0,
     params: &[
         ParamInfo {
             name: "x",
@@ -339,6 +340,7 @@ static WIDEN_BF16: KernelDef = KernelDef {
         }\n",
     workgroup: [64, 1, 1],
     workgroup_bytes: 0,
+    exchange_bytes: 0,
     params: &[
         ParamInfo {
             name: "x",

@@ -12,7 +12,9 @@
 mod common;
 
 use common::{on_every_backend, rng};
-use graphed::kernels::matmul_mma::{matmul_mma, MmaGemm, MmaTile, WORDS_TRANSPOSE_MIN_K};
+use graphed::kernels::matmul_mma::{
+    matmul_mma, matmul_mma_async_bf16, MmaGemm, MmaTile, WORDS_TRANSPOSE_MIN_K,
+};
 use graphed::prelude::*;
 use graphed::testing::{floats, poisoned};
 use graphed::BackendKind;
@@ -230,6 +232,10 @@ fn kernels_validate_and_compile() {
         &graphed::kernels::matmul_mma::matmul_mma_lean_f16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_split_bf16::DEF,
         &graphed::kernels::matmul_mma::matmul_mma_split_f16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_words_bf16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_words_f16::DEF,
+        &matmul_mma_async_bf16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_async_f16::DEF,
     ];
     common::assert_wgsl_valid(&all);
     common::assert_cuda_compiles(&all);
@@ -244,8 +250,14 @@ fn kernels_validate_and_compile() {
     }
     // The two-workgroups-per-multiprocessor variants (occ2, lean) ask for it; the default
     // does not.
-    for k in &all[4..8] {
+    for k in all[4..8].iter().chain(&all[10..]) {
         assert!(k.cuda.contains("__launch_bounds__(256, 2)"), "{}", k.name);
+    }
+    // The async kernels stream their tiles with `cp.async` (8 sites: the first two steps'
+    // and the loop's, four chunks each), into 48 KiB that fit CUDA's static limit.
+    for k in &all[12..] {
+        assert_eq!(k.cuda.matches("cp.async.cg.shared.global").count(), 8, "{}", k.name);
+        assert_eq!((k.workgroup_bytes, k.exchange_bytes), (49152, 6144), "{}", k.name);
     }
     assert!(all[2].cuda.contains("__launch_bounds__(256)"));
     let sum = [&graphed::kernels::matmul_mma::matmul_mma_split_sum::DEF];
@@ -418,21 +430,29 @@ fn tiled_product_host_and_wgpu_agree_bitwise() {
             .map(bf16::from_f32)
             .collect();
         // Every variant bitwise equal on every device; the 128×128 ones also to each other
-        // (a split product sums in another order).
-        let mut first: Option<Vec<f32>> = None;
+        // (a split product sums in another order, the async kernel pairs the values of a
+        // step in another; where its workgroup memory does not fit, and where the words
+        // route does not apply, it runs the words route, whose bits are the 128×128 ones').
+        let g = MmaGemm { m, n, k, ta, tb };
+        let mut first: [Option<Vec<f32>>; 3] = [None, None, None];
         for tile in MmaTile::ALL {
-            if tile == MmaTile::SplitK {
-                first = None;
-            }
             for dev in &devs {
+                let streams = tile == MmaTile::T128Async
+                    && k % 2 == 0
+                    && dev.fits_workgroup_memory(&matmul_mma_async_bf16::DEF);
+                let class = match tile {
+                    MmaTile::SplitK => 2,
+                    _ if streams => 1,
+                    _ => 0,
+                };
+                let first = &mut first[class];
                 let da = dev.upload(&a).unwrap();
                 let db = dev.upload(&b).unwrap();
                 let mut dc = poisoned(dev, m * n);
-                let g = MmaGemm { m, n, k, ta, tb };
                 matmul_mma(dev, tile, g, &da, &db, &mut dc, false).unwrap();
                 let out = dc.to_host().unwrap();
                 match &first {
-                    None => first = Some(out),
+                    None => *first = Some(out),
                     Some(f) => assert!(
                         common::bitwise_eq(f, &out),
                         "{m}×{n}×{k} ta {ta} tb {tb}: {tile:?} on {} differs from the default on {}",
@@ -474,6 +494,10 @@ impl Launch for Recording<'_> {
 
     fn backend_kind(&self) -> Option<BackendKind> {
         Some(self.dev.kind())
+    }
+
+    fn fits_workgroup_memory(&self, kernel: &graphed::KernelDef) -> bool {
+        self.dev.fits_workgroup_memory(kernel)
     }
 }
 

@@ -277,6 +277,48 @@ macro_rules! tile_load {
     };
 }
 
+/// The fragments of `mma_m16n8k16` over inputs of type `$t` read from staged tiles in a
+/// workgroup array of `$words` words (`$frag_a`, `$frag_b`).
+macro_rules! frag_helpers {
+    ($t:ident, $frag_a:ident, $frag_b:ident, $words:literal) => {
+        /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
+        /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the words `d` after them).
+        #[allow(dead_code)]
+        #[device]
+        fn $frag_a(s: &[u32; $words], p: u32, p8: u32, d: u32) -> [$t; 8] {
+            let mut f = [0.0f32 as $t; 8];
+            let w0 = s[p];
+            let w1 = s[p8];
+            let w2 = s[p + d];
+            let w3 = s[p8 + d];
+            f[0] = $t::from_bits(w0);
+            f[1] = $t::from_bits(w0 >> 16u32);
+            f[2] = $t::from_bits(w1);
+            f[3] = $t::from_bits(w1 >> 16u32);
+            f[4] = $t::from_bits(w2);
+            f[5] = $t::from_bits(w2 >> 16u32);
+            f[6] = $t::from_bits(w3);
+            f[7] = $t::from_bits(w3 >> 16u32);
+            f
+        }
+
+        /// The `b` fragment of `mma_m16n8k16` whose column `g`, `k` pair `t` is word `p` of
+        /// `s` (`k` pair `t + 4` the next word).
+        #[allow(dead_code)]
+        #[device]
+        fn $frag_b(s: &[u32; $words], p: u32) -> [$t; 4] {
+            let mut f = [0.0f32 as $t; 4];
+            let w0 = s[p];
+            let w1 = s[p + 1];
+            f[0] = $t::from_bits(w0);
+            f[1] = $t::from_bits(w0 >> 16u32);
+            f[2] = $t::from_bits(w1);
+            f[3] = $t::from_bits(w1 >> 16u32);
+            f
+        }
+    };
+}
+
 /// The product's helpers over inputs of type `$t`: a tile's loads (`$load`) and the
 /// fragments of `mma_m16n8k16` read from staged tiles (`$frag_a`, `$frag_b`).
 macro_rules! matmul_mma_helpers {
@@ -301,41 +343,7 @@ macro_rules! matmul_mma_helpers {
             }
         );
 
-        /// The `a` fragment of `mma_m16n8k16` whose row `g`, `k` pair `t` is word `p` of `s`
-        /// and row `g + 8`, pair `t` word `p8` (`k` pairs `t + 4` the words `d` after them).
-        #[allow(dead_code)]
-        #[device]
-        fn $frag_a(s: &[u32; 2048], p: u32, p8: u32, d: u32) -> [$t; 8] {
-            let mut f = [0.0f32 as $t; 8];
-            let w0 = s[p];
-            let w1 = s[p8];
-            let w2 = s[p + d];
-            let w3 = s[p8 + d];
-            f[0] = $t::from_bits(w0);
-            f[1] = $t::from_bits(w0 >> 16u32);
-            f[2] = $t::from_bits(w1);
-            f[3] = $t::from_bits(w1 >> 16u32);
-            f[4] = $t::from_bits(w2);
-            f[5] = $t::from_bits(w2 >> 16u32);
-            f[6] = $t::from_bits(w3);
-            f[7] = $t::from_bits(w3 >> 16u32);
-            f
-        }
-
-        /// The `b` fragment of `mma_m16n8k16` whose column `g`, `k` pair `t` is word `p` of
-        /// `s` (`k` pair `t + 4` the next word).
-        #[allow(dead_code)]
-        #[device]
-        fn $frag_b(s: &[u32; 2048], p: u32) -> [$t; 4] {
-            let mut f = [0.0f32 as $t; 4];
-            let w0 = s[p];
-            let w1 = s[p + 1];
-            f[0] = $t::from_bits(w0);
-            f[1] = $t::from_bits(w0 >> 16u32);
-            f[2] = $t::from_bits(w1);
-            f[3] = $t::from_bits(w1 >> 16u32);
-            f
-        }
+        frag_helpers!($t, $frag_a, $frag_b, 2048);
     };
 }
 
@@ -690,6 +698,198 @@ matmul_mma_kernels!(
     false
 );
 
+/// The word of a stage of [`MmaTile::T128Async`]'s workgroup memory where chunk `c` (`0..4`:
+/// words `4c .. 4c + 4`, values `8c .. 8c + 8` of the step) of row `r` of a tile lands: rows
+/// `2j` and `2j + 1` share the 32 banks of line `j`, row `r` in half `(r % 2) ^ ((r / 2) % 2)`
+/// of it with its chunks permuted to `c ^ ((r / 2) % 2)` (see the module docs).
+#[device]
+fn chunk_word(r: u32, c: u32) -> u32 {
+    let y = (r / 2) % 2;
+    (r / 2) * 32 + 16 * ((r % 2) ^ y) + 4 * (c ^ y)
+}
+
+/// The async product kernel over inputs of type `$t` bound as their words (fragments
+/// `$frag_a`, `$frag_b` over three stages of 2048 words), `A` stored `m × k` and `B` `n × k`.
+macro_rules! matmul_mma_async_kernel {
+    ($(#[$doc:meta])* $name:ident, $t:ident, $frag_a:ident, $frag_b:ident) => {
+        $(#[$doc])*
+        #[kernel(workgroup = 256, min_workgroups = 2)]
+        pub fn $name(
+            m: u32,
+            n: u32,
+            k: u32,
+            accumulate: bool,
+            a: &[u32],
+            b: &[u32],
+            c: &mut [f32],
+        ) {
+            // Three stages of each tile (stage `s` at word `2048·s`), each 128 rows of 16
+            // words in `chunk_word`'s layout.
+            let sa = shared::<u32, 6144>();
+            let sb = shared::<u32, 6144>();
+            let tid = local_id().x;
+            let lane = tid % 32;
+            let g = lane / 4;
+            let t = lane % 4;
+            // This group's 64×32 part of the tile.
+            let wr = (tid / 32) / 4 * 64;
+            let wc = (tid / 32) % 4 * 32;
+            let row0 = workgroup_id().y * 128;
+            let col0 = workgroup_id().x * 128;
+            // Words per row of `A` and `B`, and steps of 32 values.
+            let kw = k / 2;
+            let tiles = (k + 31) / 32;
+            // This invocation's chunks of a step: chunk `cc` of rows `cr` and `cr + 64` of
+            // each tile (their words in a stage `dst` and `dst + 1024`), read from the rows'
+            // words `sa0`, `sb0` (and 64 rows on) plus 16 a step; a row outside the matrix
+            // copies nothing (zeros).
+            let cr = tid / 4;
+            let cc = tid % 4;
+            let dst = chunk_word(cr, cc);
+            let sa0 = (row0 + cr) * kw + 4 * cc;
+            let sb0 = (col0 + cr) * kw + 4 * cc;
+            let a_in0 = row0 + cr < m;
+            let a_in1 = row0 + cr + 64 < m;
+            let b_in0 = col0 + cr < n;
+            let b_in1 = col0 + cr + 64 < n;
+            // Where this invocation's fragments lie in a stage: half `h` of the step reads
+            // piece `h ^ (t % 2)` of chunk `t` of its rows (`chunk_word` of row `g` of a
+            // 16-row block, plus 16 words a row of the block's start).
+            let y = (g / 2) % 2;
+            let at = (g / 2) * 32 + 16 * ((g % 2) ^ y) + 4 * (t ^ y);
+            let fr = [at + 2 * (t % 2), at + 2 * (1 - t % 2)];
+            let fa = wr * 16;
+            let fb = wc * 16;
+            // `acc_ij`: rows `wr + 16i ..`, columns `wc + 8j ..` of the tile.
+            let mut acc00 = [0.0f32; 4];
+            let mut acc01 = [0.0f32; 4];
+            let mut acc02 = [0.0f32; 4];
+            let mut acc03 = [0.0f32; 4];
+            let mut acc10 = [0.0f32; 4];
+            let mut acc11 = [0.0f32; 4];
+            let mut acc12 = [0.0f32; 4];
+            let mut acc13 = [0.0f32; 4];
+            let mut acc20 = [0.0f32; 4];
+            let mut acc21 = [0.0f32; 4];
+            let mut acc22 = [0.0f32; 4];
+            let mut acc23 = [0.0f32; 4];
+            let mut acc30 = [0.0f32; 4];
+            let mut acc31 = [0.0f32; 4];
+            let mut acc32 = [0.0f32; 4];
+            let mut acc33 = [0.0f32; 4];
+            // The first two steps in flight (an empty group where there is one step).
+            for pre in 0..2u32 {
+                if pre < tiles {
+                    let kq = pre * 16 + 4 * cc;
+                    let mut left = 0u32;
+                    if kq < kw {
+                        left = kw - kq;
+                    }
+                    let st = pre * 2048 + dst;
+                    copy_async(sa, st, a, sa0 + pre * 16, if a_in0 { left } else { 0 });
+                    copy_async(sa, st + 1024, a, sa0 + 64 * kw + pre * 16, if a_in1 { left } else { 0 });
+                    copy_async(sb, st, b, sb0 + pre * 16, if b_in0 { left } else { 0 });
+                    copy_async(sb, st + 1024, b, sb0 + 64 * kw + pre * 16, if b_in1 { left } else { 0 });
+                }
+                copy_async_commit();
+            }
+            for step in 0..tiles {
+                // Step `step`'s tiles have landed, for every invocation after the barrier,
+                // and every group is done with step − 1's stage, which step + 2 takes.
+                copy_async_wait(1);
+                barrier();
+                let next = step + 2;
+                if next < tiles {
+                    let kq = next * 16 + 4 * cc;
+                    let mut left = 0u32;
+                    if kq < kw {
+                        left = kw - kq;
+                    }
+                    let st = (next % 3) * 2048 + dst;
+                    copy_async(sa, st, a, sa0 + next * 16, if a_in0 { left } else { 0 });
+                    copy_async(sa, st + 1024, a, sa0 + 64 * kw + next * 16, if a_in1 { left } else { 0 });
+                    copy_async(sb, st, b, sb0 + next * 16, if b_in0 { left } else { 0 });
+                    copy_async(sb, st + 1024, b, sb0 + 64 * kw + next * 16, if b_in1 { left } else { 0 });
+                }
+                copy_async_commit();
+                let s0 = (step % 3) * 2048;
+                // The two 16-value halves of the step, written out as two copies (indexing
+                // `fr` makes the front end unroll the loop).
+                for half in 0..2u32 {
+                    // An even word below 8192 (`& 8190`, the same value): lets the CUDA
+                    // compiler prove that `p + …` neither wraps nor is odd, and read each
+                    // fragment's two words of a row as one 64-bit load.
+                    let p = (s0 + fr[half]) & 8190u32;
+                    let fa0 = $frag_a(sa, p + fa, p + fa + 128, 1);
+                    let fa1 = $frag_a(sa, p + fa + 256, p + fa + 384, 1);
+                    let fa2 = $frag_a(sa, p + fa + 512, p + fa + 640, 1);
+                    let fa3 = $frag_a(sa, p + fa + 768, p + fa + 896, 1);
+                    let fb0 = $frag_b(sb, p + fb);
+                    let fb1 = $frag_b(sb, p + fb + 128);
+                    let fb2 = $frag_b(sb, p + fb + 256);
+                    let fb3 = $frag_b(sb, p + fb + 384);
+                    mma_m16n8k16(&fa0, &fb0, &mut acc00);
+                    mma_m16n8k16(&fa0, &fb1, &mut acc01);
+                    mma_m16n8k16(&fa0, &fb2, &mut acc02);
+                    mma_m16n8k16(&fa0, &fb3, &mut acc03);
+                    mma_m16n8k16(&fa1, &fb0, &mut acc10);
+                    mma_m16n8k16(&fa1, &fb1, &mut acc11);
+                    mma_m16n8k16(&fa1, &fb2, &mut acc12);
+                    mma_m16n8k16(&fa1, &fb3, &mut acc13);
+                    mma_m16n8k16(&fa2, &fb0, &mut acc20);
+                    mma_m16n8k16(&fa2, &fb1, &mut acc21);
+                    mma_m16n8k16(&fa2, &fb2, &mut acc22);
+                    mma_m16n8k16(&fa2, &fb3, &mut acc23);
+                    mma_m16n8k16(&fa3, &fb0, &mut acc30);
+                    mma_m16n8k16(&fa3, &fb1, &mut acc31);
+                    mma_m16n8k16(&fa3, &fb2, &mut acc32);
+                    mma_m16n8k16(&fa3, &fb3, &mut acc33);
+                }
+            }
+            let r = row0 + wr + g;
+            let cl = col0 + wc + 2 * t;
+            store_block(c, 0, acc00, r, cl, m, n, accumulate);
+            store_block(c, 0, acc01, r, cl + 8, m, n, accumulate);
+            store_block(c, 0, acc02, r, cl + 16, m, n, accumulate);
+            store_block(c, 0, acc03, r, cl + 24, m, n, accumulate);
+            store_block(c, 0, acc10, r + 16, cl, m, n, accumulate);
+            store_block(c, 0, acc11, r + 16, cl + 8, m, n, accumulate);
+            store_block(c, 0, acc12, r + 16, cl + 16, m, n, accumulate);
+            store_block(c, 0, acc13, r + 16, cl + 24, m, n, accumulate);
+            store_block(c, 0, acc20, r + 32, cl, m, n, accumulate);
+            store_block(c, 0, acc21, r + 32, cl + 8, m, n, accumulate);
+            store_block(c, 0, acc22, r + 32, cl + 16, m, n, accumulate);
+            store_block(c, 0, acc23, r + 32, cl + 24, m, n, accumulate);
+            store_block(c, 0, acc30, r + 48, cl, m, n, accumulate);
+            store_block(c, 0, acc31, r + 48, cl + 8, m, n, accumulate);
+            store_block(c, 0, acc32, r + 48, cl + 16, m, n, accumulate);
+            store_block(c, 0, acc33, r + 48, cl + 24, m, n, accumulate);
+        }
+    };
+}
+
+frag_helpers!(bf16, frag3_a_bf16, frag3_b_bf16, 6144);
+frag_helpers!(f16, frag3_a_f16, frag3_b_f16, 6144);
+
+matmul_mma_async_kernel!(
+    /// `C = A·Bᵀ` (plus `C` when `accumulate`) of `bf16` inputs bound as their words (`A`
+    /// stored `m × k`, `B` stored `n × k`, `k` even) on 128×128 tiles of `mma_m16n8k16`,
+    /// its tiles streamed by `copy_async` through three stages of workgroup memory, two
+    /// steps in flight (see the module docs); a grid of `⌈n/128⌉ × ⌈m/128⌉` workgroups.
+    /// [`MmaTile::T128Async`].
+    matmul_mma_async_bf16,
+    bf16,
+    frag3_a_bf16,
+    frag3_b_bf16
+);
+matmul_mma_async_kernel!(
+    /// [`matmul_mma_async_bf16`](mod@matmul_mma_async_bf16) of `f16` inputs.
+    matmul_mma_async_f16,
+    f16,
+    frag3_a_f16,
+    frag3_b_f16
+);
+
 matmul_mma_kernels!(
     elements,
     /// [`matmul_mma_bf16`](mod@matmul_mma_bf16) over part `z` of `k`, `[z·kc, (z + 1)·kc)`,
@@ -854,6 +1054,16 @@ pub enum MmaTile {
     /// needs `k` even and both inputs' words ([`Buffer::words`]: views starting at an even
     /// element); other products run [`MmaTile::T128Lean`], with the same results.
     T128Words,
+    /// [`MmaTile::T128Words`]' operands (as words, an operand stored with `k` outer
+    /// transposed first) streamed into workgroup memory by `copy_async` (`cp.async` on CUDA
+    /// sm_80+) through three stages, two steps in flight, with one barrier a step
+    /// ([`matmul_mma_async_bf16`](mod@matmul_mma_async_bf16)). Its 48 KiB of workgroup memory
+    /// fit CUDA; where they do not ([`Launch::fits_workgroup_memory`]: wgpu adapters, which
+    /// add the portable MMA form's 6 KiB), and where [`MmaTile::T128Words`] does not apply,
+    /// it runs that variant's route instead. Its fragments pair the values of a step in
+    /// another order than the other 128×128 variants (see the module docs), so its bits on
+    /// the host are its own.
+    T128Async,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and
     /// [`matmul_mma_split_sum`](mod@matmul_mma_split_sum) adds the parts in order (so a
@@ -890,16 +1100,17 @@ impl MmaTile {
     }
 
     /// Every variant but [`MmaTile::Auto`], [`MmaTile::T128`] first.
-    pub const ALL: [MmaTile; 5] = [
+    pub const ALL: [MmaTile; 6] = [
         MmaTile::T128,
         MmaTile::T128Occ2,
         MmaTile::T128Lean,
         MmaTile::T128Words,
+        MmaTile::T128Async,
         MmaTile::SplitK,
     ];
 
     /// The variant's short name (`auto`, `t128`, `t128-occ2`, `t128-lean`, `t128-words`,
-    /// `splitk`), as the
+    /// `t128-async`, `splitk`), as the
     /// bench prints it.
     pub fn name(self) -> &'static str {
         match self {
@@ -908,6 +1119,7 @@ impl MmaTile {
             MmaTile::T128Occ2 => "t128-occ2",
             MmaTile::T128Lean => "t128-lean",
             MmaTile::T128Words => "t128-words",
+            MmaTile::T128Async => "t128-async",
             MmaTile::SplitK => "splitk",
         }
     }
@@ -1002,10 +1214,19 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     // The words variant where the inputs can be read as words (else the lean one: the same
     // results).
     let words = match tile {
-        MmaTile::T128Words => words_operands(cx, g, a, b)?,
+        MmaTile::T128Words | MmaTile::T128Async => words_operands(cx, g, a, b)?,
         _ => None,
     };
-    let lean = matches!(tile, MmaTile::T128Lean | MmaTile::T128Words);
+    // The async kernel where its workgroup memory fits (else the words one).
+    let stream = tile == MmaTile::T128Async
+        && cx.fits_workgroup_memory(match T::DTYPE {
+            DType::F16 => &matmul_mma_async_f16::DEF,
+            _ => &matmul_mma_async_bf16::DEF,
+        });
+    let lean = matches!(
+        tile,
+        MmaTile::T128Lean | MmaTile::T128Words | MmaTile::T128Async
+    );
     // A split product's parts go to a scratch copy of `C` each (never accumulated there).
     let mut scratch = if parts > 1 {
         Some(cx.scratch(parts * g.m * g.n)?)
@@ -1018,8 +1239,14 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
     };
     // One input type's kernels: by `tile`, and the split kernel for a product in parts.
     macro_rules! run {
-        ($t:ident, $occ2:ident, $lean:ident, $words:ident, $split:ident, $plain:ident) => {{
-            if let Some((aw, bw)) = &words {
+        (
+            $t:ident, $occ2:ident, $lean:ident, $words:ident, $async:ident, $split:ident,
+            $plain:ident
+        ) => {{
+            if let (Some((aw, bw)), true) = (&words, stream) {
+                let grid = Grid::workgroups_2d(gx.max(1) as u32, gy.max(1) as u32);
+                $async::launch(cx, grid, m, n, k, acc, aw, bw, out)?;
+            } else if let Some((aw, bw)) = &words {
                 $words::launch(cx, grid, m, n, k, kcu, acc, aw, bw, out)?;
             } else {
                 let a = Buffer::<$t>::try_from_view(a.raw_view())?;
@@ -1043,6 +1270,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             matmul_mma_occ2_bf16,
             matmul_mma_lean_bf16,
             matmul_mma_words_bf16,
+            matmul_mma_async_bf16,
             matmul_mma_split_bf16,
             matmul_mma_bf16
         ),
@@ -1051,6 +1279,7 @@ pub fn matmul_mma<C: Launch + ?Sized, T: Element>(
             matmul_mma_occ2_f16,
             matmul_mma_lean_f16,
             matmul_mma_words_f16,
+            matmul_mma_async_f16,
             matmul_mma_split_f16,
             matmul_mma_f16
         ),

@@ -415,6 +415,18 @@ impl Device {
         self.inner.backend.workgroup_bytes_max()
     }
 
+    /// Whether `kernel`'s workgroup memory on this device — its arrays on CUDA
+    /// ([`KernelDef::workgroup_bytes`]), with the portable MMA form's exchange elsewhere
+    /// ([`KernelDef::portable_bytes`]) — is within [`Device::workgroup_bytes_max`], so that
+    /// its launches are not refused with [`Error::Limit`] for it.
+    pub fn fits_workgroup_memory(&self, kernel: &KernelDef) -> bool {
+        let bytes = match self.kind() {
+            BackendKind::Cuda => kernel.workgroup_bytes,
+            _ => kernel.portable_bytes(),
+        };
+        bytes <= self.workgroup_bytes_max()
+    }
+
     /// The multiprocessors the kernel library's matrix products fill by splitting `k`
     /// (`graphed::kernels::matmul`'s rule): [`Device::multiprocessors`] unless switched off
     /// ([`Device::set_split_fill`], `GRAPHED_SPLIT_FILL=0`).
@@ -1121,6 +1133,10 @@ impl Launch for Device {
 
     fn backend_kind(&self) -> Option<crate::BackendKind> {
         Some(self.kind())
+    }
+
+    fn fits_workgroup_memory(&self, kernel: &KernelDef) -> bool {
+        Device::fits_workgroup_memory(self, kernel)
     }
 }
 

@@ -21,8 +21,13 @@ pub struct KernelDef {
     pub cuda: &'static str,
     /// Workgroup shape.
     pub workgroup: [u32; 3],
-    /// Bytes of workgroup memory (`shared::<T, N>()` arrays) one workgroup uses.
+    /// Bytes of workgroup memory one workgroup declares (its `shared::<T, N>()` arrays): what
+    /// the CUDA form uses.
     pub workgroup_bytes: u32,
+    /// Bytes the portable forms (WGSL, the host) add to [`KernelDef::workgroup_bytes`]: the
+    /// words `mma_m16n8k16`'s portable form exchanges fragments through (CUDA exchanges them
+    /// in registers). See [`KernelDef::portable_bytes`].
+    pub exchange_bytes: u32,
     /// Parameters in declaration order.
     pub params: &'static [ParamInfo],
     /// Words in the argument block: one per scalar, two (offset, length) per slice.
@@ -56,6 +61,12 @@ pub struct CheckedForm {
 }
 
 impl KernelDef {
+    /// Bytes of workgroup memory the portable forms use: the declared arrays and the MMA
+    /// exchange ([`KernelDef::exchange_bytes`]).
+    pub fn portable_bytes(&self) -> u32 {
+        self.workgroup_bytes + self.exchange_bytes
+    }
+
     /// Whether the kernel's WGSL computes with `f16`: it then starts with `enable f16;`,
     /// which WGSL requires for any use of the type, and runs only on an adapter with
     /// `shader-f16`.
@@ -362,6 +373,15 @@ pub trait Launch {
     /// variants that give the same bits by what was measured faster there.
     fn backend_kind(&self) -> Option<crate::BackendKind> {
         None
+    }
+
+    /// Whether `kernel`'s workgroup memory fits the device the launches run on, so that they
+    /// are not refused with [`crate::Error::Limit`] for it: library routines launch a variant
+    /// that needs more memory only where it fits. The default is `true`: a variant that
+    /// does not fit is then refused, loudly, never run wrongly.
+    fn fits_workgroup_memory(&self, kernel: &KernelDef) -> bool {
+        let _ = kernel;
+        true
     }
 }
 

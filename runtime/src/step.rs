@@ -530,4 +530,8 @@ impl Launch for Step {
     fn backend_kind(&self) -> Option<crate::BackendKind> {
         Some(self.device.kind())
     }
+
+    fn fits_workgroup_memory(&self, kernel: &KernelDef) -> bool {
+        self.device.fits_workgroup_memory(kernel)
+    }
 }

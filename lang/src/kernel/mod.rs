@@ -277,9 +277,10 @@ pub(crate) fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
     let loops_terminate =
         ir::loops_terminate(&k.body) && k.helpers.iter().all(|h| ir::loops_terminate(&h.body));
     // Every element type is 4 bytes; the checker caps the sum at 48 KiB. `mma_m16n8k16`'s
-    // portable form adds its exchange words (WGSL's; counted on every backend).
-    let workgroup_bytes: u32 =
-        k.shared.iter().map(|s| s.size * 4).sum::<u32>() + mma::scratch_bytes(k);
+    // portable form adds its exchange words (WGSL's and the host's; CUDA's form exchanges
+    // fragments in registers).
+    let workgroup_bytes: u32 = k.shared.iter().map(|s| s.size * 4).sum::<u32>();
+    let exchange_bytes: u32 = mma::scratch_bytes(k);
     let ldoc = launch_doc(func);
     quote! {
         #(#docs)*
@@ -305,6 +306,7 @@ pub(crate) fn generate(func: &syn::ItemFn, k: &Kernel) -> TokenStream {
                 cuda: CUDA,
                 workgroup: WORKGROUP,
                 workgroup_bytes: #workgroup_bytes,
+                exchange_bytes: #exchange_bytes,
                 params: &[#(#params_info),*],
                 arg_words: #arg_words,
                 host,

@@ -360,14 +360,14 @@ impl WgpuBackend {
                 ),
             });
         }
-        if kernel.workgroup_bytes > self.workgroup_bytes_max() {
+        if kernel.portable_bytes() > self.workgroup_bytes_max() {
             return Err(Error::Limit {
                 backend: NAME,
                 what: format!(
                     "workgroup memory of kernel `{}` in bytes (the adapter's `max_compute_workgroup_storage_size`)",
                     kernel.name
                 ),
-                asked: kernel.workgroup_bytes.into(),
+                asked: kernel.portable_bytes().into(),
                 limit: self.workgroup_bytes_max().into(),
             });
         }

@@ -4,8 +4,9 @@
 //! the source, destination and source addresses off the 16-byte alignment `cp.async` needs
 //! (CUDA then copies element by element), a source view starting inside its allocation, a
 //! three-stage pipeline whose tiles are read by other invocations after `copy_async_wait(1)`
-//! and a barrier, and a destination past the workgroup array (a fault, checked). Inputs are
-//! fresh random values; outputs are poisoned before each run.
+//! and a barrier (written inline, and with its copies and waits in `#[device]` helpers), and
+//! a destination past the workgroup array (a fault, checked). Inputs are fresh random values;
+//! outputs are poisoned before each run.
 //!
 //! Tolerances: none. The copies move bits; the pipeline's sums are of small integers held in
 //! `f32` (exact in any order).
@@ -89,6 +90,50 @@ pub fn pipelined_sums(tiles: u32, x: &[f32], out: &mut [f32]) {
     out[workgroup_id().x * 64 + i] = acc;
 }
 
+/// Invocation `i`'s chunk of a tile of 256 values at `x[at ..]` into the stage at `t[st ..]`,
+/// and the group closed: `pipelined_sums`' copies, from a helper.
+#[device]
+fn issue_tile(t: &mut [f32; 768], x: &[f32], st: u32, at: u32, i: u32, copy: bool) {
+    if copy {
+        copy_async(t, st + 4 * i, x, at + 4 * i, 4);
+    }
+    copy_async_commit();
+}
+
+/// `pipelined_sums` with its copies, commits and waits in `#[device]` helpers.
+#[kernel(workgroup = 64)]
+pub fn pipelined_sums_in_helpers(tiles: u32, x: &[f32], out: &mut [f32]) {
+    let t = shared::<f32, 768>();
+    let i = local_id().x;
+    let base = workgroup_id().x * tiles * 256;
+    issue_tile(t, x, 0, base, i, true);
+    issue_tile(t, x, 256, base + 256, i, tiles > 1);
+    let mut acc = 0.0f32;
+    for step in 0..tiles {
+        landed();
+        barrier();
+        issue_tile(
+            t,
+            x,
+            ((step + 2) % 3) * 256,
+            base + (step + 2) * 256,
+            i,
+            step + 2 < tiles,
+        );
+        let at = (step % 3) * 256 + 4 * ((i + 7 * step) % 64);
+        for e in 0..4u32 {
+            acc += t[at + e];
+        }
+    }
+    out[workgroup_id().x * 64 + i] = acc;
+}
+
+/// Waits until at most one of the invocation's groups is in flight.
+#[device]
+fn landed() {
+    copy_async_wait(1);
+}
+
 /// Invocation 0 copies 4 elements into `t[d ..]` of an 8-element array.
 #[kernel(workgroup = 64)]
 pub fn copy_at(d: u32, x: &[u32], out: &mut [u32]) {
@@ -105,7 +150,12 @@ pub fn copy_at(d: u32, x: &[u32], out: &mut [u32]) {
 }
 
 fn all_kernels() -> Vec<&'static KernelDef> {
-    vec![&gather_chunks::DEF, &pipelined_sums::DEF, &copy_at::DEF]
+    vec![
+        &gather_chunks::DEF,
+        &pipelined_sums::DEF,
+        &pipelined_sums_in_helpers::DEF,
+        &copy_at::DEF,
+    ]
 }
 
 /// What `gather_chunks` writes: the reference of the language's definition.
@@ -195,14 +245,12 @@ fn a_three_stage_pipeline_reads_each_tile_after_it_landed() {
             let mut out = dev
                 .upload(&vec![f32::from_bits(POISON); groups * 64])
                 .unwrap();
-            pipelined_sums::launch(
-                dev,
-                Grid::workgroups(groups as u32),
-                tiles as u32,
-                &xb,
-                &mut out,
-            )
-            .unwrap();
+            let mut helped = dev
+                .upload(&vec![f32::from_bits(POISON); groups * 64])
+                .unwrap();
+            let grid = Grid::workgroups(groups as u32);
+            pipelined_sums::launch(dev, grid, tiles as u32, &xb, &mut out).unwrap();
+            pipelined_sums_in_helpers::launch(dev, grid, tiles as u32, &xb, &mut helped).unwrap();
             let mut want = vec![0.0f32; groups * 64];
             for w in 0..groups {
                 for i in 0..64 {
@@ -212,14 +260,18 @@ fn a_three_stage_pipeline_reads_each_tile_after_it_landed() {
                     }
                 }
             }
-            let got = out.to_host().unwrap();
-            assert!(
-                common::bitwise_eq(&got, &want),
-                "{}: {tiles} tiles × {groups} workgroups: got {:?}, want {:?}",
-                dev.kind(),
-                &got[..8],
-                &want[..8]
-            );
+            for (what, got) in [
+                ("inline", out.to_host().unwrap()),
+                ("in helpers", helped.to_host().unwrap()),
+            ] {
+                assert!(
+                    common::bitwise_eq(&got, &want),
+                    "{}: {what}, {tiles} tiles × {groups} workgroups: got {:?}, want {:?}",
+                    dev.kind(),
+                    &got[..8],
+                    &want[..8]
+                );
+            }
         }
     });
 }

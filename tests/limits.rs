@@ -31,6 +31,24 @@ pub fn big_tile(x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// 48 KiB of workgroup memory and `mma_m16n8k16`: CUDA exchanges fragments in registers, the
+/// portable forms through 6 words per invocation more (3 KiB for 128 invocations).
+#[kernel(workgroup = 128)]
+pub fn big_mma(x: &[f32], y: &mut [f32]) {
+    let tile = shared::<f32, 12288>();
+    let lid = local_id().x;
+    let i = global_id().x;
+    tile[lid * 96u32] = if i < x.len() { x[i] } else { 0.0 };
+    barrier();
+    let a = [1.0f32 as bf16; 8];
+    let b = [1.0f32 as bf16; 4];
+    let mut acc = [0.0f32; 4];
+    mma_m16n8k16(&a, &b, &mut acc);
+    if i < y.len() {
+        y[i] = tile[lid * 96u32] + acc[0];
+    }
+}
+
 /// Runs `test` (a test of this file, by name) in a child process with `env` set, and returns
 /// its stdout: settings read once per process need a process of their own.
 fn child(test: &str, env: &[(&str, &str)]) -> String {
@@ -296,6 +314,48 @@ fn workgroup_memory_over_the_adapters_limit_is_refused_before_the_pipeline() {
             );
         } else {
             assert_eq!(y.to_host().unwrap(), vec![3.0f32; 64]);
+        }
+    });
+}
+
+/// The portable MMA form's exchange words count on the backends that use them: a 48 KiB
+/// kernel with `mma_m16n8k16` fits CUDA (which exchanges fragments in registers) and the
+/// host, not an adapter of at most 48 KiB; `Device::fits_workgroup_memory` says which, and
+/// the refusal names the portable form's bytes.
+#[test]
+fn the_mma_exchange_counts_where_the_portable_form_runs() {
+    assert_eq!(
+        (big_mma::DEF.workgroup_bytes, big_mma::DEF.exchange_bytes),
+        (49152, 128 * 6 * 4)
+    );
+    assert_eq!(big_mma::DEF.portable_bytes(), 49152 + 3072);
+    on_every_backend(|dev| {
+        let fits = dev.fits_workgroup_memory(&big_mma::DEF);
+        let max = dev.workgroup_bytes_max();
+        let want = match dev.kind() {
+            BackendKind::Cuda => 49152 <= max,
+            _ => 49152 + 3072 <= max,
+        };
+        assert_eq!(fits, want, "[{}] limit {max}", dev.kind());
+        if dev.kind() != BackendKind::Wgpu {
+            assert!(fits, "[{}]", dev.kind());
+        }
+        let x: Vec<f32> = (0..128).map(|i| i as f32 * 0.5 + 1.0).collect();
+        let xb = dev.upload(&x).unwrap();
+        let mut y = dev.upload(&vec![f32::NAN; 128]).unwrap();
+        let result = big_mma::launch(dev, Grid::workgroups(1), &xb, &mut y);
+        if fits {
+            result.unwrap();
+            // D = A·B over 16 values of k, every element 1: 16 per accumulator.
+            let want: Vec<f32> = x.iter().map(|v| v + 16.0).collect();
+            assert_eq!(y.to_host().unwrap(), want, "[{}]", dev.kind());
+        } else {
+            match result {
+                Err(Error::Limit { asked, limit, .. }) => {
+                    assert_eq!((asked, limit), (52224, u128::from(max)), "[{}]", dev.kind())
+                }
+                other => panic!("[{}] expected Error::Limit, got {other:?}", dev.kind()),
+            }
         }
     });
 }

@@ -34,6 +34,20 @@
 //! first into a scratch buffer of the step by `matmul_mma_pack_pairs`, whose words are the
 //! pairs the words kernel loads; the bits of `C` are those of the other variants.
 //!
+//! The async variant ([`MmaTile::T128Async`], the words variant's operands) streams its
+//! tiles with the kernel language's `copy_async` (`cp.async` on CUDA) through three stages of
+//! workgroup memory, two steps in flight and one barrier a step, in workgroups of 128
+//! invocations whose four MMA groups compute 64×64 each. A copy moves a *chunk*, 16 bytes of
+//! a row: chunk `c` of a step holds the row's values `8c .. 8c + 8`. Rows `2j` and `2j + 1` of
+//! a tile share line `j` of the stage (32 words, the 32 banks): row `r` takes half
+//! `(r % 2) ^ ((r / 2) % 2)` of it, its chunk `c` at place `c ^ ((r / 2) % 2)` (`chunk_word`).
+//! Instead of the values `16h .. 16h + 16`, half `h` of a step gives invocation `t` of a
+//! group the 8-byte piece `h ^ (t % 2)` of chunk `t` of each of its rows (for `A` and `B`
+//! alike, so the products pair the same values): one 64-bit read of a row for `b`, and the
+//! reads of rows `g .. g + 4` of a group meet each bank once. Its sums therefore take a
+//! step's values in another order than the other variants', so its bits differ from theirs
+//! (on the host too); within the tolerance of `graphed_lang::kernel::mma` everywhere.
+//!
 //! A product split over `k` ([`MmaTile::SplitK`], the `matmul_mma_split_*` kernels) has
 //! layer `z` of its grid sum the range `[z·kc, (z + 1)·kc)` into copy `z` of `C` in a
 //! scratch buffer, then adds the copies in order. The variants of [`MmaTile`] are selected by [`matmul_mma`].
@@ -708,12 +722,90 @@ fn chunk_word(r: u32, c: u32) -> u32 {
     (r / 2) * 32 + 16 * ((r % 2) ^ y) + 4 * (c ^ y)
 }
 
+/// Issues invocation `tid`'s chunks of step `s` of [`MmaTile::T128Async`] into stage `s % 3`:
+/// chunk `cc` of rows `r + 32q` (`q` in `0..4`; `ar = row0 + r`, `br = col0 + r` in `A`, `B`)
+/// of each tile, at words `dst + 512q` of the stage, from words `sa0`, `sb0` of the rows
+/// (`32q` rows on) plus 16 a step; a chunk past `k`, or of a row outside the matrix, copies
+/// what lies inside (zeros for the rest).
+#[allow(clippy::too_many_arguments)]
+#[device]
+fn issue_step(
+    sa: &mut [u32; 6144],
+    sb: &mut [u32; 6144],
+    a: &[u32],
+    b: &[u32],
+    s: u32,
+    dst: u32,
+    sa0: u32,
+    sb0: u32,
+    kw: u32,
+    cc: u32,
+    ar: u32,
+    br: u32,
+    m: u32,
+    n: u32,
+) {
+    let kq = s * 16 + 4 * cc;
+    let mut left = 0u32;
+    if kq < kw {
+        left = kw - kq;
+    }
+    let st = (s % 3) * 2048 + dst;
+    let ka = sa0 + s * 16;
+    let kb = sb0 + s * 16;
+    copy_async(sa, st, a, ka, if ar < m { left } else { 0 });
+    copy_async(
+        sa,
+        st + 512,
+        a,
+        ka + 32 * kw,
+        if ar + 32 < m { left } else { 0 },
+    );
+    copy_async(
+        sa,
+        st + 1024,
+        a,
+        ka + 64 * kw,
+        if ar + 64 < m { left } else { 0 },
+    );
+    copy_async(
+        sa,
+        st + 1536,
+        a,
+        ka + 96 * kw,
+        if ar + 96 < m { left } else { 0 },
+    );
+    copy_async(sb, st, b, kb, if br < n { left } else { 0 });
+    copy_async(
+        sb,
+        st + 512,
+        b,
+        kb + 32 * kw,
+        if br + 32 < n { left } else { 0 },
+    );
+    copy_async(
+        sb,
+        st + 1024,
+        b,
+        kb + 64 * kw,
+        if br + 64 < n { left } else { 0 },
+    );
+    copy_async(
+        sb,
+        st + 1536,
+        b,
+        kb + 96 * kw,
+        if br + 96 < n { left } else { 0 },
+    );
+}
+
 /// The async product kernel over inputs of type `$t` bound as their words (fragments
-/// `$frag_a`, `$frag_b` over three stages of 2048 words), `A` stored `m × k` and `B` `n × k`.
+/// `$frag_a`, `$frag_b` over three stages of 2048 words), `A` stored `m × k` and `B` `n × k`:
+/// 4 MMA groups of 64×64.
 macro_rules! matmul_mma_async_kernel {
     ($(#[$doc:meta])* $name:ident, $t:ident, $frag_a:ident, $frag_b:ident) => {
         $(#[$doc])*
-        #[kernel(workgroup = 256, min_workgroups = 2)]
+        #[kernel(workgroup = 128, min_workgroups = 2)]
         pub fn $name(
             m: u32,
             n: u32,
@@ -731,27 +823,23 @@ macro_rules! matmul_mma_async_kernel {
             let lane = tid % 32;
             let g = lane / 4;
             let t = lane % 4;
-            // This group's 64×32 part of the tile.
-            let wr = (tid / 32) / 4 * 64;
-            let wc = (tid / 32) % 4 * 32;
+            // This group's 64×64 part of the tile.
+            let wr = (tid / 32) / 2 * 64;
+            let wc = (tid / 32) % 2 * 64;
             let row0 = workgroup_id().y * 128;
             let col0 = workgroup_id().x * 128;
             // Words per row of `A` and `B`, and steps of 32 values.
             let kw = k / 2;
             let tiles = (k + 31) / 32;
-            // This invocation's chunks of a step: chunk `cc` of rows `cr` and `cr + 64` of
-            // each tile (their words in a stage `dst` and `dst + 1024`), read from the rows'
-            // words `sa0`, `sb0` (and 64 rows on) plus 16 a step; a row outside the matrix
-            // copies nothing (zeros).
+            // This invocation's chunks of a step: chunk `cc` of rows `cr + 32q` (`q` in
+            // `0..4`) of each tile, at words `dst + 512q` of a stage, read from the rows'
+            // words `sa0`, `sb0` (`32q` rows on) plus 16 a step; a row outside the
+            // matrix copies nothing (zeros).
             let cr = tid / 4;
             let cc = tid % 4;
             let dst = chunk_word(cr, cc);
             let sa0 = (row0 + cr) * kw + 4 * cc;
             let sb0 = (col0 + cr) * kw + 4 * cc;
-            let a_in0 = row0 + cr < m;
-            let a_in1 = row0 + cr + 64 < m;
-            let b_in0 = col0 + cr < n;
-            let b_in1 = col0 + cr + 64 < n;
             // Where this invocation's fragments lie in a stage: half `h` of the step reads
             // piece `h ^ (t % 2)` of chunk `t` of its rows (`chunk_word` of row `g` of a
             // 16-row block, plus 16 words a row of the block's start).
@@ -765,31 +853,38 @@ macro_rules! matmul_mma_async_kernel {
             let mut acc01 = [0.0f32; 4];
             let mut acc02 = [0.0f32; 4];
             let mut acc03 = [0.0f32; 4];
+            let mut acc04 = [0.0f32; 4];
+            let mut acc05 = [0.0f32; 4];
+            let mut acc06 = [0.0f32; 4];
+            let mut acc07 = [0.0f32; 4];
             let mut acc10 = [0.0f32; 4];
             let mut acc11 = [0.0f32; 4];
             let mut acc12 = [0.0f32; 4];
             let mut acc13 = [0.0f32; 4];
+            let mut acc14 = [0.0f32; 4];
+            let mut acc15 = [0.0f32; 4];
+            let mut acc16 = [0.0f32; 4];
+            let mut acc17 = [0.0f32; 4];
             let mut acc20 = [0.0f32; 4];
             let mut acc21 = [0.0f32; 4];
             let mut acc22 = [0.0f32; 4];
             let mut acc23 = [0.0f32; 4];
+            let mut acc24 = [0.0f32; 4];
+            let mut acc25 = [0.0f32; 4];
+            let mut acc26 = [0.0f32; 4];
+            let mut acc27 = [0.0f32; 4];
             let mut acc30 = [0.0f32; 4];
             let mut acc31 = [0.0f32; 4];
             let mut acc32 = [0.0f32; 4];
             let mut acc33 = [0.0f32; 4];
+            let mut acc34 = [0.0f32; 4];
+            let mut acc35 = [0.0f32; 4];
+            let mut acc36 = [0.0f32; 4];
+            let mut acc37 = [0.0f32; 4];
             // The first two steps in flight (an empty group where there is one step).
             for pre in 0..2u32 {
                 if pre < tiles {
-                    let kq = pre * 16 + 4 * cc;
-                    let mut left = 0u32;
-                    if kq < kw {
-                        left = kw - kq;
-                    }
-                    let st = pre * 2048 + dst;
-                    copy_async(sa, st, a, sa0 + pre * 16, if a_in0 { left } else { 0 });
-                    copy_async(sa, st + 1024, a, sa0 + 64 * kw + pre * 16, if a_in1 { left } else { 0 });
-                    copy_async(sb, st, b, sb0 + pre * 16, if b_in0 { left } else { 0 });
-                    copy_async(sb, st + 1024, b, sb0 + 64 * kw + pre * 16, if b_in1 { left } else { 0 });
+                    issue_step(sa, sb, a, b, pre, dst, sa0, sb0, kw, cc, row0 + cr, col0 + cr, m, n);
                 }
                 copy_async_commit();
             }
@@ -800,50 +895,63 @@ macro_rules! matmul_mma_async_kernel {
                 barrier();
                 let next = step + 2;
                 if next < tiles {
-                    let kq = next * 16 + 4 * cc;
-                    let mut left = 0u32;
-                    if kq < kw {
-                        left = kw - kq;
-                    }
-                    let st = (next % 3) * 2048 + dst;
-                    copy_async(sa, st, a, sa0 + next * 16, if a_in0 { left } else { 0 });
-                    copy_async(sa, st + 1024, a, sa0 + 64 * kw + next * 16, if a_in1 { left } else { 0 });
-                    copy_async(sb, st, b, sb0 + next * 16, if b_in0 { left } else { 0 });
-                    copy_async(sb, st + 1024, b, sb0 + 64 * kw + next * 16, if b_in1 { left } else { 0 });
+                    issue_step(sa, sb, a, b, next, dst, sa0, sb0, kw, cc, row0 + cr, col0 + cr, m, n);
                 }
                 copy_async_commit();
                 let s0 = (step % 3) * 2048;
                 // The two 16-value halves of the step, written out as two copies (indexing
                 // `fr` makes the front end unroll the loop).
                 for half in 0..2u32 {
-                    // An even word below 8192 (`& 8190`, the same value): lets the CUDA
-                    // compiler prove that `p + …` neither wraps nor is odd, and read each
-                    // fragment's two words of a row as one 64-bit load.
-                    let p = (s0 + fr[half]) & 8190u32;
-                    let fa0 = $frag_a(sa, p + fa, p + fa + 128, 1);
-                    let fa1 = $frag_a(sa, p + fa + 256, p + fa + 384, 1);
-                    let fa2 = $frag_a(sa, p + fa + 512, p + fa + 640, 1);
-                    let fa3 = $frag_a(sa, p + fa + 768, p + fa + 896, 1);
-                    let fb0 = $frag_b(sb, p + fb);
-                    let fb1 = $frag_b(sb, p + fb + 128);
-                    let fb2 = $frag_b(sb, p + fb + 256);
-                    let fb3 = $frag_b(sb, p + fb + 384);
+                    // For `b` an even word below 8192 (`& 8190`, the same value): lets the
+                    // CUDA compiler read its two words of a column as one 64-bit load. The
+                    // `a` fragments' four words are read one by one, straight into the
+                    // registers `mma.sync` takes (rows `g` and `g + 8` alternate there).
+                    let pb = (s0 + fr[half]) & 8190u32;
+                    let pa = s0 + fr[half];
+                    let fa0 = $frag_a(sa, pa + fa + 0, pa + fa + 128, 1);
+                    let fa1 = $frag_a(sa, pa + fa + 256, pa + fa + 384, 1);
+                    let fa2 = $frag_a(sa, pa + fa + 512, pa + fa + 640, 1);
+                    let fa3 = $frag_a(sa, pa + fa + 768, pa + fa + 896, 1);
+                    let fb0 = $frag_b(sb, pb + fb + 0);
+                    let fb1 = $frag_b(sb, pb + fb + 128);
+                    let fb2 = $frag_b(sb, pb + fb + 256);
+                    let fb3 = $frag_b(sb, pb + fb + 384);
+                    let fb4 = $frag_b(sb, pb + fb + 512);
+                    let fb5 = $frag_b(sb, pb + fb + 640);
+                    let fb6 = $frag_b(sb, pb + fb + 768);
+                    let fb7 = $frag_b(sb, pb + fb + 896);
                     mma_m16n8k16(&fa0, &fb0, &mut acc00);
                     mma_m16n8k16(&fa0, &fb1, &mut acc01);
                     mma_m16n8k16(&fa0, &fb2, &mut acc02);
                     mma_m16n8k16(&fa0, &fb3, &mut acc03);
+                    mma_m16n8k16(&fa0, &fb4, &mut acc04);
+                    mma_m16n8k16(&fa0, &fb5, &mut acc05);
+                    mma_m16n8k16(&fa0, &fb6, &mut acc06);
+                    mma_m16n8k16(&fa0, &fb7, &mut acc07);
                     mma_m16n8k16(&fa1, &fb0, &mut acc10);
                     mma_m16n8k16(&fa1, &fb1, &mut acc11);
                     mma_m16n8k16(&fa1, &fb2, &mut acc12);
                     mma_m16n8k16(&fa1, &fb3, &mut acc13);
+                    mma_m16n8k16(&fa1, &fb4, &mut acc14);
+                    mma_m16n8k16(&fa1, &fb5, &mut acc15);
+                    mma_m16n8k16(&fa1, &fb6, &mut acc16);
+                    mma_m16n8k16(&fa1, &fb7, &mut acc17);
                     mma_m16n8k16(&fa2, &fb0, &mut acc20);
                     mma_m16n8k16(&fa2, &fb1, &mut acc21);
                     mma_m16n8k16(&fa2, &fb2, &mut acc22);
                     mma_m16n8k16(&fa2, &fb3, &mut acc23);
+                    mma_m16n8k16(&fa2, &fb4, &mut acc24);
+                    mma_m16n8k16(&fa2, &fb5, &mut acc25);
+                    mma_m16n8k16(&fa2, &fb6, &mut acc26);
+                    mma_m16n8k16(&fa2, &fb7, &mut acc27);
                     mma_m16n8k16(&fa3, &fb0, &mut acc30);
                     mma_m16n8k16(&fa3, &fb1, &mut acc31);
                     mma_m16n8k16(&fa3, &fb2, &mut acc32);
                     mma_m16n8k16(&fa3, &fb3, &mut acc33);
+                    mma_m16n8k16(&fa3, &fb4, &mut acc34);
+                    mma_m16n8k16(&fa3, &fb5, &mut acc35);
+                    mma_m16n8k16(&fa3, &fb6, &mut acc36);
+                    mma_m16n8k16(&fa3, &fb7, &mut acc37);
                 }
             }
             let r = row0 + wr + g;
@@ -852,18 +960,34 @@ macro_rules! matmul_mma_async_kernel {
             store_block(c, 0, acc01, r, cl + 8, m, n, accumulate);
             store_block(c, 0, acc02, r, cl + 16, m, n, accumulate);
             store_block(c, 0, acc03, r, cl + 24, m, n, accumulate);
+            store_block(c, 0, acc04, r, cl + 32, m, n, accumulate);
+            store_block(c, 0, acc05, r, cl + 40, m, n, accumulate);
+            store_block(c, 0, acc06, r, cl + 48, m, n, accumulate);
+            store_block(c, 0, acc07, r, cl + 56, m, n, accumulate);
             store_block(c, 0, acc10, r + 16, cl, m, n, accumulate);
             store_block(c, 0, acc11, r + 16, cl + 8, m, n, accumulate);
             store_block(c, 0, acc12, r + 16, cl + 16, m, n, accumulate);
             store_block(c, 0, acc13, r + 16, cl + 24, m, n, accumulate);
+            store_block(c, 0, acc14, r + 16, cl + 32, m, n, accumulate);
+            store_block(c, 0, acc15, r + 16, cl + 40, m, n, accumulate);
+            store_block(c, 0, acc16, r + 16, cl + 48, m, n, accumulate);
+            store_block(c, 0, acc17, r + 16, cl + 56, m, n, accumulate);
             store_block(c, 0, acc20, r + 32, cl, m, n, accumulate);
             store_block(c, 0, acc21, r + 32, cl + 8, m, n, accumulate);
             store_block(c, 0, acc22, r + 32, cl + 16, m, n, accumulate);
             store_block(c, 0, acc23, r + 32, cl + 24, m, n, accumulate);
+            store_block(c, 0, acc24, r + 32, cl + 32, m, n, accumulate);
+            store_block(c, 0, acc25, r + 32, cl + 40, m, n, accumulate);
+            store_block(c, 0, acc26, r + 32, cl + 48, m, n, accumulate);
+            store_block(c, 0, acc27, r + 32, cl + 56, m, n, accumulate);
             store_block(c, 0, acc30, r + 48, cl, m, n, accumulate);
             store_block(c, 0, acc31, r + 48, cl + 8, m, n, accumulate);
             store_block(c, 0, acc32, r + 48, cl + 16, m, n, accumulate);
             store_block(c, 0, acc33, r + 48, cl + 24, m, n, accumulate);
+            store_block(c, 0, acc34, r + 48, cl + 32, m, n, accumulate);
+            store_block(c, 0, acc35, r + 48, cl + 40, m, n, accumulate);
+            store_block(c, 0, acc36, r + 48, cl + 48, m, n, accumulate);
+            store_block(c, 0, acc37, r + 48, cl + 56, m, n, accumulate);
         }
     };
 }
@@ -875,8 +999,8 @@ matmul_mma_async_kernel!(
     /// `C = A·Bᵀ` (plus `C` when `accumulate`) of `bf16` inputs bound as their words (`A`
     /// stored `m × k`, `B` stored `n × k`, `k` even) on 128×128 tiles of `mma_m16n8k16`,
     /// its tiles streamed by `copy_async` through three stages of workgroup memory, two
-    /// steps in flight (see the module docs); a grid of `⌈n/128⌉ × ⌈m/128⌉` workgroups.
-    /// [`MmaTile::T128Async`].
+    /// steps in flight, by four MMA groups of 64×64 (see the module docs); a grid of
+    /// `⌈n/128⌉ × ⌈m/128⌉` workgroups of 128 invocations. [`MmaTile::T128Async`].
     matmul_mma_async_bf16,
     bf16,
     frag3_a_bf16,
@@ -1062,7 +1186,10 @@ pub enum MmaTile {
     /// add the portable MMA form's 6 KiB), and where [`MmaTile::T128Words`] does not apply,
     /// it runs that variant's route instead. Its fragments pair the values of a step in
     /// another order than the other 128×128 variants (see the module docs), so its bits on
-    /// the host are its own.
+    /// the host are its own. Measured on an H100 (BENCHMARKS.md, third session of
+    /// 2026-12-07): 4096³ forward 639.7 µs against the words kernel's 577.4, so
+    /// [`MmaTile::Auto`] does not take it; 4096×10×4096 158.1 against 267.7 (but
+    /// [`MmaTile::SplitK`] 93.3).
     T128Async,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and

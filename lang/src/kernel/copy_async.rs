@@ -40,12 +40,15 @@
 //!
 //! # On each target
 //!
-//! - **CUDA, sm_80 and later:** `cp.async.cg.shared.global` of 16 bytes with a source size of
-//!   `4·n'` bytes (`n'` the elements in range; PTX ISA 9.7.9.25.3, "Data Movement and
-//!   Conversion Instructions: cp.async"), then `cp.async.commit_group` and
-//!   `cp.async.wait_group k`. Workgroup arrays are declared 16-byte aligned; a chunk whose
-//!   workgroup address (`d` not a multiple of 4) or global address (the slice's start plus
-//!   `s`) is not 16-byte aligned is copied element by element instead, at once.
+//! - **CUDA, sm_80 and later:** a chunk of 4 elements in range, or of none, is one
+//!   `cp.async.cg.shared.global` of 16 bytes (none: with `ignore-src` set, which writes
+//!   zeros; PTX ISA 9.7.9.25.3, "Data Movement and Conversion Instructions: cp.async"), then
+//!   `cp.async.commit_group` and `cp.async.wait_group k`. Workgroup arrays are declared
+//!   16-byte aligned. A chunk of 1 to 3 elements in range, or one whose workgroup address
+//!   (`d` not a multiple of 4) or global address (the slice's start plus `s`) is not 16-byte
+//!   aligned, is copied element by element instead, at once. (A source size in bytes, PTX's
+//!   other form, handles partial chunks too, but cost about twice the instructions a copy in
+//!   the MMA kernel's loop: BENCHMARKS.md, third session of 2026-12-07.)
 //! - **CUDA before sm_80, WGSL and the host:** the elements are copied at once (the
 //!   statement's portable form); commit and wait do nothing.
 //!

@@ -89,7 +89,7 @@ fn copy_async_rejects_what_it_cannot_copy() {
 }
 
 #[test]
-fn copy_async_is_a_statement_of_the_kernel() {
+fn copy_async_is_a_statement() {
     let errs = kernel_errors(
         quote! {
             pub fn bad(x: &[u32], out: &mut [u32]) {
@@ -108,25 +108,6 @@ fn copy_async_is_a_statement_of_the_kernel() {
         quote! {
             pub fn bad(x: &[u32], out: &mut [u32]) {
                 let t = shared::<u32, 8>();
-                fill(t, x);
-                out[0] = t[0];
-            }
-        },
-        &[quote! {
-            fn fill(t: &mut [u32; 8], x: &[u32]) {
-                copy_async(t, 0, x, 0, 4);
-            }
-        }],
-    );
-    assert!(
-        errs.iter()
-            .any(|e| e.contains("not of a `#[device]` function")),
-        "{errs:#?}"
-    );
-    let errs = kernel_errors(
-        quote! {
-            pub fn bad(x: &[u32], out: &mut [u32]) {
-                let t = shared::<u32, 8>();
                 atomic_add(t, 0, 1u32);
                 copy_async(t, 4, x, 0, 4);
                 out[0] = 0;
@@ -135,4 +116,55 @@ fn copy_async_is_a_statement_of_the_kernel() {
         &[],
     );
     assert_one(&errs, "used with atomics");
+}
+
+#[test]
+fn a_device_helper_may_issue_and_wait_for_copies() {
+    let k = kernel(
+        quote! {
+            pub fn staged(x: &[u32], out: &mut [u32]) {
+                let t = shared::<u32, 256>();
+                let i = local_id().x;
+                fill(t, x, 4 * i);
+                barrier();
+                out[global_id().x] = t[(i * 4 + 1) % 256];
+            }
+        },
+        &[quote! {
+            fn fill(t: &mut [u32; 256], x: &[u32], at: u32) {
+                copy_async(t, at, x, at, 4);
+                copy_async_commit();
+                copy_async_wait(0);
+            }
+        }],
+    );
+    valid_wgsl(&k);
+    let checked = emit::wgsl::emit_checked(&k, 5);
+    naga::front::wgsl::parse_str(&checked)
+        .unwrap_or_else(|e| panic!("{}\n{checked}", e.emit_to_string(&checked)));
+    let cuda = emit::cuda::emit(&k);
+    assert_eq!(
+        cuda.matches("cp.async.cg.shared.global").count(),
+        1,
+        "{cuda}"
+    );
+    assert_eq!(cuda.matches("cp.async.wait_group 0;").count(), 1, "{cuda}");
+    let errs = kernel_errors(
+        quote! {
+            pub fn bad(x: &[u32], out: &mut [u32]) {
+                let t = shared::<u32, 8>();
+                fill(t, x);
+                out[0] = t[0];
+            }
+        },
+        &[quote! {
+            fn fill(t: &[u32; 8], x: &[u32]) {
+                copy_async(t, 0, x, 0, 4);
+            }
+        }],
+    );
+    assert!(
+        errs.iter().any(|e| e.contains("is read-only here")),
+        "{errs:#?}"
+    );
 }

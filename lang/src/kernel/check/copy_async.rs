@@ -10,10 +10,6 @@ const USAGE: &str = "`copy_async(dst, d, src, s, n)` copies `src[s .. s + n]` (a
 impl Checker<'_> {
     /// Lowers the statement `copy_async(dst, d, src, s, n)`.
     pub(super) fn copy_async(&mut self, c: &syn::ExprCall, out: &mut Vec<Stmt>) {
-        if self.device.is_some() {
-            self.error(c, format!("`{NAME}` is a statement of a kernel's body, not of a `#[device]` function: call it in the kernel"));
-            return;
-        }
         if c.args.len() != 5 {
             self.error(c, USAGE);
             return;
@@ -134,8 +130,9 @@ impl Checker<'_> {
         }));
     }
 
-    /// `dst` (`write`: a workgroup array this body may write, not used with atomics) or
-    /// `src` (a slice parameter) of `copy_async`, and its element type (32 bits).
+    /// `dst` (`write`: a workgroup array this body may write, not used with atomics; in a
+    /// `#[device]` helper, a `&mut [T; N]` parameter) or `src` (a slice parameter) of
+    /// `copy_async`, and its element type (32 bits).
     fn copy_target(&mut self, e: &syn::Expr, write: bool) -> Option<(usize, Ty)> {
         if self.is_poisoned(e) {
             return None;
@@ -194,11 +191,6 @@ impl Checker<'_> {
 
     /// Lowers `copy_async_commit()` (`wait`: false) or `copy_async_wait(k)`.
     pub(super) fn copy_fence(&mut self, c: &syn::ExprCall, wait: bool, out: &mut Vec<Stmt>) {
-        if self.device.is_some() {
-            let name = if wait { WAIT } else { COMMIT };
-            self.error(c, format!("`{name}` is a statement of a kernel's body, not of a `#[device]` function: call it in the kernel"));
-            return;
-        }
         if !wait {
             if !c.args.is_empty() {
                 self.error(c, format!("`{COMMIT}()` takes no arguments"));

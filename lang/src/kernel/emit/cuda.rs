@@ -527,14 +527,19 @@ impl Cuda<'_> {
         let (name, last) = (sh.name.clone(), sh.size - crate::kernel::copy_async::CHUNK);
         let (d, s, n) = (&c.d, &c.s, &c.n);
         self.line("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800");
-        // With nothing to read, the source address is the slice's start (never past it).
+        // The element the chunk starts at: with nothing to read, the slice's start (never
+        // past it). A whole chunk or none is one `cp.async` (none: `ignore-src`, zeros) where
+        // both addresses are 16-byte aligned: the slice's start (checked once, the same for
+        // every copy) and the chunk's offsets in elements (`d`, `i` multiples of 4).
         self.line(&format!(
-            "const {}* gd_cp = {ptr} + {off} + ({n} != 0u ? {s} : 0u);",
-            ty(c.elem)
+            "const gd_u32 gd_ci = {off} + ({n} != 0u ? {s} : 0u);"
         ));
-        self.line(&format!("if (({d} & 3u) == 0u && {d} <= {last}u && (((unsigned long long)gd_cp) & 15ull) == 0ull) {{"));
-        self.line(&format!("    gd_u32 gd_cps; asm(\"{{ .reg .u64 gd_a; cvta.to.shared.u64 gd_a, %1; cvt.u32.u64 %0, gd_a; }}\" : \"=r\"(gd_cps) : \"l\"(&{name}[{d}]));"));
-        self.line(&format!("    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(gd_cps), \"l\"(gd_cp), \"r\"({n} * 4u) : \"memory\");"));
+        self.line(&format!("if ((({d} | gd_ci) & 3u) == 0u && ({n} == 0u || {n} == 4u) && {d} <= {last}u && (((unsigned long long){ptr}) & 15ull) == 0ull) {{"));
+        // The array's shared-window address (the same for every copy, so the compiler may
+        // compute it once) plus the chunk's offset.
+        self.line(&format!("    gd_u32 gd_cps; asm(\"{{ .reg .u64 gd_a; cvta.to.shared.u64 gd_a, %1; cvt.u32.u64 %0, gd_a; }}\" : \"=r\"(gd_cps) : \"l\"({name}));"));
+        self.line(&format!("    gd_cps += {d} * 4u;"));
+        self.line(&format!("    asm volatile(\"{{ .reg .pred gd_z; setp.eq.u32 gd_z, %2, 0; cp.async.cg.shared.global [%0], [%1], 16, gd_z; }}\" :: \"r\"(gd_cps), \"l\"({ptr} + gd_ci), \"r\"({n}) : \"memory\");"));
         self.line("} else");
         self.line("#endif");
         self.line("{");

@@ -4,7 +4,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::device_tests::{assert_one, kernel, kernel_errors, valid_wgsl};
+use super::device_tests::{assert_one, kernel, kernel_errors, valid_checked_wgsl, valid_wgsl};
 use super::emit;
 
 fn pipeline() -> TokenStream {
@@ -28,9 +28,7 @@ fn copy_async_lowers_to_the_portable_form_and_cp_async() {
     let k = kernel(pipeline(), &[]);
     let wgsl = valid_wgsl(&k);
     assert!(!wgsl.contains("cp.async"), "{wgsl}");
-    let checked = emit::wgsl::emit_checked(&k, 7);
-    naga::front::wgsl::parse_str(&checked)
-        .unwrap_or_else(|e| panic!("{}\n{checked}", e.emit_to_string(&checked)));
+    valid_checked_wgsl(&k, 7);
     let cuda = emit::cuda::emit(&k);
     assert_eq!(
         cuda.matches("cp.async.cg.shared.global").count(),
@@ -139,9 +137,7 @@ fn a_device_helper_may_issue_and_wait_for_copies() {
         }],
     );
     valid_wgsl(&k);
-    let checked = emit::wgsl::emit_checked(&k, 5);
-    naga::front::wgsl::parse_str(&checked)
-        .unwrap_or_else(|e| panic!("{}\n{checked}", e.emit_to_string(&checked)));
+    valid_checked_wgsl(&k, 5);
     let cuda = emit::cuda::emit(&k);
     assert_eq!(
         cuda.matches("cp.async.cg.shared.global").count(),

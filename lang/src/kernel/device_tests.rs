@@ -40,7 +40,15 @@ pub(super) fn assert_one(errs: &[String], needle: &str) {
 }
 
 pub(super) fn valid_wgsl(k: &Kernel) -> String {
-    let src = emit::wgsl::emit(k);
+    validated(emit::wgsl::emit(k))
+}
+
+/// The checked variant's WGSL (kernel id `id`), parsed and validated by naga.
+pub(super) fn valid_checked_wgsl(k: &Kernel, id: u32) -> String {
+    validated(emit::wgsl::emit_checked(k, id))
+}
+
+fn validated(src: String) -> String {
     let module = naga::front::wgsl::parse_str(&src)
         .unwrap_or_else(|e| panic!("WGSL does not parse: {}\n{src}", e.emit_to_string(&src)));
     naga::valid::Validator::new(
@@ -393,9 +401,7 @@ fn a_helper_holds_per_invocation_arrays() {
     assert_eq!(k.helpers[0].arrays.len(), 2);
     assert!(k.arrays.is_empty());
     valid_wgsl(&k);
-    let checked = emit::wgsl::emit_checked(&k, 3);
-    naga::front::wgsl::parse_str(&checked)
-        .unwrap_or_else(|e| panic!("{}\n{checked}", e.emit_to_string(&checked)));
+    valid_checked_wgsl(&k, 3);
     // Numbered after the kernel's targets, for the fault record.
     assert_eq!(emit::bounds::targets(&k), ["x", "y", "c", "p"]);
     let host = emit::host::emit(&k);

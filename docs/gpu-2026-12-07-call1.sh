@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # Call 1 of 2026-12-07: the words kernel before (bench-replay-before, 9e68ae1) and after
 # `store_word` tells NVRTC that `w0 < 256` (no spills), side by side on one machine.
-cd "$(dirname "${BASH_SOURCE[0]}")/../.gpu"
-bash run.sh true >/dev/null 2>&1   # unpack the binaries and set up the loader
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-nvrtc=$(ls -d /usr/local/cuda*/targets/x86_64-linux/lib 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="${nvrtc:+$nvrtc:}/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"   # cd .gpu, unpack, name the card, NVRTC
 export GRAPHED_REQUIRE=cuda,nvrtc
 for b in before after; do
   bin=bin/bench-replay; [ $b = before ] && bin=bin/bench-replay-before

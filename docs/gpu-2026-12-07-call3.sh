@@ -5,11 +5,7 @@
 # the products of the half before it, across the barrier (no register bound: 192 registers,
 # one workgroup a multiprocessor), beside the words kernel and cuBLAS in one bench run;
 # test-mma on host + CUDA; then Nsight Compute's stall reasons for the new kernel.
-cd "$(dirname "${BASH_SOURCE[0]}")/../.gpu"
-bash run.sh true >/dev/null 2>&1   # unpack the binaries and set up the loader
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-nvrtc=$(ls -d /usr/local/cuda*/targets/x86_64-linux/lib 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="${nvrtc:+$nvrtc:}/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"   # cd .gpu, unpack, name the card, NVRTC
 export GRAPHED_REQUIRE=cuda,nvrtc
 echo "== mma --backend cuda --quick"
 timeout 150 bin/bench-replay mma --backend cuda --quick 2>&1 | grep -v "^cuBLASLt" | grep -E "^(fwd|dW|dX) " | tee $OUT/mma.txt

@@ -2,11 +2,7 @@
 # Call 4 of 2026-12-07: the kernel language's `copy_async` (cp.async) on CUDA and NVIDIA Vulkan,
 # test-mma with the async MMA variant (`t128-async`) on host + CUDA, and `bench-replay mma`
 # timing it beside the words kernel and cuBLAS in one run.
-cd "$(dirname "${BASH_SOURCE[0]}")/../.gpu"
-bash run.sh true >/dev/null 2>&1   # unpack the binaries and set up the loader
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-nvrtc=$(ls -d /usr/local/cuda*/targets/x86_64-linux/lib 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="${nvrtc:+$nvrtc:}/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"   # cd .gpu, unpack, name the card, NVRTC
 echo "== test-copy_async on host + CUDA + NVIDIA Vulkan"
 GRAPHED_REQUIRE=cuda,wgpu,nvrtc GRAPHED_TEST_BACKENDS=host,cuda,wgpu timeout 120 bash run.sh bin/test-copy_async 2>&1 | tail -12
 echo "== test-limits on host + CUDA + NVIDIA Vulkan"

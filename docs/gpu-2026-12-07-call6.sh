@@ -2,10 +2,7 @@
 # Call 6 of 2026-12-07, the same warm machine as call 5: the async and words kernels' stall
 # reasons, instructions, shared-memory wavefronts and bank conflicts, tensor-pipe use (Nsight
 # Compute, first launch of each: bench-replay's check of the 4096³ forward product).
-cd "$(dirname "${BASH_SOURCE[0]}")/../.gpu"
-bash run.sh true >/dev/null 2>&1   # unpack the binaries and set up the loader
-nvrtc=$(ls -d /usr/local/cuda*/targets/x86_64-linux/lib 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="${nvrtc:+$nvrtc:}/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"   # cd .gpu, unpack, name the card, NVRTC
 export GRAPHED_REQUIRE=cuda,nvrtc
 ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 timeout 400 "$ncu" -k regex:'matmul_mma_(async|words)_bf16' -c 2 \

@@ -2,11 +2,7 @@
 # Call 8 of 2026-12-07: the final code of the session. test-copy_async and test-limits on host +
 # CUDA + NVIDIA Vulkan, test-mma on host + CUDA, and bench-replay mma (the kept async kernel
 # beside the words kernel and cuBLAS).
-cd "$(dirname "${BASH_SOURCE[0]}")/../.gpu"
-bash run.sh true >/dev/null 2>&1   # unpack the binaries and set up the loader
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-nvrtc=$(ls -d /usr/local/cuda*/targets/x86_64-linux/lib 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="${nvrtc:+$nvrtc:}/usr/local/nvidia/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"   # cd .gpu, unpack, name the card, NVRTC
 for t in copy_async limits; do
   echo "== test-$t on host + CUDA + NVIDIA Vulkan"
   GRAPHED_REQUIRE=cuda,wgpu,nvrtc GRAPHED_TEST_BACKENDS=host,cuda,wgpu timeout 120 bash run.sh bin/test-$t 2>&1 | grep -E "^test |test result|panicked" | tail -14

@@ -194,9 +194,10 @@ fn host_replay_in_random_orders_of_the_edges_equals_eager_bitwise() {
             "seed {seed:#x}"
         );
     }
-    // A training step: products, their weight and input gradients, AdamW.
+    // A training step: products, their weight and input gradients, AdamW one layer at a
+    // time (2229 parameters: 9 workgroups, enough for a launch per layer).
     let _order = Shuffled::on(0x5eed);
-    let sizes = [12, 16, 8, 5];
+    let sizes = [40, 32, 24, 5];
     let mut r = rng("shuffled training");
     let mut rep = Classifier::new(&dev, &sizes, 3).unwrap();
     let mut eag = rep.duplicate().unwrap();
@@ -232,6 +233,77 @@ fn host_replay_in_random_orders_of_the_edges_equals_eager_bitwise() {
         },
         "the training step's plan is a chain: the shuffle tested nothing"
     );
+}
+
+/// The ops that must finish before op `j` (its ancestors through `edges`).
+fn ancestors(edges: &[(usize, usize)], j: usize) -> Vec<bool> {
+    let mut seen = vec![false; j + 1];
+    let mut todo = vec![j];
+    while let Some(k) = todo.pop() {
+        for &(a, b) in edges {
+            if b == k && !seen[a] {
+                seen[a] = true;
+                todo.push(a);
+            }
+        }
+    }
+    seen
+}
+
+/// A training step updates each layer in its own AdamW launch, last layer first: the last
+/// layer's update waits for that layer's gradients and for nothing of the layers below it
+/// (their gradient products run beside it), and the updates follow one another (they share
+/// the step counter). With `update_per_layer` off, the one update waits for everything.
+#[test]
+fn each_layers_update_waits_only_for_its_own_gradients() {
+    let dev = Device::host();
+    let mut r = rng("per-layer update edges");
+    let sizes = [40, 32, 24, 5];
+    let x = floats(&mut r, 6 * sizes[0], -1.0, 1.0);
+    let y: Vec<u32> = (0..6).map(|i| (i * 3 % sizes[3]) as u32).collect();
+    let mut model = Classifier::new(&dev, &sizes, 1).unwrap();
+    let mut step = TrainStep::new(&dev).unwrap();
+    step.call(&mut model, &x[..], &y[..], 1e-2).unwrap();
+    let plan = step.plan().unwrap();
+    let (ops, edges) = (plan.ops(), plan.edges());
+    let per_layer_launches = plan.launch_count();
+    let updates: Vec<usize> = (0..3).map(|l| launch_index(&ops, "adam_step", l)).collect();
+    let update_launches = ops
+        .iter()
+        .filter(|o| matches!(o, PlanOp::Launch { kernel: k, .. } if *k == "adam_step"))
+        .count();
+    assert_eq!(update_launches, 3, "{ops:?}");
+    // The backward pass ends with layer 0's gradients, recorded just before the updates.
+    let first = updates[0];
+    let before = ancestors(&edges, first);
+    let free: Vec<usize> = (0..first).filter(|&i| !before[i]).collect();
+    assert!(
+        free.contains(&(first - 1)),
+        "the last layer's update waits for the op before it ({:?}): {edges:?}",
+        ops[first - 1]
+    );
+    for w in updates.windows(2) {
+        assert!(
+            ancestors(&edges, w[1])[w[0]],
+            "update {} before {}",
+            w[0],
+            w[1]
+        );
+    }
+    // One launch after the whole backward pass: every op before it is its ancestor.
+    let mut whole = Classifier::new(&dev, &sizes, 1).unwrap();
+    whole.update_per_layer = false;
+    let mut step = TrainStep::new(&dev).unwrap();
+    step.call(&mut whole, &x[..], &y[..], 1e-2).unwrap();
+    let plan = step.plan().unwrap();
+    let (ops, edges) = (plan.ops(), plan.edges());
+    let only = launch_index(&ops, "adam_step", 0);
+    let before = ancestors(&edges, only);
+    assert!(
+        (0..only).filter(|&i| !before[i]).count() == 0,
+        "one update that does not wait for the whole backward pass: {edges:?}"
+    );
+    assert_eq!(plan.launch_count() + 2, per_layer_launches, "{ops:?}");
 }
 
 #[test]

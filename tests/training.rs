@@ -203,3 +203,57 @@ fn the_gradient_handed_out_is_this_steps_and_not_the_live_buffer() {
         assert_eq!(step.stats().recordings, 1);
     });
 }
+
+/// The per-layer update (`Classifier::update_per_layer`, on by default: one AdamW launch a
+/// layer, last layer first) against one launch after the whole backward pass: replayed and
+/// eager, every step's state is bitwise the same; the plans differ by the two extra
+/// launches; and switching the setting records a new plan (it is part of the key).
+#[test]
+fn the_per_layer_update_gives_the_bits_of_one_update_and_is_part_of_the_key() {
+    on_every_backend(|dev| {
+        let mut r = rng("per-layer update");
+        // 2229 parameters: 9 workgroups, enough for a launch per layer.
+        let sizes = [40, 32, 24, 5];
+        let rows = 6;
+        let mut per_layer = Classifier::new(dev, &sizes, 11).unwrap();
+        let mut whole = per_layer.duplicate().unwrap();
+        let mut eager = per_layer.duplicate().unwrap();
+        whole.update_per_layer = false;
+        assert!(per_layer.update_per_layer && eager.update_per_layer);
+        let (mut a, mut b, mut e) = (
+            TrainStep::new(dev).unwrap(),
+            TrainStep::new(dev).unwrap(),
+            TrainStep::new(dev).unwrap(),
+        );
+        for s in 0..12 {
+            let x = floats(&mut r, rows * sizes[0], -1.0, 1.0);
+            let y: Vec<u32> = (0..rows).map(|_| r.random_range(0..5u32)).collect();
+            let lr = 1e-2 / (1.0 + s as f32);
+            let la = a.call(&mut per_layer, &x[..], &y[..], lr).unwrap();
+            let lb = b.call(&mut whole, &x[..], &y[..], lr).unwrap();
+            let le = e.eager(&mut eager, &x[..], &y[..], lr).unwrap();
+            let (la, lb, le) = (
+                la.to_host().unwrap(),
+                lb.to_host().unwrap(),
+                le.to_host().unwrap(),
+            );
+            assert!(
+                bitwise_eq(&la, &lb) && bitwise_eq(&la, &le),
+                "step {s}: losses"
+            );
+            assert_same(&per_layer, &whole, &format!("step {s}: per layer vs whole"));
+            assert_same(&per_layer, &eager, &format!("step {s}: replay vs eager"));
+        }
+        assert_eq!(per_layer.count.to_host().unwrap()[1], 12, "steps counted");
+        let (pa, pb) = (a.plan().unwrap(), b.plan().unwrap());
+        assert_eq!(pa.launch_count(), pb.launch_count() + 2, "{}", dev.kind());
+        assert_eq!((a.stats().recordings, b.stats().recordings), (1, 1));
+        // The setting is part of the key.
+        let x = floats(&mut r, rows * sizes[0], -1.0, 1.0);
+        let y: Vec<u32> = (0..rows).map(|_| r.random_range(0..5u32)).collect();
+        per_layer.update_per_layer = false;
+        a.call(&mut per_layer, &x[..], &y[..], 1e-3).unwrap();
+        assert_eq!(a.stats().recordings, 2, "switching the setting must record");
+        assert_eq!(a.plan().unwrap().launch_count(), pb.launch_count());
+    });
+}

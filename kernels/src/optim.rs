@@ -10,16 +10,21 @@
 //! check sets it inside the recorded step and its update clears it ([`crate::scaler`]). The optimizer always launches the same
 //! number `G ≤ 1024` of workgroups (fixed at construction); invocation 0 of each adds 1 to
 //! `arrivals` atomically and takes `t = old / G + 1`. All `G` adds of step `s` return values
-//! in `[(s−1)·G, s·G)`, whatever their order, so every workgroup agrees on `t = s`. Past
+//! in `[(s−1)·G, s·G)`, whatever their order, so every workgroup agrees on `t = s`. An update
+//! in segments ([`Adam::step_segments`]: one launch per range of parameters, e.g. a layer's,
+//! so each runs as soon as its gradients are complete) shares the same `G` workgroups among
+//! its launches, so it counts the step exactly as one launch does. Past
 //! `t = 2²⁰` a workgroup takes the add back and uses `t = 2²⁰`, so `arrivals` stays below
 //! `2²⁰·G + G ≤ 2³⁰ + 1024` and never wraps (bias corrections `1 − βᵗ` are 1 in `f32` long
-//! before, for any β ≤ 0.99999). Workgroup 0 also adds 1 to `steps`, the exact count that
-//! [`Adam::steps`] reads.
+//! before, for any β ≤ 0.99999). Workgroup 0 (of the one launch that counts, in segments)
+//! also adds 1 to `steps`, the exact count that [`Adam::steps`] reads.
 //!
 //! Scalars (`lr`, betas, `eps`, weight decay, momentum) are kernel arguments, so each can be a
 //! per-step scalar of a recorded step.
 
 use graphed_macros::{device, kernel};
+use std::ops::Range;
+
 use graphed_runtime::{Buffer, Device, Error, Grid, IntoScalarArg, Launch, Result, ScalarArg};
 
 use crate::reduce::{first_pass_groups, reduce_all, tree_sum};
@@ -33,12 +38,20 @@ const MAX_OPT_GROUPS: usize = 1024;
 
 /// Advances the step counter `count` (module docs) and gives every invocation of the
 /// workgroup the step number `t`: invocation `lid == 0` of each of the `groups` workgroups
-/// takes it and shares it through `st`; the one whose global id `gid` is 0 (so workgroup 0)
-/// also counts the step. Called by the whole workgroup together, once per launch.
+/// of the step (all its launches together) takes it and shares it through `st`; in the
+/// launch that `counts`, workgroup `wg == 0` also counts the step. Called by the whole
+/// workgroup together, once per launch.
 /// Where the counter's skip word is set (an overflow found by the loss scaler), it advances
 /// nothing and gives 0: the launch must change nothing.
 #[device]
-fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, gid: u32, groups: u32) -> u32 {
+fn step_number(
+    count: &mut [u32],
+    st: &mut [u32; 1],
+    lid: u32,
+    wg: u32,
+    groups: u32,
+    counts: bool,
+) -> u32 {
     // One invocation per workgroup reads the skip word (it does not change during the launch,
     // so every workgroup reads one value) and shares the step (0: skipped) through `st`: an
     // atomic read by every invocation serialises on the one word (on the H200 it doubled an
@@ -53,8 +66,7 @@ fn step_number(count: &mut [u32], st: &mut [u32; 1], lid: u32, gid: u32, groups:
                 atomic_sub(count, 0u32, 1u32);
                 t = 1048576u32;
             }
-            // With `lid == 0`, `gid == 0` is workgroup 0.
-            if gid == 0 {
+            if counts && wg == 0 {
                 atomic_add(count, 1u32, 1u32);
             }
         }
@@ -73,8 +85,10 @@ fn opt_groups(n: usize) -> u32 {
 /// `p ← p·(1 − lr·wd)` first), as PyTorch's `torch.optim.Adam`/`AdamW`:
 /// `m ← m + (1 − β₁)(g − m)`, `v ← β₂·v + (1 − β₂)·g²`,
 /// `p ← p − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + eps)`, the bias corrections computed
-/// to a few ulp from `t`. `mv` holds `m` then `v`
-/// (`2·p.len()`); `count` is the step counter (module docs).
+/// to a few ulp from `t`. `m` and `v` are the moments of `p` (each `p.len()` long); `count`
+/// is the step counter (module docs), `groups` the workgroups of the whole step (this
+/// launch's, or all its segments' together), and `counts` true for the one launch of the
+/// step that adds 1 to the count of steps taken.
 #[kernel(workgroup = 256)]
 pub fn adam_step(
     lr: f32,
@@ -83,9 +97,12 @@ pub fn adam_step(
     eps: f32,
     wd: f32,
     decoupled: bool,
+    groups: u32,
+    counts: bool,
     p: &mut [f32],
     g: &[f32],
-    mv: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
@@ -109,11 +126,11 @@ pub fn adam_step(
         if i < n {
             gs[j] = g[i];
             ps[j] = p[i];
-            ms[j] = mv[i];
-            vs[j] = mv[n + i];
+            ms[j] = m[i];
+            vs[j] = v[i];
         }
     }
-    let t = step_number(count, st, local_id().x, global_id().x, num_workgroups().x);
+    let t = step_number(count, st, local_id().x, workgroup_id().x, groups, counts);
     if t == 0u32 {
         return; // the skip word is set: this step changes nothing
     }
@@ -149,12 +166,12 @@ pub fn adam_step(
                     gi = gi + wd * pi;
                 }
                 let m0 = ms[j];
-                let m = m0 + (1.0 - beta1) * (gi - m0);
-                let v = vs[j] * beta2 + (1.0 - beta2) * gi * gi;
-                mv[i] = m;
-                mv[n + i] = v;
-                let denom = sqrt(v) / bc2s + eps;
-                p[i] = pi - step * (m / denom);
+                let mi = m0 + (1.0 - beta1) * (gi - m0);
+                let vi = vs[j] * beta2 + (1.0 - beta2) * gi * gi;
+                m[i] = mi;
+                v[i] = vi;
+                let denom = sqrt(vi) / bc2s + eps;
+                p[i] = pi - step * (mi / denom);
             }
         }
         base += 8u32 * total;
@@ -164,8 +181,8 @@ pub fn adam_step(
             if i < n {
                 gs[j] = g[i];
                 ps[j] = p[i];
-                ms[j] = mv[i];
-                vs[j] = mv[n + i];
+                ms[j] = m[i];
+                vs[j] = v[i];
             }
         }
     }
@@ -187,7 +204,14 @@ pub fn sgd_step(
     count: &mut [u32],
 ) {
     let st = shared::<u32, 1>();
-    let step = step_number(count, st, local_id().x, global_id().x, num_workgroups().x);
+    let step = step_number(
+        count,
+        st,
+        local_id().x,
+        workgroup_id().x,
+        num_workgroups().x,
+        true,
+    );
     if step == 0u32 {
         return; // the skip word is set: this step changes nothing
     }
@@ -294,6 +318,65 @@ impl Counter {
     /// Steps taken so far (a host read).
     fn steps(&self) -> Result<u32> {
         Ok(self.count.to_host()?[1])
+    }
+
+    /// The workgroups of each of `segments` (ranges of the `n` parameters, in launch order):
+    /// the fixed `groups` shared in proportion to their lengths, at least one each, so the
+    /// step's launches together arrive `groups` times (module docs). The segments must
+    /// cover `0..n` once each (none empty), and there can be at most `groups` of them.
+    fn shares(&self, op: &str, segments: &[Range<usize>]) -> Result<Vec<u32>> {
+        let n = self.n;
+        let fail = |why: &str| {
+            Err(Error::Shape(format!(
+                "{op}: the segments {segments:?} of an update over {n} parameters {why}"
+            )))
+        };
+        if segments.is_empty() {
+            return fail("are none: give at least one, e.g. `0..n`");
+        }
+        if segments.iter().any(|r| r.start >= r.end) {
+            return fail("include an empty or reversed range");
+        }
+        let mut sorted: Vec<&Range<usize>> = segments.iter().collect();
+        sorted.sort_by_key(|r| r.start);
+        let mut next = 0;
+        for r in sorted {
+            if r.start != next {
+                return fail(if r.start < next {
+                    "overlap"
+                } else {
+                    "leave parameters out"
+                });
+            }
+            next = r.end;
+        }
+        if next != n {
+            return fail(if next < n {
+                "leave parameters out"
+            } else {
+                "reach past the end"
+            });
+        }
+        let groups = self.groups as usize;
+        if segments.len() > groups {
+            return fail(&format!(
+                "are more than the update's {groups} workgroups: merge some"
+            ));
+        }
+        let mut shares: Vec<usize> = segments
+            .iter()
+            .map(|r| (groups * r.len() / n).max(1))
+            .collect();
+        // Rounding leaves the sum off by less than the number of segments: take the
+        // difference from (or give it to) the largest shares.
+        while shares.iter().sum::<usize>() > groups {
+            let big = (0..shares.len()).max_by_key(|&i| shares[i]).unwrap_or(0);
+            shares[big] -= 1;
+        }
+        let short = groups - shares.iter().sum::<usize>();
+        let big = (0..shares.len()).max_by_key(|&i| shares[i]).unwrap_or(0);
+        shares[big] += short;
+        Ok(shares.into_iter().map(|g| g as u32).collect())
     }
 }
 
@@ -407,14 +490,7 @@ impl Adam {
         grads: &Buffer<f32>,
         lr: impl IntoScalarArg<f32>,
     ) -> Result<()> {
-        let c = self.config;
-        let s = AdamScalars {
-            lr: lr.into_scalar_arg(),
-            beta1: c.beta1.into(),
-            beta2: c.beta2.into(),
-            eps: c.eps.into(),
-            weight_decay: c.weight_decay.into(),
-        };
+        let s = self.scalars(lr.into_scalar_arg());
         self.step_with(cx, params, grads, s)
     }
 
@@ -426,26 +502,84 @@ impl Adam {
         grads: &Buffer<f32>,
         s: AdamScalars,
     ) -> Result<()> {
-        check_pair(
-            if self.decoupled { "AdamW" } else { "Adam" },
-            self.counter.n,
-            params,
-            grads,
-        )?;
-        adam_step::launch(
-            cx,
-            Grid::workgroups(self.counter.groups),
-            s.lr,
-            s.beta1,
-            s.beta2,
-            s.eps,
-            s.weight_decay,
-            self.decoupled,
-            params,
-            grads,
-            &mut self.moments,
-            &mut self.counter.count,
-        )
+        let all = 0..self.counter.n;
+        self.step_segments_with(cx, params, grads, s, &[all])
+    }
+
+    /// One update of every parameter as [`Adam::step`] gives, in one launch per segment, in
+    /// the order given: each segment a range of parameters, together covering them all once.
+    /// Inside a recorded step each launch waits only for what writes its own parameters and
+    /// gradients (and for the segment before it: all share the step counter), so the update
+    /// of a layer whose gradients are complete runs beside the backward pass of the layers
+    /// before it; give the last layer first. The bits are those of one launch: every element
+    /// is updated alone, with the same step number. At most the update's fixed workgroup
+    /// count (up to 1024) of segments; `Error::Shape` for segments that overlap, leave
+    /// parameters out, are empty or reach past the end.
+    pub fn step_segments<C: Launch + ?Sized>(
+        &mut self,
+        cx: &C,
+        params: &mut Buffer<f32>,
+        grads: &Buffer<f32>,
+        lr: impl IntoScalarArg<f32>,
+        segments: &[Range<usize>],
+    ) -> Result<()> {
+        let s = self.scalars(lr.into_scalar_arg());
+        self.step_segments_with(cx, params, grads, s, segments)
+    }
+
+    /// [`Adam::step_segments`] with every value given (constants or per-step scalars).
+    pub fn step_segments_with<C: Launch + ?Sized>(
+        &mut self,
+        cx: &C,
+        params: &mut Buffer<f32>,
+        grads: &Buffer<f32>,
+        s: AdamScalars,
+        segments: &[Range<usize>],
+    ) -> Result<()> {
+        let op = if self.decoupled { "AdamW" } else { "Adam" };
+        let n = self.counter.n;
+        check_pair(op, n, params, grads)?;
+        let shares = self.counter.shares(op, segments)?;
+        let groups = self.counter.groups;
+        for (i, (r, share)) in segments.iter().zip(shares).enumerate() {
+            let (a, b) = (r.start, r.end);
+            adam_step::launch(
+                cx,
+                Grid::workgroups(share),
+                s.lr,
+                s.beta1,
+                s.beta2,
+                s.eps,
+                s.weight_decay,
+                self.decoupled,
+                groups,
+                i == 0,
+                &mut params.slice(a..b)?,
+                &grads.slice(a..b)?,
+                &mut self.moments.slice(a..b)?,
+                &mut self.moments.slice(n + a..n + b)?,
+                &mut self.counter.count,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The most segments an update can take ([`Adam::step_segments`]): its fixed workgroup
+    /// count, `⌈n / 256⌉` up to 1024 (each segment's launch needs one workgroup at least).
+    pub fn max_segments(&self) -> usize {
+        self.counter.groups as usize
+    }
+
+    /// The per-step values of an update with learning rate `lr` and the configured constants.
+    fn scalars(&self, lr: ScalarArg<f32>) -> AdamScalars {
+        let c = self.config;
+        AdamScalars {
+            lr,
+            beta1: c.beta1.into(),
+            beta2: c.beta2.into(),
+            eps: c.eps.into(),
+            weight_decay: c.weight_decay.into(),
+        }
     }
 }
 

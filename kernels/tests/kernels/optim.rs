@@ -306,7 +306,7 @@ fn adam_step_over_several_passes_equals_one_pass_bitwise() {
         let grads: Vec<Vec<f32>> = (0..3).map(|_| floats(&mut r, n, -1.0, 1.0)).collect();
         let run = |groups: u32| {
             let mut p = dev.upload(&p0).unwrap();
-            let mut mv = dev.upload(&mv0).unwrap();
+            let mv = dev.upload(&mv0).unwrap();
             let mut count = dev.upload(&[0u32; COUNTER_WORDS]).unwrap();
             for (s, g) in grads.iter().enumerate() {
                 let g = dev.upload(g).unwrap();
@@ -315,8 +315,10 @@ fn adam_step_over_several_passes_equals_one_pass_bitwise() {
                 }
                 let grid = Grid::workgroups(groups);
                 let lr = 1e-2 + s as f32 * 1e-3;
+                let (mut m, mut v) = (mv.slice(0..n).unwrap(), mv.slice(n..2 * n).unwrap());
                 adam_step::launch(
-                    dev, grid, lr, 0.9, 0.999, 1e-8, 0.01, true, &mut p, &g, &mut mv, &mut count,
+                    dev, grid, lr, 0.9, 0.999, 1e-8, 0.01, true, groups, true, &mut p, &g, &mut m,
+                    &mut v, &mut count,
                 )
                 .unwrap();
                 if s == 1 {
@@ -347,4 +349,109 @@ fn adam_step_over_several_passes_equals_one_pass_bitwise() {
             "{case}: no update"
         );
     });
+}
+
+/// AdamW in segments (one launch per range, in an order that is not the parameters'):
+/// bitwise the one-launch update over three steps with a skipped step between, and the same
+/// counter (each step counted once, every workgroup arriving once).
+#[test]
+fn adam_in_segments_equals_one_launch_bitwise() {
+    let mut r = rng("adam_in_segments_equals_one_launch_bitwise");
+    on_every_backend(|dev| {
+        let n = 5000; // 20 workgroups
+        let p0 = floats(&mut r, n, -1.0, 1.0);
+        let grads: Vec<Vec<f32>> = (0..3).map(|_| floats(&mut r, n, -1.0, 1.0)).collect();
+        let run = |segments: Option<&[std::ops::Range<usize>]>| {
+            let mut p = dev.upload(&p0).unwrap();
+            let mut opt = AdamW::new(dev, n, AdamW::default_config()).unwrap();
+            for (s, g) in grads.iter().enumerate() {
+                let g = dev.upload(g).unwrap();
+                let skip = s == 1;
+                if skip {
+                    let mut c = opt.count().to_host().unwrap();
+                    c[2] = 1;
+                    opt.count().write(&c).unwrap();
+                }
+                let lr = 1e-2 + s as f32 * 1e-3;
+                match segments {
+                    Some(segs) => opt.step_segments(dev, &mut p, &g, lr, segs).unwrap(),
+                    None => opt.step(dev, &mut p, &g, lr).unwrap(),
+                }
+                if skip {
+                    let mut c = opt.count().to_host().unwrap();
+                    c[2] = 0;
+                    opt.count().write(&c).unwrap();
+                }
+            }
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            (
+                bits(p.to_host().unwrap()),
+                bits(opt.moments().to_host().unwrap()),
+                opt.count().to_host().unwrap(),
+            )
+        };
+        let one = run(None);
+        let segs = [3001..5000, 0..1234, 1234..3001];
+        let split = run(Some(&segs));
+        // As many segments as workgroups: one workgroup each.
+        let many: Vec<std::ops::Range<usize>> =
+            (0..20).rev().map(|i| i * 250..(i + 1) * 250).collect();
+        let finest = run(Some(&many));
+        let case = format!("{}", dev.kind());
+        for (name, got) in [("three segments", &split), ("twenty segments", &finest)] {
+            assert_eq!(got.0, one.0, "{case} {name}: parameters");
+            assert_eq!(got.1, one.1, "{case} {name}: moments");
+            assert_eq!(got.2, one.2, "{case} {name}: counter");
+        }
+        assert_eq!(one.2, vec![20 * 2, 2, 0], "{case}: counter");
+        assert_ne!(
+            one.0,
+            p0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{case}: no update"
+        );
+    });
+}
+
+/// Segments must cover the parameters once each, none empty, at most one per workgroup;
+/// anything else is refused before a launch, with what is wrong, and changes nothing.
+#[test]
+fn adam_segments_that_do_not_cover_the_parameters_once_are_refused() {
+    let dev = Device::host();
+    let n = 600; // 3 workgroups
+    let mut p = dev.upload(&vec![0.5f32; n]).unwrap();
+    let g = dev.upload(&vec![0.25f32; n]).unwrap();
+    let mut opt = AdamW::new(&dev, n, AdamW::default_config()).unwrap();
+    assert_eq!(opt.max_segments(), 3);
+    let cases: [(&[std::ops::Range<usize>], &str); 6] = [
+        (&[], "are none"),
+        (&[0..300, 250..600], "overlap"),
+        (&[0..300, 301..600], "leave parameters out"),
+        (&[0..300], "leave parameters out"),
+        (&[0..300, 300..300, 300..600], "empty or reversed"),
+        (&[0..300, 300..601], "reach past the end"),
+    ];
+    for (segs, why) in cases {
+        let e = opt.step_segments(&dev, &mut p, &g, 1e-3, segs).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            matches!(e, graphed_runtime::Error::Shape(_)) && msg.contains(why),
+            "{segs:?}: {msg}"
+        );
+    }
+    let four = [0..150, 150..300, 300..450, 450..600];
+    let msg = opt
+        .step_segments(&dev, &mut p, &g, 1e-3, &four)
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("more than the update's 3 workgroups"), "{msg}");
+    assert_eq!(opt.steps().unwrap(), 0, "a refused update counted a step");
+    assert_eq!(
+        p.to_host().unwrap(),
+        vec![0.5f32; n],
+        "a refused update changed parameters"
+    );
+    // Three segments, one workgroup each, are taken.
+    opt.step_segments(&dev, &mut p, &g, 1e-3, &[400..600, 0..200, 200..400])
+        .unwrap();
+    assert_eq!(opt.count().to_host().unwrap(), vec![3, 1, 0]);
 }

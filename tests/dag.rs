@@ -195,7 +195,7 @@ fn host_replay_in_random_orders_of_the_edges_equals_eager_bitwise() {
         );
     }
     // A training step: products, their weight and input gradients, AdamW one layer at a
-    // time (2229 parameters: 9 workgroups, enough for a launch per layer).
+    // time.
     let _order = Shuffled::on(0x5eed);
     let sizes = [40, 32, 24, 5];
     let mut r = rng("shuffled training");

@@ -212,7 +212,6 @@ fn the_gradient_handed_out_is_this_steps_and_not_the_live_buffer() {
 fn the_per_layer_update_gives_the_bits_of_one_update_and_is_part_of_the_key() {
     on_every_backend(|dev| {
         let mut r = rng("per-layer update");
-        // 2229 parameters: 9 workgroups, enough for a launch per layer.
         let sizes = [40, 32, 24, 5];
         let rows = 6;
         let mut per_layer = Classifier::new(dev, &sizes, 11).unwrap();

@@ -10,14 +10,20 @@
 //! check sets it inside the recorded step and its update clears it ([`crate::scaler`]). The optimizer always launches the same
 //! number `G ≤ 1024` of workgroups (fixed at construction); invocation 0 of each adds 1 to
 //! `arrivals` atomically and takes `t = old / G + 1`. All `G` adds of step `s` return values
-//! in `[(s−1)·G, s·G)`, whatever their order, so every workgroup agrees on `t = s`. An update
-//! in segments ([`Adam::step_segments`]: one launch per range of parameters, e.g. a layer's,
-//! so each runs as soon as its gradients are complete) shares the same `G` workgroups among
-//! its launches, so it counts the step exactly as one launch does. Past
+//! in `[(s−1)·G, s·G)`, whatever their order, so every workgroup agrees on `t = s`. Past
 //! `t = 2²⁰` a workgroup takes the add back and uses `t = 2²⁰`, so `arrivals` stays below
 //! `2²⁰·G + G ≤ 2³⁰ + 1024` and never wraps (bias corrections `1 − βᵗ` are 1 in `f32` long
-//! before, for any β ≤ 0.99999). Workgroup 0 (of the one launch that counts, in segments)
-//! also adds 1 to `steps`, the exact count that [`Adam::steps`] reads.
+//! before, for any β ≤ 0.99999). Workgroup 0 also adds 1 to `steps`, the exact count that
+//! [`Adam::steps`] reads.
+//!
+//! An update in segments ([`Adam::step_segments`]: one launch per range of parameters, e.g. a
+//! layer's, so each can run as soon as its gradients are complete) counts the step in its
+//! first launch, the *lead*, as above, with the `G` workgroups. Every later launch *follows*:
+//! it runs after the lead (all of them write the counter, so a recording orders them, and
+//! eager launches run in order), reads `t = min(steps, 2²⁰)` and the skip word, and advances
+//! nothing, so it may take as many workgroups as its own range needs. The counter's words
+//! move as for one launch, and where they were only ever moved by these launches, `steps` is
+//! the lead's `t` (below the cap), so the bits are those of one launch.
 //!
 //! Scalars (`lr`, betas, `eps`, weight decay, momentum) are kernel arguments, so each can be a
 //! per-step scalar of a recorded step.
@@ -37,12 +43,12 @@ pub const COUNTER_WORDS: usize = 3;
 const MAX_OPT_GROUPS: usize = 1024;
 
 /// Advances the step counter `count` (module docs) and gives every invocation of the
-/// workgroup the step number `t`: invocation `lid == 0` of each of the `groups` workgroups
-/// of the step (all its launches together) takes it and shares it through `st`; in the
-/// launch that `counts`, workgroup `wg == 0` also counts the step. Called by the whole
-/// workgroup together, once per launch.
-/// Where the counter's skip word is set (an overflow found by the loss scaler), it advances
-/// nothing and gives 0: the launch must change nothing.
+/// workgroup the step number `t`: invocation `lid == 0` of each workgroup takes it and shares
+/// it through `st`. In a `lead` launch (one launch, or the first of a segmented update) each
+/// of the `groups` workgroups arrives and workgroup `wg == 0` counts the step; a launch that
+/// follows reads the step the lead counted. Called by the whole workgroup together, once per
+/// launch. Where the counter's skip word is set (an overflow found by the loss scaler), it
+/// advances nothing and gives 0: the launch must change nothing.
 #[device]
 fn step_number(
     count: &mut [u32],
@@ -50,7 +56,7 @@ fn step_number(
     lid: u32,
     wg: u32,
     groups: u32,
-    counts: bool,
+    lead: bool,
 ) -> u32 {
     // One invocation per workgroup reads the skip word (it does not change during the launch,
     // so every workgroup reads one value) and shares the step (0: skipped) through `st`: an
@@ -59,14 +65,18 @@ fn step_number(
     if lid == 0 {
         let mut t = 0u32;
         let skip = atomic_load(count, 2u32);
-        if skip == 0u32 {
+        if skip == 0u32 && !lead {
+            let steps = atomic_load(count, 1u32);
+            t = min(steps, 1048576u32);
+        }
+        if skip == 0u32 && lead {
             let old = atomic_add(count, 0u32, 1u32);
             t = old / groups + 1u32;
             if t > 1048576u32 {
                 atomic_sub(count, 0u32, 1u32);
                 t = 1048576u32;
             }
-            if counts && wg == 0 {
+            if wg == 0 {
                 atomic_add(count, 1u32, 1u32);
             }
         }
@@ -86,9 +96,9 @@ fn opt_groups(n: usize) -> u32 {
 /// `m ← m + (1 − β₁)(g − m)`, `v ← β₂·v + (1 − β₂)·g²`,
 /// `p ← p − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + eps)`, the bias corrections computed
 /// to a few ulp from `t`. `m` and `v` are the moments of `p` (each `p.len()` long); `count`
-/// is the step counter (module docs), `groups` the workgroups of the whole step (this
-/// launch's, or all its segments' together), and `counts` true for the one launch of the
-/// step that adds 1 to the count of steps taken.
+/// is the step counter (module docs); `lead` is true for one launch over all parameters
+/// and for the first launch of an update in segments, false for the launches that follow
+/// it (module docs).
 #[kernel(workgroup = 256)]
 pub fn adam_step(
     lr: f32,
@@ -97,8 +107,7 @@ pub fn adam_step(
     eps: f32,
     wd: f32,
     decoupled: bool,
-    groups: u32,
-    counts: bool,
+    lead: bool,
     p: &mut [f32],
     g: &[f32],
     m: &mut [f32],
@@ -130,7 +139,14 @@ pub fn adam_step(
             vs[j] = v[i];
         }
     }
-    let t = step_number(count, st, local_id().x, workgroup_id().x, groups, counts);
+    let t = step_number(
+        count,
+        st,
+        local_id().x,
+        workgroup_id().x,
+        num_workgroups().x,
+        lead,
+    );
     if t == 0u32 {
         return; // the skip word is set: this step changes nothing
     }
@@ -320,11 +336,9 @@ impl Counter {
         Ok(self.count.to_host()?[1])
     }
 
-    /// The workgroups of each of `segments` (ranges of the `n` parameters, in launch order):
-    /// the fixed `groups` shared in proportion to their lengths, at least one each, so the
-    /// step's launches together arrive `groups` times (module docs). The segments must
-    /// cover `0..n` once each (none empty), and there can be at most `groups` of them.
-    fn shares(&self, op: &str, segments: &[Range<usize>]) -> Result<Vec<u32>> {
+    /// Checks that `segments` (ranges of the `n` parameters, in launch order) cover `0..n`
+    /// once each, none empty.
+    fn check_segments(&self, op: &str, segments: &[Range<usize>]) -> Result<()> {
         let n = self.n;
         let fail = |why: &str| {
             Err(Error::Shape(format!(
@@ -350,33 +364,11 @@ impl Counter {
             }
             next = r.end;
         }
-        if next != n {
-            return fail(if next < n {
-                "leave parameters out"
-            } else {
-                "reach past the end"
-            });
+        match next.cmp(&n) {
+            std::cmp::Ordering::Less => fail("leave parameters out"),
+            std::cmp::Ordering::Greater => fail("reach past the end"),
+            std::cmp::Ordering::Equal => Ok(()),
         }
-        let groups = self.groups as usize;
-        if segments.len() > groups {
-            return fail(&format!(
-                "are more than the update's {groups} workgroups: merge some"
-            ));
-        }
-        let mut shares: Vec<usize> = segments
-            .iter()
-            .map(|r| (groups * r.len() / n).max(1))
-            .collect();
-        // Rounding leaves the sum off by less than the number of segments: take the
-        // difference from (or give it to) the largest shares.
-        while shares.iter().sum::<usize>() > groups {
-            let big = (0..shares.len()).max_by_key(|&i| shares[i]).unwrap_or(0);
-            shares[big] -= 1;
-        }
-        let short = groups - shares.iter().sum::<usize>();
-        let big = (0..shares.len()).max_by_key(|&i| shares[i]).unwrap_or(0);
-        shares[big] += short;
-        Ok(shares.into_iter().map(|g| g as u32).collect())
     }
 }
 
@@ -512,9 +504,8 @@ impl Adam {
     /// gradients (and for the segment before it: all share the step counter), so the update
     /// of a layer whose gradients are complete runs beside the backward pass of the layers
     /// before it; give the last layer first. The bits are those of one launch: every element
-    /// is updated alone, with the same step number. At most the update's fixed workgroup
-    /// count (up to 1024) of segments; `Error::Shape` for segments that overlap, leave
-    /// parameters out, are empty or reach past the end.
+    /// is updated alone, with the same step number (module docs). `Error::Shape` for segments
+    /// that overlap, leave parameters out, are empty or reach past the end.
     pub fn step_segments<C: Launch + ?Sized>(
         &mut self,
         cx: &C,
@@ -539,10 +530,16 @@ impl Adam {
         let op = if self.decoupled { "AdamW" } else { "Adam" };
         let n = self.counter.n;
         check_pair(op, n, params, grads)?;
-        let shares = self.counter.shares(op, segments)?;
-        let groups = self.counter.groups;
-        for (i, (r, share)) in segments.iter().zip(shares).enumerate() {
+        self.counter.check_segments(op, segments)?;
+        for (i, r) in segments.iter().enumerate() {
             let (a, b) = (r.start, r.end);
+            // The lead takes the counter's fixed workgroups; the others what their range needs.
+            let lead = i == 0;
+            let share = if lead {
+                self.counter.groups
+            } else {
+                opt_groups(r.len())
+            };
             adam_step::launch(
                 cx,
                 Grid::workgroups(share),
@@ -552,8 +549,7 @@ impl Adam {
                 s.eps,
                 s.weight_decay,
                 self.decoupled,
-                groups,
-                i == 0,
+                lead,
                 &mut params.slice(a..b)?,
                 &grads.slice(a..b)?,
                 &mut self.moments.slice(a..b)?,
@@ -562,12 +558,6 @@ impl Adam {
             )?;
         }
         Ok(())
-    }
-
-    /// The most segments an update can take ([`Adam::step_segments`]): its fixed workgroup
-    /// count, `⌈n / 256⌉` up to 1024 (each segment's launch needs one workgroup at least).
-    pub fn max_segments(&self) -> usize {
-        self.counter.groups as usize
     }
 
     /// The per-step values of an update with learning rate `lr` and the configured constants.

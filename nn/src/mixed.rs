@@ -258,7 +258,7 @@ fn update_16<H: Element>(
         scaler.unscale(cx, &mut m.grads, &mut m.count)?;
         adam.step(cx, &mut m.params, &m.grads, lr)?;
     } else {
-        let segments = crate::train::update_segments(m, &adam)?;
+        let segments = crate::train::update_segments(m)?;
         adam.step_segments(cx, &mut m.params, &m.grads, lr, &segments)?;
     }
     if scaled {

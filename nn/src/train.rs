@@ -175,13 +175,12 @@ fn adamw(config: AdamConfig, moments: &Buffer<f32>, count: &Buffer<u32>) -> Resu
     Adam::from_state(config, true, moments.clone(), count.clone())
 }
 
-/// The segments of `m`'s AdamW update `adam` right after its backward pass: each layer's
-/// parameters, last layer first, where [`Classifier::update_per_layer`] is on and the update
-/// can take that many launches; else all parameters at once.
-pub(crate) fn update_segments(m: &Classifier, adam: &Adam) -> Result<Vec<std::ops::Range<usize>>> {
+/// The segments of `m`'s AdamW update right after its backward pass: each layer's
+/// parameters, last layer first, where [`Classifier::update_per_layer`] is on; else all
+/// parameters at once.
+pub(crate) fn update_segments(m: &Classifier) -> Result<Vec<std::ops::Range<usize>>> {
     let n = Mlp::param_count(&m.sizes);
-    let layers = m.sizes.len().saturating_sub(1);
-    if !m.update_per_layer || layers > adam.max_segments() {
+    if !m.update_per_layer {
         return Ok(vec![0..n]);
     }
     let mlp = Mlp::from_buffers(&m.sizes, m.params.clone(), m.grads.clone())?;
@@ -227,7 +226,7 @@ pub(crate) fn update(
         math,
     )?;
     let mut adam = adamw(AdamW::default_config(), &m.moments, &m.count)?;
-    let segments = update_segments(m, &adam)?;
+    let segments = update_segments(m)?;
     adam.step_segments(cx, &mut m.params, &m.grads, lr, &segments)?;
     Ok(loss)
 }

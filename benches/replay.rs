@@ -17,10 +17,7 @@
 //! (`Device::set_vendor_fused(false)`), as variants `eager+unfused`, `replay+unfused`, …, and
 //! with the library's candidate algorithms timed and the fastest run (`Device::set_vendor_tune`),
 //! as `replay+tuned`, and with the one-pass choice of `Device::set_vendor_one_pass` switched
-//! the other way, as `replay+split` (both also for `mixed`); on every backend also with the
-//! AdamW update as one launch after the whole backward pass (`Classifier::update_per_layer`
-//! off; by default one launch a layer, each beside the backward pass below it), as
-//! `replay+whole` (also for `mixed`). With
+//! the other way, as `replay+split` (both also for `mixed`). With
 //! `--variants`, where the device reports its multiprocessors (CUDA), the same steps run again
 //! with split-K's fill rule off (`Device::set_split_fill(false)`), as variants `eager+nosplit`,
 //! `replay+nosplit`, …; and on CUDA with split products summed serially (`Device::split_serial`, off by default: the last
@@ -535,6 +532,7 @@ fn mixed_workload(
     rows: &mut Vec<Row>,
 ) -> Result<()> {
     use graphed::nn::mixed::MixedTrainStep;
+    use graphed::train::Classifier;
     let sizes: [(&str, usize, Vec<usize>); 2] = [
         (
             "mixed-M",
@@ -567,7 +565,7 @@ fn mixed_workload(
         let labels: Vec<u32> = (0..*batch).map(|i| ((i * 7) % 10) as u32).collect();
         let (x, labels) = (dev.upload(&x)?, dev.upload(&labels)?);
         for &p in precisions {
-            let mut model = bench_model(dev, widths)?;
+            let mut model = Classifier::new(dev, widths, 0)?;
             let mut eager_model = model.duplicate()?;
             let mut step = MixedTrainStep::new(dev)?;
             let sync = || dev.synchronize().unwrap();
@@ -650,33 +648,11 @@ fn products_of(plan: &graphed::Plan) -> String {
     }
 }
 
-/// Whether the MLP and mixed workloads' models update in one AdamW launch after the whole
-/// backward pass (`Classifier::update_per_layer` off): the `+whole` variants.
-static WHOLE_UPDATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// A workload's model: `Classifier::new` with the `+whole` variant's update setting.
-fn bench_model(dev: &Device, widths: &[usize]) -> Result<graphed::train::Classifier> {
-    let mut model = graphed::train::Classifier::new(dev, widths, 0)?;
-    model.update_per_layer = !WHOLE_UPDATE.load(std::sync::atomic::Ordering::Relaxed);
-    Ok(model)
-}
-
-/// Runs `run` again with the models' AdamW as one launch (`+whole`), its rows so marked.
-fn with_whole_update(rows: &mut Vec<Row>, run: impl FnOnce(&mut Vec<Row>)) {
-    WHOLE_UPDATE.store(true, std::sync::atomic::Ordering::Relaxed);
-    let start = rows.len();
-    run(rows);
-    for r in &mut rows[start..] {
-        r.variant.push_str("+whole");
-    }
-    WHOLE_UPDATE.store(false, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// The reference MLP workloads of `shared/bench/torch_mlp_step.py`: one step = forward, mean
 /// softmax cross-entropy, backward, AdamW (lr 1e-3, PyTorch defaults), fp32.
 /// `only`: run just this shape ("mlp-S" or "mlp-M").
 fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Row>) -> Result<()> {
-    use graphed::train::TrainStep;
+    use graphed::train::{Classifier, TrainStep};
     // On CUDA, "cuda" is the automatic route (cuBLAS for MLP-M's large products, the DSL
     // kernels for the rest) and "cuda-dsl" the DSL kernels only (vendor BLAS switched off).
     let backend = if dev.kind() == BackendKind::Cuda && !dev.vendor_blas() {
@@ -721,7 +697,7 @@ fn mlp_workload(dev: &Device, quick: bool, only: Option<&str>, rows: &mut Vec<Ro
         // Inputs stay on the device (as in the PyTorch reference): each call copies them
         // device-to-device into the step's static slots instead of uploading from the host.
         let (x, labels) = (dev.upload(&x)?, dev.upload(&labels)?);
-        let mut model = bench_model(dev, widths)?;
+        let mut model = Classifier::new(dev, widths, 0)?;
         let mut eager_model = model.duplicate()?;
         let mut step = TrainStep::new(dev)?;
         let sync = || dev.synchronize().unwrap();
@@ -1518,9 +1494,6 @@ fn main() {
                 "mlp" | "mlp-S" | "mlp-M" => {
                     let only = (w != "mlp").then_some(w.as_str());
                     mlp_workload(&dev, quick, only, &mut rows).unwrap();
-                    with_whole_update(&mut rows, |rows| {
-                        mlp_workload(&dev, quick, only, rows).unwrap()
-                    });
                     if dev.vendor_blas() {
                         // The same steps with the portable DSL products, side by side.
                         dev.set_vendor_blas(false);
@@ -1653,9 +1626,6 @@ fn main() {
                         precisions.clone()
                     };
                     mixed_workload(&dev, quick, only, &p, &mut rows).unwrap();
-                    with_whole_update(&mut rows, |rows| {
-                        mixed_workload(&dev, quick, only, &p, rows).unwrap()
-                    });
                     if kind == BackendKind::Cuda && dev.vendor_blas() && !dev.vendor_tune() {
                         // The library's candidates timed and the fastest run (opt-in), the
                         // one-pass choice switched the other way, and the epilogues unfused

@@ -3,6 +3,7 @@
 # The segments' followers now read the lead's step and take their own workgroups. The changed test binaries on host + CUDA + NVIDIA Vulkan, then the fp32 MLP steps and the bf16
 # mixed-M step with the one-launch update beside (+whole), PyTorch's compiled steps beside
 # (torch.compile default mode + one CUDA graph: the max-autotune passes replaced out for time).
+exec > >(tee "$OUT/all.txt") 2>&1   # the whole output also in a file
 source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"   # cd .gpu, unpack, name the card, NVRTC
 export GRAPHED_REQUIRE=cuda,wgpu,nvrtc GRAPHED_TEST_BACKENDS=host,cuda,wgpu
 for t in training dag; do

@@ -194,10 +194,9 @@ fn host_replay_in_random_orders_of_the_edges_equals_eager_bitwise() {
             "seed {seed:#x}"
         );
     }
-    // A training step: products, their weight and input gradients, AdamW one layer at a
-    // time.
+    // A training step: products, their weight and input gradients, AdamW.
     let _order = Shuffled::on(0x5eed);
-    let sizes = [40, 32, 24, 5];
+    let sizes = [12, 16, 8, 5];
     let mut r = rng("shuffled training");
     let mut rep = Classifier::new(&dev, &sizes, 3).unwrap();
     let mut eag = rep.duplicate().unwrap();
@@ -233,77 +232,6 @@ fn host_replay_in_random_orders_of_the_edges_equals_eager_bitwise() {
         },
         "the training step's plan is a chain: the shuffle tested nothing"
     );
-}
-
-/// The ops that must finish before op `j` (its ancestors through `edges`).
-fn ancestors(edges: &[(usize, usize)], j: usize) -> Vec<bool> {
-    let mut seen = vec![false; j + 1];
-    let mut todo = vec![j];
-    while let Some(k) = todo.pop() {
-        for &(a, b) in edges {
-            if b == k && !seen[a] {
-                seen[a] = true;
-                todo.push(a);
-            }
-        }
-    }
-    seen
-}
-
-/// A training step updates each layer in its own AdamW launch, last layer first: the last
-/// layer's update waits for that layer's gradients and for nothing of the layers below it
-/// (their gradient products run beside it), and the updates follow one another (they share
-/// the step counter). With `update_per_layer` off, the one update waits for everything.
-#[test]
-fn each_layers_update_waits_only_for_its_own_gradients() {
-    let dev = Device::host();
-    let mut r = rng("per-layer update edges");
-    let sizes = [40, 32, 24, 5];
-    let x = floats(&mut r, 6 * sizes[0], -1.0, 1.0);
-    let y: Vec<u32> = (0..6).map(|i| (i * 3 % sizes[3]) as u32).collect();
-    let mut model = Classifier::new(&dev, &sizes, 1).unwrap();
-    let mut step = TrainStep::new(&dev).unwrap();
-    step.call(&mut model, &x[..], &y[..], 1e-2).unwrap();
-    let plan = step.plan().unwrap();
-    let (ops, edges) = (plan.ops(), plan.edges());
-    let per_layer_launches = plan.launch_count();
-    let updates: Vec<usize> = (0..3).map(|l| launch_index(&ops, "adam_step", l)).collect();
-    let update_launches = ops
-        .iter()
-        .filter(|o| matches!(o, PlanOp::Launch { kernel: k, .. } if *k == "adam_step"))
-        .count();
-    assert_eq!(update_launches, 3, "{ops:?}");
-    // The backward pass ends with layer 0's gradients, recorded just before the updates.
-    let first = updates[0];
-    let before = ancestors(&edges, first);
-    let free: Vec<usize> = (0..first).filter(|&i| !before[i]).collect();
-    assert!(
-        free.contains(&(first - 1)),
-        "the last layer's update waits for the op before it ({:?}): {edges:?}",
-        ops[first - 1]
-    );
-    for w in updates.windows(2) {
-        assert!(
-            ancestors(&edges, w[1])[w[0]],
-            "update {} before {}",
-            w[0],
-            w[1]
-        );
-    }
-    // One launch after the whole backward pass: every op before it is its ancestor.
-    let mut whole = Classifier::new(&dev, &sizes, 1).unwrap();
-    whole.update_per_layer = false;
-    let mut step = TrainStep::new(&dev).unwrap();
-    step.call(&mut whole, &x[..], &y[..], 1e-2).unwrap();
-    let plan = step.plan().unwrap();
-    let (ops, edges) = (plan.ops(), plan.edges());
-    let only = launch_index(&ops, "adam_step", 0);
-    let before = ancestors(&edges, only);
-    assert!(
-        (0..only).filter(|&i| !before[i]).count() == 0,
-        "one update that does not wait for the whole backward pass: {edges:?}"
-    );
-    assert_eq!(plan.launch_count() + 2, per_layer_launches, "{ops:?}");
 }
 
 #[test]
@@ -413,4 +341,92 @@ fn cuda_kernels_wait_for_a_programmatic_predecessor_on_hopper_and_not_before() {
             }
         }
     }
+}
+
+/// AdamW in three segments (`Adam::step_segments`), last parameters first, as a recorded step.
+#[graphed]
+fn segmented_update(
+    cx: &mut Step,
+    #[state] p: &mut Buffer<f32>,
+    #[state] mv: &mut Buffer<f32>,
+    #[state] count: &mut Buffer<u32>,
+    g: &Input<f32>,
+    lr: f32,
+) -> Result<()> {
+    let n = p.len();
+    let config = graphed::kernels::optim::AdamW::default_config();
+    let mut adam =
+        graphed::kernels::optim::Adam::from_state(config, true, mv.clone(), count.clone())?;
+    adam.step_segments(cx, p, g, lr, &[2 * n / 3..n, 0..n / 3, n / 3..2 * n / 3])
+}
+
+/// A segmented update replays bitwise as it runs eagerly and as one launch over all
+/// parameters does, step after step; in the plan its launches follow one another (they share
+/// the step counter), each after the one before it.
+#[test]
+fn a_segmented_update_replays_as_one_launch_and_its_launches_are_ordered() {
+    let mut r = rng("segmented update");
+    on_every_backend(|dev| {
+        let n = 3000;
+        let p0 = floats(&mut r, n, -1.0, 1.0);
+        let state = || {
+            (
+                dev.upload(&p0).unwrap(),
+                dev.alloc::<f32>(2 * n).unwrap(),
+                dev.alloc::<u32>(3).unwrap(),
+            )
+        };
+        let (mut p1, mut mv1, mut c1) = state();
+        let (mut p2, mut mv2, mut c2) = state();
+        let (mut p3, mv3, c3) = state();
+        let mut one = graphed::kernels::optim::AdamW::from_state(
+            graphed::kernels::optim::AdamW::default_config(),
+            mv3,
+            c3,
+        )
+        .unwrap();
+        let (mut rep, mut eag) = (
+            SegmentedUpdate::new(dev).unwrap(),
+            SegmentedUpdate::new(dev).unwrap(),
+        );
+        for s in 0..6 {
+            let g = floats(&mut r, n, -1.0, 1.0);
+            let lr = 1e-2 / (1.0 + s as f32);
+            rep.call(&mut p1, &mut mv1, &mut c1, &g[..], lr).unwrap();
+            eag.eager(&mut p2, &mut mv2, &mut c2, &g[..], lr).unwrap();
+            let gb = dev.upload(&g).unwrap();
+            one.step(dev, &mut p3, &gb, lr).unwrap();
+            let (a, b, c) = (
+                p1.to_host().unwrap(),
+                p2.to_host().unwrap(),
+                p3.to_host().unwrap(),
+            );
+            assert!(
+                bitwise_eq(&a, &b),
+                "{} step {s}: replay ≠ eager",
+                dev.kind()
+            );
+            assert!(
+                bitwise_eq(&a, &c),
+                "{} step {s}: segments ≠ one launch",
+                dev.kind()
+            );
+            assert!(
+                bitwise_eq(&mv1.to_host().unwrap(), &one.moments().to_host().unwrap()),
+                "{} step {s}: moments",
+                dev.kind()
+            );
+        }
+        assert_eq!(c1.to_host().unwrap(), one.count().to_host().unwrap());
+        assert_eq!(c1.to_host().unwrap()[1], 6);
+        assert_eq!(rep.stats().recordings, 1);
+        let plan = rep.plan().unwrap();
+        let (ops, edges) = (plan.ops(), plan.edges());
+        let launches: Vec<usize> = (0..3).map(|i| launch_index(&ops, "adam_step", i)).collect();
+        assert!(
+            edges.contains(&(launches[0], launches[1]))
+                && edges.contains(&(launches[1], launches[2])),
+            "the segments are not ordered: {edges:?}"
+        );
+    });
 }

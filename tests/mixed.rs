@@ -1201,21 +1201,15 @@ const SIZES_M: [usize; 6] = [24, 32, 16, 32, 16, 10];
 /// where the products fuse their bias and ReLU (CUDA's cuBLASLt); elsewhere each hidden
 /// layer adds its bias's widening and the epilogue launch, and the logits their bias launch:
 /// `5L`. Before the 16-bit activations it was `4L + 1` (one fewer on CUDA), before the
-/// fused launches `5L + 2`. AdamW counts one launch there; without loss scaling it takes one
-/// launch per layer (`Classifier::update_per_layer`, on by default), `L − 1` more.
+/// fused launches `5L + 2`.
 fn launches_16(dev: &Device, layers: usize, precision: Precision) -> usize {
     let scaling = if precision == Precision::F16 { 2 } else { 0 };
-    let per_layer = if precision == Precision::F16 {
-        0
-    } else {
-        layers - 1
-    };
     let base = if fuses(dev) {
         3 * layers + 1
     } else {
         5 * layers
     };
-    base + scaling + per_layer
+    base + scaling
 }
 
 /// Whether the products fuse their bias and ReLU on `dev` (`matmul_half_bias_act`:

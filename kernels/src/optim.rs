@@ -506,6 +506,12 @@ impl Adam {
     /// before it; give the last layer first. The bits are those of one launch: every element
     /// is updated alone, with the same step number (module docs). `Error::Shape` for segments
     /// that overlap, leave parameters out, are empty or reach past the end.
+    ///
+    /// Measure before you choose it: in the MLP training steps of `graphed::train` on an H100
+    /// one launch a layer beside the backward pass made fp32 MLP-M 548.4 µs a step against
+    /// 428.8 with one launch (the updates, memory-bound, slowed the products they ran beside;
+    /// in one chain still 505.4 against 483.3), so those steps keep one launch
+    /// (BENCHMARKS.md, fourth session of 2026-12-07).
     pub fn step_segments<C: Launch + ?Sized>(
         &mut self,
         cx: &C,

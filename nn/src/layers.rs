@@ -232,12 +232,6 @@ impl Mlp {
         &mut self.grads
     }
 
-    /// The range of layer `l`'s parameters (weight, then bias) in the flat buffers.
-    pub fn layer_range(&self, l: usize) -> std::ops::Range<usize> {
-        let s = &self.slots[l];
-        s.w..s.b + s.layer.outputs
-    }
-
     /// Offsets of layer `l`'s weight and bias in the flat buffers.
     pub fn offsets(&self, l: usize) -> (usize, usize) {
         (self.slots[l].w, self.slots[l].b)

@@ -254,13 +254,9 @@ fn update_16<H: Element>(
 
     let mut adam = AdamW::from_state(AdamW::default_config(), m.moments.clone(), m.count.clone())?;
     if scaled {
-        // The overflow check reads every gradient before any update: one launch.
         scaler.unscale(cx, &mut m.grads, &mut m.count)?;
-        adam.step(cx, &mut m.params, &m.grads, lr)?;
-    } else {
-        let segments = crate::train::update_segments(m)?;
-        adam.step_segments(cx, &mut m.params, &m.grads, lr, &segments)?;
     }
+    adam.step(cx, &mut m.params, &m.grads, lr)?;
     if scaled {
         scaler.update(cx, &mut m.count)?;
     }

@@ -48,13 +48,6 @@ pub struct Classifier {
     /// AdamW's constants (β₁, β₂, ε, weight decay).
     #[state(skip)]
     pub config: AdamConfig,
-    /// Whether [`train_step`] (and the mixed-precision step without loss scaling) updates
-    /// each layer in its own launch as soon as its gradients are complete, last layer first
-    /// ([`Adam::step_segments`]), so the update of one layer runs beside the backward pass
-    /// of the layers before it; `false`: one launch after the whole backward pass. The bits
-    /// are the same either way. On by default; part of the capture key.
-    #[state(key)]
-    pub update_per_layer: bool,
 }
 
 impl Classifier {
@@ -75,7 +68,6 @@ impl Classifier {
             scale: scaler.scale_buffer().clone(),
             good_steps: scaler.good_steps_buffer().clone(),
             config,
-            update_per_layer: true,
         })
     }
 
@@ -100,7 +92,6 @@ impl Classifier {
             scale: copy(&self.scale)?,
             good_steps: copy_u32(&self.good_steps)?,
             config: self.config,
-            update_per_layer: self.update_per_layer,
         })
     }
 
@@ -175,21 +166,6 @@ fn adamw(config: AdamConfig, moments: &Buffer<f32>, count: &Buffer<u32>) -> Resu
     Adam::from_state(config, true, moments.clone(), count.clone())
 }
 
-/// The segments of `m`'s AdamW update right after its backward pass: each layer's
-/// parameters, last layer first, where [`Classifier::update_per_layer`] is on; else all
-/// parameters at once.
-pub(crate) fn update_segments(m: &Classifier) -> Result<Vec<std::ops::Range<usize>>> {
-    let n = Mlp::param_count(&m.sizes);
-    if !m.update_per_layer {
-        return Ok(vec![0..n]);
-    }
-    let mlp = Mlp::from_buffers(&m.sizes, m.params.clone(), m.grads.clone())?;
-    Ok((0..m.sizes.len() - 1)
-        .rev()
-        .map(|l| mlp.layer_range(l))
-        .collect())
-}
-
 /// One full training update of an MLP classifier: forward, mean softmax cross-entropy,
 /// backward and AdamW (PyTorch's defaults, weight decay 0.01), recorded as one plan.
 /// The model's layer widths are part of its key.
@@ -225,9 +201,7 @@ pub(crate) fn update(
         1.0 / rows as f32,
         math,
     )?;
-    let mut adam = adamw(AdamW::default_config(), &m.moments, &m.count)?;
-    let segments = update_segments(m)?;
-    adam.step_segments(cx, &mut m.params, &m.grads, lr, &segments)?;
+    adamw(AdamW::default_config(), &m.moments, &m.count)?.step(cx, &mut m.params, &m.grads, lr)?;
     Ok(loss)
 }
 

@@ -86,9 +86,15 @@ fn step_number(
     st[0]
 }
 
-/// The fixed workgroup count of an optimizer over `n` parameters.
-fn opt_groups(n: usize) -> u32 {
-    n.div_ceil(256).clamp(1, MAX_OPT_GROUPS) as u32
+/// Parameters an invocation of [`adam_step`] updates in one pass (its loads all in flight).
+const ADAM_PER_PASS: usize = 8;
+
+/// The fixed workgroup count of an optimizer over `n` parameters whose kernel updates `per`
+/// parameters an invocation in a pass: enough for one pass over all of them, up to
+/// [`MAX_OPT_GROUPS`]. (Adam took one workgroup per 256 parameters before, so over MLP-S's
+/// 269k parameters seven of an invocation's eight loads were empty.)
+fn opt_groups(n: usize, per: usize) -> u32 {
+    n.div_ceil(256 * per).clamp(1, MAX_OPT_GROUPS) as u32
 }
 
 /// Adam (`decoupled == false`: L2 weight decay added to the gradient) or AdamW (`true`:
@@ -312,21 +318,21 @@ struct Counter {
 }
 
 impl Counter {
-    /// A zeroed counter for `n` parameters.
-    fn alloc(dev: &Device, n: usize) -> Result<Counter> {
-        Self::over(n, dev.alloc(COUNTER_WORDS)?)
+    /// A zeroed counter for `n` parameters, `per` an invocation in a pass ([`opt_groups`]).
+    fn alloc(dev: &Device, n: usize, per: usize) -> Result<Counter> {
+        Self::over(n, per, dev.alloc(COUNTER_WORDS)?)
     }
 
     /// An existing counter `count` of the optimizer `op` over `n` parameters.
-    fn from_state(op: &str, n: usize, count: Buffer<u32>) -> Result<Counter> {
+    fn from_state(op: &str, n: usize, per: usize, count: Buffer<u32>) -> Result<Counter> {
         expect_len(op, "count", count.len(), COUNTER_WORDS)?;
-        Self::over(n, count)
+        Self::over(n, per, count)
     }
 
-    fn over(n: usize, count: Buffer<u32>) -> Result<Counter> {
+    fn over(n: usize, per: usize, count: Buffer<u32>) -> Result<Counter> {
         Ok(Counter {
             n,
-            groups: opt_groups(n),
+            groups: opt_groups(n, per),
             count,
         })
     }
@@ -433,7 +439,7 @@ impl Adam {
             config,
             decoupled,
             moments: dev.alloc(2 * n)?,
-            counter: Counter::alloc(dev, n)?,
+            counter: Counter::alloc(dev, n, ADAM_PER_PASS)?,
         })
     }
 
@@ -452,7 +458,7 @@ impl Adam {
                 moments.len()
             )));
         }
-        let counter = Counter::from_state("Adam", moments.len() / 2, count)?;
+        let counter = Counter::from_state("Adam", moments.len() / 2, ADAM_PER_PASS, count)?;
         Ok(Adam {
             config,
             decoupled,
@@ -544,7 +550,7 @@ impl Adam {
             let share = if lead {
                 self.counter.groups
             } else {
-                opt_groups(r.len())
+                opt_groups(r.len(), ADAM_PER_PASS)
             };
             adam_step::launch(
                 cx,
@@ -649,13 +655,13 @@ impl Sgd {
         Ok(Sgd {
             config,
             momentum: dev.alloc(n)?,
-            counter: Counter::alloc(dev, n)?,
+            counter: Counter::alloc(dev, n, 1)?,
         })
     }
 
     /// SGD over existing state (`momentum`: `n`; `count`: [`COUNTER_WORDS`] words).
     pub fn from_state(config: SgdConfig, momentum: Buffer<f32>, count: Buffer<u32>) -> Result<Sgd> {
-        let counter = Counter::from_state("Sgd", momentum.len(), count)?;
+        let counter = Counter::from_state("Sgd", momentum.len(), 1, count)?;
         Ok(Sgd {
             config,
             momentum,

@@ -249,9 +249,10 @@ fn gradient_clipping_on_the_device() {
 fn the_step_counter_saturates_instead_of_wrapping() {
     let mut r = rng("the_step_counter_saturates_instead_of_wrapping");
     on_every_backend(|dev| {
-        // 1 and 17 workgroups; the count starts one step before t = 2²⁰.
-        for n in [7usize, 4097] {
-            let groups = n.div_ceil(256) as u32;
+        // 1 and 20 workgroups (one per 2048 parameters: eight an invocation); the count
+        // starts one step before t = 2²⁰.
+        for n in [7usize, 40000] {
+            let groups = n.div_ceil(2048) as u32;
             let cap = 1u32 << 20;
             let c = AdamW::default_config();
             let count = dev.upload(&[(cap - 1) * groups, 5, 0]).unwrap();
@@ -358,7 +359,7 @@ fn adam_step_over_several_passes_equals_one_pass_bitwise() {
 fn adam_in_segments_equals_one_launch_bitwise() {
     let mut r = rng("adam_in_segments_equals_one_launch_bitwise");
     on_every_backend(|dev| {
-        let n = 5000; // 20 workgroups
+        let n = 5000; // 3 workgroups (one per 2048 parameters)
         let p0 = floats(&mut r, n, -1.0, 1.0);
         let grads: Vec<Vec<f32>> = (0..3).map(|_| floats(&mut r, n, -1.0, 1.0)).collect();
         let run = |segments: Option<&[std::ops::Range<usize>]>| {
@@ -403,7 +404,7 @@ fn adam_in_segments_equals_one_launch_bitwise() {
             assert_eq!(got.1, one.1, "{case} {name}: moments");
             assert_eq!(got.2, one.2, "{case} {name}: counter");
         }
-        assert_eq!(one.2, vec![20 * 2, 2, 0], "{case}: counter");
+        assert_eq!(one.2, vec![3 * 2, 2, 0], "{case}: counter");
         assert_ne!(
             one.0,
             p0.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -416,17 +417,18 @@ fn adam_in_segments_equals_one_launch_bitwise() {
 #[test]
 fn adam_segments_that_do_not_cover_the_parameters_once_are_refused() {
     let dev = Device::host();
-    let n = 600; // 3 workgroups
+    let n = 4500; // 3 workgroups
     let mut p = dev.upload(&vec![0.5f32; n]).unwrap();
     let g = dev.upload(&vec![0.25f32; n]).unwrap();
+    let (a, b) = (n / 3, 2 * n / 3);
     let mut opt = AdamW::new(&dev, n, AdamW::default_config()).unwrap();
     let cases: [(&[std::ops::Range<usize>], &str); 6] = [
         (&[], "are none"),
-        (&[0..300, 250..600], "overlap"),
-        (&[0..300, 301..600], "leave parameters out"),
-        (&[0..300], "leave parameters out"),
-        (&[0..300, 300..300, 300..600], "empty or reversed"),
-        (&[0..300, 300..601], "reach past the end"),
+        (&[0..a, a - 50..n], "overlap"),
+        (&[0..a, a + 1..n], "leave parameters out"),
+        (&[0..a], "leave parameters out"),
+        (&[0..a, a..a, a..n], "empty or reversed"),
+        (&[0..a, a..n + 1], "reach past the end"),
     ];
     for (segs, why) in cases {
         let e = opt.step_segments(&dev, &mut p, &g, 1e-3, segs).unwrap_err();
@@ -443,7 +445,7 @@ fn adam_segments_that_do_not_cover_the_parameters_once_are_refused() {
         "a refused update changed parameters"
     );
     // Three segments are taken: the lead's 3 workgroups arrive, the others only follow.
-    opt.step_segments(&dev, &mut p, &g, 1e-3, &[400..600, 0..200, 200..400])
+    opt.step_segments(&dev, &mut p, &g, 1e-3, &[b..n, 0..a, a..b])
         .unwrap();
     assert_eq!(opt.count().to_host().unwrap(), vec![3, 1, 0]);
 }
@@ -454,7 +456,7 @@ fn adam_segments_that_do_not_cover_the_parameters_once_are_refused() {
 fn adam_in_segments_past_the_step_cap_equals_one_launch_bitwise() {
     let mut r = rng("adam_in_segments_past_the_step_cap");
     on_every_backend(|dev| {
-        let n = 1500; // 6 workgroups
+        let n = 7000; // 4 workgroups
         let p0 = floats(&mut r, n, -1.0, 1.0);
         let g0 = floats(&mut r, n, -1.0, 1.0);
         let mv0 = floats(&mut r, 2 * n, 0.0, 0.01);
@@ -463,7 +465,7 @@ fn adam_in_segments_past_the_step_cap_equals_one_launch_bitwise() {
             let mut p = dev.upload(&p0).unwrap();
             let g = dev.upload(&g0).unwrap();
             let mv = dev.upload(&mv0).unwrap();
-            let count = dev.upload(&[6 * (1u32 << 20), steps, 0]).unwrap();
+            let count = dev.upload(&[4 * (1u32 << 20), steps, 0]).unwrap();
             let mut opt = AdamW::from_state(AdamW::default_config(), mv, count).unwrap();
             opt.step_segments(dev, &mut p, &g, 3e-3, segments).unwrap();
             let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
@@ -474,12 +476,12 @@ fn adam_in_segments_past_the_step_cap_equals_one_launch_bitwise() {
             )
         };
         let one = run(&[0..n]);
-        let split = run(&[1000..1500, 0..400, 400..1000]);
+        let split = run(&[5000..7000, 0..2000, 2000..5000]);
         let case = format!("{}", dev.kind());
         assert_eq!(split, one, "{case}");
         assert_eq!(
             one.2,
-            vec![6 * (1u32 << 20), steps + 1, 0],
+            vec![4 * (1u32 << 20), steps + 1, 0],
             "{case}: counter"
         );
     });

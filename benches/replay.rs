@@ -963,7 +963,8 @@ fn tiles_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Re
         return Ok(());
     }
     let steps = if quick { 40 } else { 400 };
-    // (name, shape): MLP-S forward, input gradients, weight gradients; MLP-M's last layer.
+    // (name, shape): MLP-S forward, input gradients, weight gradients; MLP-M's last layer
+    // (its input gradient: `k` = 10).
     let shapes = [
         ("S fwd1 64x256x784", Gemm::nt(64, 256, 784)),
         ("S fwd2 64x256x256", Gemm::nt(64, 256, 256)),
@@ -975,6 +976,7 @@ fn tiles_workload(dev: &Device, quick: bool, rows: &mut Vec<Row>) -> graphed::Re
         ("S dW1 256x784x64", Gemm::tn(256, 784, 64)),
         ("M fwd5 512x10x1024", Gemm::nt(512, 10, 1024)),
         ("M dW5 10x1024x512", Gemm::tn(10, 1024, 512)),
+        ("M dX5 512x1024x10", Gemm::nn(512, 1024, 10)),
     ];
     let sync = || dev.synchronize().unwrap();
     for (name, g0) in shapes {

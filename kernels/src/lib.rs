@@ -26,6 +26,7 @@
 //! | [`reduce`] | `reduce_all`, `reduce_rows` (and their subgroup variants `reduce_all_sg`, `reduce_rows_sg` in [`reduce_subgroup`]) | `sum`, `mean`, `max`, `sum_sq`, `l2_norm` over a buffer (1, or 2 past 16384 elements); `reduce_rows` per row (1) |
 //! | [`matmul`] | `matmul_t64` (64×64 tiles, 4×4 per invocation on register arrays), `matmul_t16` (16×16 tiles), `matmul_split_sum`, `gemm_epilogue`, `gemm_row_sums`, `gemm_epilogue_cast_{bf16,f16}`, `gemm_epilogue_cast_sums_{bf16,f16}` | `C = A·B`, `A·Bᵀ`, `Aᵀ·B` with bias, activation, activation-derivative gate, accumulation, and row sums of `op(A)` (a bias gradient) in the epilogue — 1 (2 for `k` past `SPLIT_K`); `gemm_epilogue_cast`: a vendor product's epilogue that also writes its 16-bit copy (and a bias gradient beside it) — 1 |
 //! | [`loss`] | `softmax_xent_narrow`, `softmax_xent_wide`, `mse_pass` (each with a subgroup variant `_sg`, the same bits), `mse_grad`, `softmax_xent_narrow_cast{,_sg}_{bf16,f16}` | `softmax_cross_entropy` (mean loss and its gradient in one pass; 1, or 2 for more than 4096 rows of ≤ 64 classes or any batch of wider rows), `softmax_cross_entropy_cast` (the same for ≤ 64 classes, also the gradient times a loss scale and its 16-bit copy), `mse`, `mse_with_grad`, `mse_backward` |
+//! | [`head`] | `linear_xent` | `linear_cross_entropy`: a classifier's last linear layer, its mean softmax cross-entropy and gradient, and the gradient with respect to its input (gated) for ≤ 12 classes — 1 (2 past 8 rows: the loss's partial sums) |
 //! | [`optim`] | `adam_step`, `sgd_step`, `clip_scale` | `Adam`, `AdamW`, `Sgd` (`step`: 1 launch for all parameters, step counter advanced on the device), `GradClip::clip` (2) |
 //! | [`scaler`] | `scale_by`, `scale_by_cast_{bf16,f16}`, `unscale_check`, `scale_update` | `LossScaler::{scale, scale_cast, unscale, update}` (1 each): dynamic loss scaling inside a recorded step, an overflow skipping the optimizer update through its counter's skip word |
 //! | [`helpers`] | — (`#[device]` functions for kernels of any crate) | `gelu`, `gelu_grad`, `gelu_scale`, `sigmoid`, `activate`, `activate_backward`, `activate_grad` (an activation chosen by its [`Act::code`](elementwise::Act::code)): the one copy of each activation and derivative, which the elementwise kernels and the matrix-product epilogues call |
@@ -83,6 +84,7 @@ extern crate graphed_runtime as graphed;
 pub mod shape;
 
 pub mod elementwise;
+pub mod head;
 pub mod helpers;
 pub mod loss;
 pub mod matmul;

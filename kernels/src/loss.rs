@@ -673,7 +673,7 @@ pub fn softmax_cross_entropy_cast<C: Launch + ?Sized, H: Element>(
 
 /// Runs `pass`, a launch of `g` workgroups each writing its part of a loss, into `loss` when
 /// `g == 1`, else into the first `g` elements of `ws`, which a second launch sums into `loss`.
-fn into_loss<C: Launch + ?Sized>(
+pub(crate) fn into_loss<C: Launch + ?Sized>(
     cx: &C,
     op: &str,
     g: u32,

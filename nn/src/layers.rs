@@ -8,6 +8,8 @@
 //! `x` (`batch × in`).
 
 use graphed_kernels::elementwise::{self, Act};
+use graphed_kernels::head::{head_workspace_len, linear_cross_entropy, HeadOut, HEAD_CLASSES};
+use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
 use graphed_kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm};
 use graphed_kernels::rng::uniform_range_host;
 use graphed_runtime::blas::Math;
@@ -288,10 +290,29 @@ impl Mlp {
         accumulate: impl IntoScalarArg<bool>,
     ) -> Result<()> {
         self.check(x, acts)?;
-        let accumulate = accumulate.into_scalar_arg();
+        self.backward_below(
+            cx,
+            x,
+            acts,
+            accumulate.into_scalar_arg(),
+            self.slots.len(),
+            0,
+        )
+    }
+
+    /// The backward pass of layers `top − 1, …, 0`, the gradient with respect to layer
+    /// `top − 1`'s output (its pre-activation gradient) in `acts.grad[cur]`.
+    fn backward_below<C: Launch + ?Sized>(
+        &mut self,
+        cx: &C,
+        x: &Buffer<f32>,
+        acts: &mut MlpActivations,
+        accumulate: graphed_runtime::ScalarArg<bool>,
+        top: usize,
+        mut cur: usize,
+    ) -> Result<()> {
         let batch = acts.batch;
-        let mut cur = 0;
-        for l in (0..self.slots.len()).rev() {
+        for l in (0..top).rev() {
             let layer = self.slots[l].layer;
             let dz = acts.grad[cur].slice(0..batch * layer.outputs)?;
             let input = if l == 0 { x } else { &acts.outputs[l - 1] };
@@ -307,6 +328,90 @@ impl Mlp {
             }
         }
         Ok(())
+    }
+
+    /// Whether [`Mlp::train_pass`] runs the last layer, the loss and the last layer's input
+    /// gradient as one launch ([`linear_cross_entropy`]): at least two layers, at most
+    /// [`HEAD_CLASSES`] classes.
+    pub fn fuses_head(&self) -> bool {
+        let last = self.slots.last().expect("an MLP has layers").layer;
+        self.slots.len() >= 2 && last.outputs <= HEAD_CLASSES && last.act == Act::Identity
+    }
+
+    /// Workspace elements [`Mlp::train_pass`] needs for the loss over `batch` rows.
+    pub fn loss_workspace_len(&self, batch: usize) -> usize {
+        let classes = *self.sizes.last().expect("an MLP has layers");
+        if self.fuses_head() {
+            head_workspace_len(batch)
+        } else {
+            xent_workspace_len(batch, classes)
+        }
+    }
+
+    /// Forward, mean softmax cross-entropy against `labels` into `loss` (its gradient times
+    /// `grad_scale`, a constant or a per-step scalar) and backward into the flat gradients
+    /// (overwritten, or added to when `accumulate`). `ws` holds the loss's partial sums
+    /// ([`Mlp::loss_workspace_len`]). Where [`Mlp::fuses_head`], the last layer's product, the
+    /// loss and that layer's input gradient are one launch ([`linear_cross_entropy`]) instead
+    /// of three one after another, and its weight gradient runs beside the backward pass
+    /// below it; else [`Mlp::forward`], [`softmax_cross_entropy_scaled`] and
+    /// [`Mlp::backward`]. Either way `acts` holds the logits and their gradient after it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn train_pass<C: Launch + ?Sized>(
+        &mut self,
+        cx: &C,
+        x: &Buffer<f32>,
+        labels: &Buffer<u32>,
+        acts: &mut MlpActivations,
+        loss: &mut Buffer<f32>,
+        ws: &mut Buffer<f32>,
+        grad_scale: impl IntoScalarArg<f32>,
+        accumulate: impl IntoScalarArg<bool>,
+    ) -> Result<()> {
+        let accumulate = accumulate.into_scalar_arg();
+        if !self.fuses_head() {
+            self.forward(cx, x, acts)?;
+            let mut dlogits = acts.dlogits()?;
+            softmax_cross_entropy_scaled(
+                cx,
+                acts.logits(),
+                labels,
+                loss,
+                &mut dlogits,
+                ws,
+                grad_scale,
+            )?;
+            return self.backward(cx, x, acts, accumulate);
+        }
+        self.check(x, acts)?;
+        let top = self.slots.len() - 1;
+        for l in 0..top {
+            let (w, b) = self.weight_and_bias(l)?;
+            let (before, rest) = acts.outputs.split_at_mut(l);
+            let input = if l == 0 { x } else { &before[l - 1] };
+            self.slots[l]
+                .layer
+                .forward(cx, input, &w, &b, &mut rest[0])?;
+        }
+        let head = self.slots[top].layer;
+        let batch = acts.batch;
+        let (w, b) = self.weight_and_bias(top)?;
+        let mut dlogits = acts.dlogits()?;
+        let mut dh = acts.grad[1].slice(0..batch * head.inputs)?;
+        let (hidden, logits) = acts.outputs.split_at_mut(top);
+        let h = &hidden[top - 1];
+        let gate = Some((self.slots[top - 1].layer.act, h));
+        let out = HeadOut {
+            logits: &mut logits[0],
+            dlogits: &mut dlogits,
+            dh: &mut dh,
+            loss,
+            ws,
+        };
+        linear_cross_entropy(cx, h, &w, &b, labels, gate, out, grad_scale)?;
+        let (mut dw, mut db) = self.weight_and_bias_grads(top)?;
+        head.backward_params(cx, &dlogits, h, &mut dw, &mut db, accumulate)?;
+        self.backward_below(cx, x, acts, accumulate, top, 1)
     }
 
     fn check(&self, x: &Buffer<f32>, acts: &MlpActivations) -> Result<()> {

@@ -18,7 +18,6 @@
 //! floating-point summation order), and replay equals eager bitwise.
 
 use crate::layers::{Mlp, MlpActivations};
-use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
 use graphed_kernels::optim::{Adam, AdamConfig, AdamW, GradClip};
 use graphed_kernels::scaler::LossScaler;
 use graphed_macros::{graphed, State};
@@ -137,7 +136,6 @@ fn forward_backward(
     math: Math,
 ) -> Result<Output<f32>> {
     let rows = labels.len();
-    let classes = *sizes.last().expect("an MLP has layers");
     let mut accumulate = graphed_runtime::IntoScalarArg::into_scalar_arg(accumulate);
     if graphed_runtime::__private::mutation("force_overwrite") {
         // Mutation testing only: every micro-batch overwrites the gradients.
@@ -145,20 +143,11 @@ fn forward_backward(
     }
     let mut mlp = Mlp::from_buffers(sizes, params.clone(), grads.clone())?.with_math(math);
     let mut acts = MlpActivations::new(&mlp, rows, |n| cx.workspace(n))?;
-    mlp.forward(cx, x, &mut acts)?;
     let mut loss = cx.output::<f32>(1)?;
-    let mut ws = cx.workspace::<f32>(xent_workspace_len(rows, classes).max(1))?;
-    let mut dlogits = acts.dlogits()?;
-    softmax_cross_entropy_scaled(
-        cx,
-        acts.logits(),
-        labels,
-        &mut loss,
-        &mut dlogits,
-        &mut ws,
-        grad_scale,
+    let mut ws = cx.workspace::<f32>(mlp.loss_workspace_len(rows).max(1))?;
+    mlp.train_pass(
+        cx, x, labels, &mut acts, &mut loss, &mut ws, grad_scale, accumulate,
     )?;
-    mlp.backward(cx, x, &mut acts, accumulate)?;
     Ok(loss)
 }
 

@@ -194,11 +194,44 @@ fn device_gradients(
     (out.to_host().unwrap()[0], mlp.grads().to_host().unwrap())
 }
 
+/// [`Mlp::train_pass`] (the head fused where [`Mlp::fuses_head`]): (loss, gradients), the
+/// gradients poisoned first.
+fn train_pass_gradients(
+    dev: &Device,
+    mlp: &mut Mlp,
+    x: &Buffer<f32>,
+    labels: &Buffer<u32>,
+    grad_scale: f32,
+    accumulate: bool,
+) -> (f32, Vec<f32>) {
+    let batch = labels.len();
+    let mut acts = MlpActivations::new(mlp, batch, |n| dev.alloc(n)).unwrap();
+    let mut out = poisoned(dev, 1);
+    let mut ws = poisoned(dev, mlp.loss_workspace_len(batch).max(1));
+    if !accumulate {
+        mlp.grads_mut().fill(f32::NAN).unwrap();
+    }
+    mlp.train_pass(
+        dev, x, labels, &mut acts, &mut out, &mut ws, grad_scale, accumulate,
+    )
+    .unwrap();
+    (out.to_host().unwrap()[0], mlp.grads().to_host().unwrap())
+}
+
 #[test]
 fn mlp_gradients_match_finite_differences() {
     let mut r = rng("mlp_gradients_match_finite_differences");
     on_every_backend(|dev| {
-        for (sizes, batch) in [(vec![5, 7, 6, 3], 4), (vec![3, 65, 2], 7), (vec![9, 4], 1)] {
+        // The first four fuse the head (two or more layers, at most 12 classes; 19 and 9 rows
+        // take three and two workgroups); one layer and 13 classes do not.
+        for (sizes, batch) in [
+            (vec![5, 7, 6, 3], 4),
+            (vec![3, 65, 2], 7),
+            (vec![4, 33, 12], 19),
+            (vec![6, 300, 5], 9),
+            (vec![9, 4], 1),
+            (vec![5, 6, 13], 3),
+        ] {
             let mut mlp = Mlp::new(dev, &sizes, r.random()).unwrap();
             let xs = floats(&mut r, batch * sizes[0], -2.0, 2.0);
             let labels: Vec<u32> = (0..batch)
@@ -207,6 +240,16 @@ fn mlp_gradients_match_finite_differences() {
             let x = dev.upload(&xs).unwrap();
             let lab = dev.upload(&labels).unwrap();
             let (got_loss, got) = device_gradients(dev, &mut mlp, &x, &lab);
+            let fused = sizes.len() > 2 && *sizes.last().unwrap() <= 12;
+            assert_eq!(mlp.fuses_head(), fused, "{sizes:?}");
+            let one = 1.0 / batch as f32;
+            let (pass_loss, pass) = train_pass_gradients(dev, &mut mlp, &x, &lab, one, false);
+            if !fused {
+                // The three launches themselves: the same bits.
+                assert_eq!(pass_loss.to_bits(), got_loss.to_bits(), "{sizes:?} loss");
+                let bits = |v: &[f32]| v.iter().map(|g| g.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&pass), bits(&got), "{sizes:?} gradients");
+            }
 
             let p: Vec<f64> = mlp
                 .params()
@@ -237,6 +280,14 @@ fn mlp_gradients_match_finite_differences() {
             assert_close(
                 &format!("MLP {sizes:?} batch {batch}: gradients vs finite differences"),
                 &got,
+                &fd,
+                1e-5,
+            );
+            let case = format!("MLP {sizes:?} batch {batch}, train_pass");
+            assert_close(&format!("{case} loss"), &[pass_loss], &[want_loss], TOL);
+            assert_close(
+                &format!("{case}: gradients vs finite differences"),
+                &pass,
                 &fd,
                 1e-5,
             );
@@ -288,6 +339,21 @@ fn mlp_gradient_accumulation_and_zeroing() {
         let full: Vec<f64> = full.iter().map(|&v| v as f64).collect();
         assert_close(
             "two accumulated micro-batches vs one batch",
+            &mlp.grads().to_host().unwrap(),
+            &full,
+            TOL,
+        );
+        // The same through `train_pass`, its head fused: the second micro-batch adds.
+        assert!(mlp.fuses_head());
+        for k in 0..2 {
+            let x = dev
+                .upload(&xs[k * half * sizes[0]..(k + 1) * half * sizes[0]])
+                .unwrap();
+            let lab = dev.upload(&labels[k * half..(k + 1) * half]).unwrap();
+            train_pass_gradients(dev, &mut mlp, &x, &lab, 1.0 / batch as f32, k > 0);
+        }
+        assert_close(
+            "two accumulated micro-batches through train_pass vs one batch",
             &mlp.grads().to_host().unwrap(),
             &full,
             TOL,

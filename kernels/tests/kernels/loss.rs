@@ -9,7 +9,12 @@ use crate::common::{assert_close, floats, on_every_backend, poisoned, rng, SIZES
 const TOL: f64 = 1e-5;
 
 /// Loss and gradient in f64; a label `>= classes` is ignored.
-fn xent_reference(z: &[f32], labels: &[u32], classes: usize, gscale: f64) -> (f64, Vec<f64>) {
+pub(crate) fn xent_reference(
+    z: &[f32],
+    labels: &[u32],
+    classes: usize,
+    gscale: f64,
+) -> (f64, Vec<f64>) {
     let rows = labels.len();
     let mut loss = 0.0;
     let mut grad = vec![0.0; z.len()];

@@ -4,6 +4,7 @@ extern crate graphed_runtime as graphed;
 
 mod common;
 mod elementwise;
+mod head;
 mod loss;
 mod matmul;
 mod nvrtc;

@@ -7,8 +7,8 @@
 //! `<name>.cu` and `<name>.wgsl`, `<name>.checked.cu` and `<name>.checked.wgsl`, to diff.
 
 use graphed_kernels::{
-    elementwise as ew, loss, matmul, matmul_mma as mma, optim, reduce, reduce_subgroup as rsg, rng,
-    scaler,
+    elementwise as ew, head, loss, matmul, matmul_mma as mma, optim, reduce,
+    reduce_subgroup as rsg, rng, scaler,
 };
 use graphed_runtime::KernelDef;
 
@@ -37,6 +37,7 @@ fn all() -> Vec<&'static KernelDef> {
             softmax_xent_narrow_cast_bf16, softmax_xent_narrow_cast_f16,
             softmax_xent_narrow_cast_sg_bf16, softmax_xent_narrow_cast_sg_f16,
             softmax_xent_wide_sg, mse_pass_sg, mse_grad;
+        head: linear_xent;
         optim: adam_step, sgd_step, clip_scale;
         rng: philox_fill, philox_advance;
         scaler: scale_by, scale_by_cast_bf16, scale_by_cast_f16, unscale_check, scale_update;

@@ -46,7 +46,10 @@
 //!   narrow softmax rows (≤ 64 classes): one invocation per row, classes in order;
 //! - matrix products: each element accumulates `k` in increasing order in one invocation
 //!   (both tilings); bias gradients (row sums) likewise, in one invocation per row;
-//! - `bias_act_backward`'s bias gradient: one invocation per column, rows in order.
+//! - `bias_act_backward`'s bias gradient: one invocation per column, rows in order;
+//! - the fused classifier head ([`head`]): each logit's `k` terms over 32 invocations (each
+//!   in increasing order), their 32 sums in four fixed chains; each input gradient's classes
+//!   in order; the loss over each workgroup's rows in order, then as the losses above.
 //!
 //! Backends agree within the tolerances below, not bitwise: transcendental functions differ
 //! by a few ulp between math libraries, and matrix products accumulate with `fma`, which the
@@ -66,6 +69,7 @@
 //! | max | exact | — | 0 |
 //! | matrix products, every layout and epilogue, row sums | 1e-5 | 0.1 with an activation | 8e-7 (k = 1000) |
 //! | softmax cross-entropy loss and gradient, MSE and gradient | 1e-5 | — | 1.6e-7 |
+//! | the fused head: logits, loss, gradients (against its three steps in `f64`) | 1e-5 | 0.1 for logits, 0.1·gscale for the input gradient | — |
 //! | Adam, AdamW, SGD after 20 steps: parameters / moments / change of the parameters | 1e-5 / 1e-5 / 1e-4 | 0.1 / 0.01 / 0.01 | 2e-7 / 2e-7 / 1.2e-5 |
 //! | gradient clipping: norm and clipped gradients | 1e-5 | — | 8e-8 |
 //! | Philox uniforms and dropout masks | bitwise | — | 0 |

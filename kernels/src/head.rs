@@ -28,7 +28,7 @@ use graphed_runtime::{Buffer, Error, Grid, IntoScalarArg, Launch, Result};
 
 use crate::elementwise::Act;
 use crate::helpers::activate_backward;
-use crate::loss::into_loss;
+use crate::loss::{into_loss, softmax_row};
 use crate::shape::{expect_len, u32_of};
 
 /// Most classes [`linear_cross_entropy`] takes (the partial sums of 8 rows × 12 classes × 32
@@ -65,7 +65,6 @@ pub fn linear_xent(
     out: &mut [f32],
 ) {
     let part = shared::<f32, 3072>();
-    let z = shared::<f32, 96>();
     let terms = shared::<f32, 8>();
     let t = local_id().x;
     let lane = t % 32u32;
@@ -111,54 +110,36 @@ pub fn linear_xent(
         }
         barrier();
         // 2. Logit (row t / 12, class t % 12): the 32 lanes' sums as four chains of eight
-        //    (lanes q, q + 4, …), added as (0 + 1) + (2 + 3), then the bias.
-        if t < 96u32 {
-            let row = r0 + t / 12u32;
-            let c = t % 12u32;
-            if row < rows && c < classes {
-                let mut qs = [0.0f32; 4];
-                for i in 0..8u32 {
-                    for q in 0..4u32 {
-                        qs[q] += part[t * 32u32 + i * 4u32 + q];
-                    }
+        //    (lanes q, q + 4, …), added as (0 + 1) + (2 + 3), then the bias; into `part[t]`
+        //    once every sum has been read.
+        let mut v = 0.0;
+        let row = r0 + t / 12u32;
+        let c = t % 12u32;
+        let live = t < 96u32 && row < rows && c < classes;
+        if live {
+            let mut qs = [0.0f32; 4];
+            for i in 0..8u32 {
+                for q in 0..4u32 {
+                    qs[q] += part[t * 32u32 + i * 4u32 + q];
                 }
-                let v = (qs[0] + qs[1]) + (qs[2] + qs[3]) + b[c];
-                z[t] = v;
-                logits[row * classes + c] = v;
             }
+            v = (qs[0] + qs[1]) + (qs[2] + qs[3]) + b[c];
+            logits[row * classes + c] = v;
         }
         barrier();
-        // 3. Row r0 + t's softmax, loss term and gradient (kept in `z` for step 4).
+        if live {
+            part[t] = v;
+        }
+        barrier();
+        // 3. Row r0 + t's softmax, loss term and gradient (left in `part` for step 4).
         if t < 8u32 {
             let row = r0 + t;
             let mut term = 0.0;
             if row < rows {
                 let o = t * 12u32;
-                let mut mx = f32::NEG_INFINITY;
+                term = softmax_row(part, o, classes, labels[row], gscale);
                 for j in 0..classes {
-                    mx = max(mx, z[o + j]);
-                }
-                let lab = labels[row];
-                let valid = lab < classes;
-                let mut zl = 0.0;
-                if valid {
-                    zl = z[o + lab];
-                }
-                let mut sum = 0.0;
-                for j in 0..classes {
-                    let ex = exp(z[o + j] - mx);
-                    z[o + j] = ex;
-                    sum += ex;
-                }
-                if valid {
-                    term = log(sum) - (zl - mx);
-                }
-                for j in 0..classes {
-                    let p = z[o + j] / sum;
-                    let y = if j == lab { 1.0 } else { 0.0 };
-                    let g = if valid { (p - y) * gscale } else { 0.0 };
-                    z[o + j] = g;
-                    dlogits[row * classes + j] = g;
+                    dlogits[row * classes + j] = part[o + j];
                 }
             }
             terms[t] = term;
@@ -184,7 +165,7 @@ pub fn linear_xent(
                     let mut s = 0.0;
                     for c in 0..12u32 {
                         if c < classes {
-                            s += z[rr * 12u32 + c] * wv[c];
+                            s += part[rr * 12u32 + c] * wv[c];
                         }
                     }
                     let at = row * k + j;
@@ -196,7 +177,7 @@ pub fn linear_xent(
             }
             j += 256u32;
         }
-        // The next block overwrites `part`, `z` and `terms`.
+        // The next block overwrites `part` and `terms`.
         barrier();
         r0 += num_workgroups().x * 8u32;
     }

@@ -300,32 +300,42 @@ fn staged_chunk(
     barrier();
     let mut loss = 0.0;
     if r < rows {
-        let o = t * classes;
-        let mut mx = f32::NEG_INFINITY;
-        for j in 0..classes {
-            mx = max(mx, tile[o + j]);
-        }
-        let valid = lab < classes;
-        let mut zl = 0.0;
-        if valid {
-            zl = tile[o + lab];
-        }
-        let mut sum = 0.0;
-        for j in 0..classes {
-            let ex = exp(tile[o + j] - mx);
-            tile[o + j] = ex;
-            sum += ex;
-        }
-        if valid {
-            loss = log(sum) - (zl - mx);
-        }
-        for j in 0..classes {
-            let p = tile[o + j] / sum;
-            let y = if j == lab { 1.0 } else { 0.0 };
-            tile[o + j] = if valid { (p - y) * gscale } else { 0.0 };
-        }
+        loss = softmax_row(tile, t * classes, classes, lab, gscale);
     }
     barrier();
+    loss
+}
+
+/// The softmax of the `classes` logits at `tile[o..]` against label `lab`: replaces them with
+/// the loss's gradient `(softmax − onehot(lab))·gscale` and returns the row's loss term, or,
+/// for a label `≥ classes` (ignored), zeros and 0. Each `e^(z − max)` once. (The staged
+/// cross-entropy's and the fused head's row, [`crate::head`].)
+#[device]
+pub fn softmax_row(tile: &mut [f32; 3072], o: u32, classes: u32, lab: u32, gscale: f32) -> f32 {
+    let mut mx = f32::NEG_INFINITY;
+    for j in 0..classes {
+        mx = max(mx, tile[o + j]);
+    }
+    let valid = lab < classes;
+    let mut zl = 0.0;
+    if valid {
+        zl = tile[o + lab];
+    }
+    let mut sum = 0.0;
+    for j in 0..classes {
+        let ex = exp(tile[o + j] - mx);
+        tile[o + j] = ex;
+        sum += ex;
+    }
+    let mut loss = 0.0;
+    if valid {
+        loss = log(sum) - (zl - mx);
+    }
+    for j in 0..classes {
+        let p = tile[o + j] / sum;
+        let y = if j == lab { 1.0 } else { 0.0 };
+        tile[o + j] = if valid { (p - y) * gscale } else { 0.0 };
+    }
     loss
 }
 

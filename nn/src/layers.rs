@@ -269,7 +269,18 @@ impl Mlp {
         acts: &mut MlpActivations,
     ) -> Result<()> {
         self.check(x, acts)?;
-        for (l, s) in self.slots.iter().enumerate() {
+        self.forward_below(cx, x, acts, self.slots.len())
+    }
+
+    /// The forward pass of layers `0 … top − 1` (shapes checked by the caller).
+    fn forward_below<C: Launch + ?Sized>(
+        &self,
+        cx: &C,
+        x: &Buffer<f32>,
+        acts: &mut MlpActivations,
+        top: usize,
+    ) -> Result<()> {
+        for (l, s) in self.slots[..top].iter().enumerate() {
             let (w, b) = self.weight_and_bias(l)?;
             let (before, rest) = acts.outputs.split_at_mut(l);
             let input = if l == 0 { x } else { &before[l - 1] };
@@ -385,14 +396,7 @@ impl Mlp {
         }
         self.check(x, acts)?;
         let top = self.slots.len() - 1;
-        for l in 0..top {
-            let (w, b) = self.weight_and_bias(l)?;
-            let (before, rest) = acts.outputs.split_at_mut(l);
-            let input = if l == 0 { x } else { &before[l - 1] };
-            self.slots[l]
-                .layer
-                .forward(cx, input, &w, &b, &mut rest[0])?;
-        }
+        self.forward_below(cx, x, acts, top)?;
         let head = self.slots[top].layer;
         let batch = acts.batch;
         let (w, b) = self.weight_and_bias(top)?;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Call 1 of the fifth session of 2026-12-07: the fused classifier head (bench-replay, 627eeb9: the last
+# Call 1 of the fifth session of 2026-12-07: the fused classifier head (bench-replay, 584db40: the last
 # layer, the loss and its input gradient in one launch) against three launches (bench-prev, 1ddb0d4),
 # alternating, twice each on CUDA and once each on NVIDIA Vulkan; the changed test binaries on host + CUDA
 # + NVIDIA Vulkan; PyTorch's compiled fp32 steps (torch.compile default mode + one CUDA graph) and its

@@ -6,7 +6,7 @@
 //! So it is an exchange: every invocation writes its fragments of `A` and `B` (widened to
 //! `f32`, exactly) into the workgroup's slots and yields; in the next round each computes its
 //! four accumulator elements from its group's slots and yields again, so no one overwrites a
-//! slot another has still to read.
+//! slot another has still to read. `ldmatrix_x4` exchanges its rows the same way.
 
 use std::cell::Cell;
 
@@ -20,6 +20,8 @@ const SLOTS: usize = 12;
 /// One workgroup's exchange slots for `mma_m16n8k16`.
 pub struct HostMma {
     slots: Vec<Cell<f32>>,
+    /// `ldmatrix_x4`'s exchange: each invocation's row.
+    rows: Vec<Cell<u32>>,
 }
 
 impl HostMma {
@@ -30,6 +32,7 @@ impl HostMma {
             slots: (0..invocations as usize * SLOTS)
                 .map(|_| Cell::new(0.0))
                 .collect(),
+            rows: (0..invocations).map(|_| Cell::new(0)).collect(),
         }
     }
 
@@ -68,5 +71,19 @@ impl HostMma {
             *c = sum;
         }
         barrier().await;
+    }
+
+    /// The exchange of `ldmatrix_x4(s, p, &mut w)` for the invocation at linear local index
+    /// `li` naming row `row` (aligned and clamped already): the rows lanes `8j + l / 4` of its
+    /// group named, `j` in `0..4`, from which it takes word `l % 4` each
+    /// (`graphed_lang::kernel::ldmatrix`).
+    pub async fn ldmatrix_rows(&self, li: u32, row: u32) -> [u32; 4] {
+        self.rows[li as usize].set(row);
+        barrier().await;
+        let lane = li % GROUP;
+        let base = li - lane;
+        let rows = std::array::from_fn(|j| self.rows[(base + 8 * j as u32 + lane / 4) as usize].get());
+        barrier().await;
+        rows
     }
 }

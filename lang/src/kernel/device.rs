@@ -75,6 +75,7 @@ fn is_builtin(name: &str) -> bool {
                 | "device_fence"
                 | "shared"
                 | super::mma::NAME
+                | super::ldmatrix::NAME
                 | super::copy_async::NAME
                 | super::copy_async::COMMIT
                 | super::copy_async::WAIT

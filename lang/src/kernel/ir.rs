@@ -7,6 +7,7 @@
 use proc_macro2::Span;
 
 pub use super::copy_async::{CopyAsync, CopyFence};
+pub use super::ldmatrix::Ldmatrix;
 pub use super::mma::Mma;
 pub use super::subgroup::SubgroupOp;
 
@@ -481,6 +482,8 @@ pub enum Stmt {
     },
     /// `mma_m16n8k16(&a, &b, &mut acc)` (see [`super::mma`]).
     Mma(Mma),
+    /// `ldmatrix_x4(s, p, &mut w)` (see [`super::ldmatrix`]).
+    Ldmatrix(Ldmatrix),
     /// `copy_async(dst, d, src, s, n)` (see [`super::copy_async`]).
     CopyAsync(CopyAsync),
     /// `copy_async_commit()` or `copy_async_wait(k)`.

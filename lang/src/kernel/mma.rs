@@ -113,9 +113,17 @@ pub fn uniformity_message(condition: bool) -> String {
     }
 }
 
-/// Bytes of workgroup memory the portable form of `k`'s calls exchanges fragments through.
+/// Whether the portable forms of `body` exchange through the MMA scratch words: it calls
+/// `mma_m16n8k16` or `ldmatrix_x4` (which exchanges its rows' indices through the first of
+/// each invocation's words).
+pub fn exchanges(body: &[Stmt]) -> bool {
+    used(body) || super::ldmatrix::used(body)
+}
+
+/// Bytes of workgroup memory the portable form of `k`'s calls exchanges fragments through
+/// (`mma_m16n8k16`'s fragments, `ldmatrix_x4`'s rows).
 pub fn scratch_bytes(k: &super::ir::Kernel) -> u32 {
-    if used(&k.body) {
+    if exchanges(&k.body) {
         k.workgroup[0] * SCRATCH_WORDS * 4
     } else {
         0

@@ -6,6 +6,7 @@ pub mod copy_async;
 pub mod device;
 pub mod emit;
 pub mod ir;
+pub mod ldmatrix;
 pub mod mma;
 pub mod parse;
 pub mod subgroup;

@@ -260,6 +260,14 @@ impl Analysis<'_, '_> {
                     ));
                 }
             }
+            Stmt::Ldmatrix(l) => {
+                if let (Some(why), Some(r)) = (nu, self.report.as_deref_mut()) {
+                    r.push(syn::Error::new(
+                        l.span,
+                        crate::kernel::ldmatrix::uniformity_message(why == Why::Condition),
+                    ));
+                }
+            }
             Stmt::DeviceFence { span } => {
                 if let (Some(why), Some(r)) = (nu, self.report.as_deref_mut()) {
                     r.push(syn::Error::new(*span, fence_message(why)));
@@ -395,6 +403,8 @@ impl Analysis<'_, '_> {
             | Stmt::Barrier { .. }
             | Stmt::DeviceFence { .. }
             | Stmt::Mma(_)
+            // Its row's uniformity does not matter (each invocation names its own).
+            | Stmt::Ldmatrix(_)
             // Walked statement by statement in `stmt`.
             | Stmt::CopyAsync(_)
             | Stmt::CopyFence(_) => {}

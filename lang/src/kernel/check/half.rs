@@ -94,6 +94,7 @@ fn widen_stmt(s: &mut Stmt) {
         | Stmt::DeviceFence { .. }
         | Stmt::Mma(_)
         | Stmt::CopyFence(_) => {}
+        Stmt::Ldmatrix(l) => widen(&mut l.row),
         Stmt::CopyAsync(c) => c.setup.iter_mut().chain(&mut c.copy).for_each(widen_stmt),
     }
 }

@@ -151,7 +151,7 @@ impl Checker<'_> {
     }
 
     /// Whether the local array `e` names was declared `let mut`.
-    fn array_is_mutable(&self, e: &syn::Expr) -> bool {
+    pub(super) fn array_is_mutable(&self, e: &syn::Expr) -> bool {
         let syn::Expr::Path(p) = e else {
             return false;
         };

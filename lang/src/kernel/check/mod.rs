@@ -12,6 +12,7 @@ mod copy_async;
 mod device;
 mod expr;
 mod half;
+mod ldmatrix;
 mod mma;
 mod place;
 mod shared;

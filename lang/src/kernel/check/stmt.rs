@@ -409,6 +409,9 @@ impl Checker<'_> {
                 out.push(Stmt::DeviceFence { span: c.span() });
             }
             syn::Expr::Call(c) if is_path_call(c, crate::kernel::mma::NAME) => self.mma(c, out),
+            syn::Expr::Call(c) if is_path_call(c, crate::kernel::ldmatrix::NAME) => {
+                self.ldmatrix(c, out)
+            }
             syn::Expr::Call(c) if is_path_call(c, crate::kernel::copy_async::NAME) => {
                 self.copy_async(c, out)
             }

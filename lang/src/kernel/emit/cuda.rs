@@ -458,6 +458,7 @@ impl Cuda<'_> {
                 let line = super::mma::cuda_stmt(m, self.arrays);
                 self.line(&line);
             }
+            Stmt::Ldmatrix(l) => self.ldmatrix(l),
             Stmt::CopyAsync(c) => self.copy_async(c),
             Stmt::CopyFence(f) => {
                 let ptx = match f {
@@ -512,6 +513,29 @@ impl Cuda<'_> {
                 self.line(&line);
             }
         }
+    }
+
+    /// `ldmatrix_x4` (see [`crate::kernel::ldmatrix`]): on sm_75 and later one
+    /// `ldmatrix.sync.aligned.m8n8.x4.shared.b16` at the row's shared-window address, before
+    /// it the rows' word indices exchanged by warp shuffles. The kernel's one-dimensional
+    /// workgroup of a multiple of 32 makes each group one warp.
+    fn ldmatrix(&mut self, l: &Ldmatrix) {
+        let row = self.expr(&l.row);
+        let name = self.shared[l.shared].name.clone();
+        let w = self.arrays[l.w].name.clone();
+        self.line("{");
+        self.indent += 1;
+        self.line(&format!("const gd_u32 gd_lr = {row};"));
+        self.line("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750");
+        self.line(&format!("gd_u32 gd_la; asm(\"{{ .reg .u64 gd_a; cvta.to.shared.u64 gd_a, %1; cvt.u32.u64 %0, gd_a; }}\" : \"=r\"(gd_la) : \"l\"({name} + gd_lr));"));
+        self.line(&format!("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"({w}[0]), \"=r\"({w}[1]), \"=r\"({w}[2]), \"=r\"({w}[3]) : \"r\"(gd_la));"));
+        self.line("#else");
+        for j in 0..crate::kernel::ldmatrix::MATRICES {
+            self.line(&format!("{w}[{j}] = {name}[__shfl_sync(0xffffffffu, gd_lr, (int)({}u + ((threadIdx.x & 31u) >> 2))) + (threadIdx.x & 3u)];", 8 * j));
+        }
+        self.line("#endif");
+        self.indent -= 1;
+        self.line("}");
     }
 
     /// `copy_async` (see [`crate::kernel::copy_async`]): on sm_80 and later one

@@ -73,7 +73,7 @@ pub fn emit(k: &Kernel) -> String {
     if k.has_subgroup {
         s.push_str("let gd_sg_own = gd::HostSubgroups::new(gd_l.subgroup_size, GD_WG.x * GD_WG.y * GD_WG.z);\nlet gd_sg = &gd_sg_own;\n");
     }
-    let mma = crate::kernel::mma::used(&k.body);
+    let mma = crate::kernel::mma::exchanges(&k.body);
     if mma {
         s.push_str("let gd_mma_own = gd::HostMma::new(GD_WG.x);\nlet gd_mma = &gd_mma_own;\n");
     }
@@ -322,6 +322,13 @@ impl Host<'_> {
             Stmt::Mma(m) => {
                 let line = super::mma::host_stmt(m, self.arrays);
                 self.line(&line);
+            }
+            // `ldmatrix_x4` (see `crate::kernel::ldmatrix`): the rows its group's lanes name,
+            // through the workgroup's `HostMma`, then the invocation's four words of them.
+            Stmt::Ldmatrix(l) => {
+                let row = self.expr(&l.row);
+                let (name, w) = (&self.shared[l.shared].name, &self.arrays[l.w].name);
+                self.line(&format!("{{ let gd_rows = gd_mma.ldmatrix_rows(gd_li, {row}).await; for gd_j in 0..4usize {{ {w}[gd_j] = {name}.get(gd_rows[gd_j] + (gd_li & 3u32))?; }} }}"));
             }
             Stmt::Atomic {
                 result,

@@ -77,6 +77,7 @@ fn stmts(body: &[Stmt], f: &mut impl FnMut(&Expr)) {
             | Stmt::DeviceFence { .. }
             | Stmt::Mma(_)
             | Stmt::CopyFence(_) => {}
+            Stmt::Ldmatrix(l) => expr(&l.row, f),
             Stmt::CopyAsync(c) => {
                 stmts(&c.setup, f);
                 stmts(&c.copy, f);

@@ -180,7 +180,7 @@ fn emit_with(k: &Kernel, checked: Option<u32>) -> String {
         )
         .unwrap();
     }
-    if crate::kernel::mma::used(&k.body) {
+    if crate::kernel::mma::exchanges(&k.body) {
         let words = k.workgroup[0] * crate::kernel::mma::SCRATCH_WORDS;
         writeln!(
             head,
@@ -459,6 +459,7 @@ fn storage_barriers(k: &Kernel) -> (Vec<bool>, bool) {
                     | Stmt::DeviceFence { .. }
                     | Stmt::Mma(_)
                     | Stmt::CopyFence(_) => {}
+                    Stmt::Ldmatrix(l) => self.expr(&l.row),
                     Stmt::CopyAsync(c) => {
                         self.block(&c.setup);
                         self.block(&c.copy);
@@ -672,6 +673,33 @@ impl Wgsl<'_> {
         }
         drop(used);
         self.line(&super::mma::wgsl_call(m, self.arrays));
+    }
+
+    /// `ldmatrix_x4`'s portable form (see `crate::kernel::ldmatrix`): each invocation writes
+    /// its row's word index into the first of its words of the exchange array, and after a
+    /// barrier reads its four words from the rows its group's lanes named; a second barrier
+    /// keeps the next exchange from overwriting indices still to be read.
+    fn ldmatrix(&mut self, l: &Ldmatrix) {
+        let row = self.expr(&l.row);
+        let name = self.k.shared[self.shared_ix[l.shared]].name.clone();
+        let w = self.arrays[l.w].name.clone();
+        let (x, sw) = (super::mma::WGSL_SCRATCH, crate::kernel::mma::SCRATCH_WORDS);
+        self.line(&format!("{x}[gd_lid.x * {sw}u] = {row};"));
+        self.line("workgroupBarrier();");
+        self.line("{");
+        self.indent += 1;
+        self.line("let gd_lq = gd_lid.x - (gd_lid.x & 31u);");
+        self.line("let gd_lg = (gd_lid.x & 31u) >> 2u;");
+        self.line("let gd_lt = gd_lid.x & 3u;");
+        for j in 0..crate::kernel::ldmatrix::MATRICES {
+            self.line(&format!(
+                "{w}[{j}] = {name}[{x}[(gd_lq + {}u + gd_lg) * {sw}u] + gd_lt];",
+                8 * j
+            ));
+        }
+        self.indent -= 1;
+        self.line("}");
+        self.line("workgroupBarrier();");
     }
 
     fn nested(&mut self, head: &str, body: &[Stmt]) {
@@ -986,6 +1014,7 @@ impl Wgsl<'_> {
                 self.line("return;")
             }
             Stmt::Mma(m) => self.mma(m),
+            Stmt::Ldmatrix(l) => self.ldmatrix(l),
             Stmt::Barrier { .. } => {
                 let storage = self
                     .storage_barriers

@@ -193,7 +193,12 @@ fn every_lane_receives_its_word_of_the_rows_its_group_named() {
                 .map(|(j, (g, w))| format!("[{j}] got {g:#x}, want {w:#x}"))
                 .take(6)
                 .collect();
-            assert!(bad.is_empty(), "{}: {groups} workgroups:\n  {}", dev.kind(), bad.join("\n  "));
+            assert!(
+                bad.is_empty(),
+                "{}: {groups} workgroups:\n  {}",
+                dev.kind(),
+                bad.join("\n  ")
+            );
         }
     });
 }
@@ -209,36 +214,72 @@ fn its_words_are_the_fragments_of_mma_and_give_the_same_sums() {
     on_every_backend(|dev| {
         let groups = 4usize; // two workgroups
         let words = |r: &mut rand::rngs::StdRng| -> Vec<u32> {
-            (0..groups * 128).map(|_| bf16_bits(r) | (bf16_bits(r) << 16)).collect()
+            (0..groups * 128)
+                .map(|_| bf16_bits(r) | (bf16_bits(r) << 16))
+                .collect()
         };
         let (a, b) = (words(&mut r), words(&mut r));
         let (ab, bb) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
         let mut wo = dev.upload(&vec![POISON; groups * 32 * 16]).unwrap();
         let mut d = dev.upload(&vec![f32::NAN; groups * 32 * 16]).unwrap();
-        frags_both_ways::launch(dev, Grid::workgroups(groups as u32 / 2), &ab, &bb, &mut wo, &mut d)
-            .unwrap();
+        frags_both_ways::launch(
+            dev,
+            Grid::workgroups(groups as u32 / 2),
+            &ab,
+            &bb,
+            &mut wo,
+            &mut d,
+        )
+        .unwrap();
         let (wo, d) = (wo.to_host().unwrap(), d.to_host().unwrap());
         for inv in 0..groups * 32 {
             let w = &wo[16 * inv..16 * inv + 16];
-            assert_eq!(w[..8], w[8..], "{}: invocation {inv}: element reads, then ldmatrix_x4", dev.kind());
-            assert!(w.iter().all(|&v| v != POISON), "{}: invocation {inv}: {w:x?}", dev.kind());
+            assert_eq!(
+                w[..8],
+                w[8..],
+                "{}: invocation {inv}: element reads, then ldmatrix_x4",
+                dev.kind()
+            );
+            assert!(
+                w.iter().all(|&v| v != POISON),
+                "{}: invocation {inv}: {w:x?}",
+                dev.kind()
+            );
             let s = &d[16 * inv..16 * inv + 16];
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert!(s.iter().all(|v| v.is_finite()), "{}: invocation {inv}: {s:?}", dev.kind());
-            assert_eq!(bits(&s[..8]), bits(&s[8..]), "{}: invocation {inv}: sums {s:?}", dev.kind());
+            assert!(
+                s.iter().all(|v| v.is_finite()),
+                "{}: invocation {inv}: {s:?}",
+                dev.kind()
+            );
+            assert_eq!(
+                bits(&s[..8]),
+                bits(&s[8..]),
+                "{}: invocation {inv}: sums {s:?}",
+                dev.kind()
+            );
         }
         // The sums are `A·B`: one element checked against f64 per group (row g = 0 of lane
         // 0, column 0: acc[0] of block 0).
-        let val = |w: u32, hi: bool| f64::from(bf16::from_bits((if hi { w >> 16 } else { w }) as u16).to_f32());
+        let val = |w: u32, hi: bool| {
+            f64::from(bf16::from_bits((if hi { w >> 16 } else { w }) as u16).to_f32())
+        };
         for q in 0..groups {
             let want: f64 = (0..16)
                 .map(|k| val(a[128 * q + k / 2], k % 2 == 1) * val(b[128 * q + k / 2], k % 2 == 1))
                 .sum();
             let got = f64::from(d[16 * 32 * q]);
             let scale: f64 = (0..16)
-                .map(|k| (val(a[128 * q + k / 2], k % 2 == 1) * val(b[128 * q + k / 2], k % 2 == 1)).abs())
+                .map(|k| {
+                    (val(a[128 * q + k / 2], k % 2 == 1) * val(b[128 * q + k / 2], k % 2 == 1))
+                        .abs()
+                })
                 .sum();
-            assert!((got - want).abs() <= scale * 2f64.powi(-18), "{}: group {q}: {got} against {want}", dev.kind());
+            assert!(
+                (got - want).abs() <= scale * 2f64.powi(-18),
+                "{}: group {q}: {got} against {want}",
+                dev.kind()
+            );
         }
     });
 }
@@ -263,11 +304,24 @@ fn on_cuda_each_call_is_one_ldmatrix() {
     }
     let ptx = graphed::nvrtc::compile(&frags_both_ways::DEF, "compute_80").unwrap();
     assert_eq!(
-        ptx.matches("ldmatrix.sync.aligned.m8n8.x4.shared.b16").count(),
+        ptx.matches("ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+            .count(),
         2,
         "{ptx}"
     );
     assert!(!ptx.contains(".local"), "PTX uses local memory:\n{ptx}");
+    // The kernel library's streaming MMA product: 8 calls a half-step, in registers.
+    for k in [
+        &graphed::kernels::matmul_mma::matmul_mma_async_bf16::DEF,
+        &graphed::kernels::matmul_mma::matmul_mma_async_f16::DEF,
+    ] {
+        let ptx = graphed::nvrtc::compile(k, "compute_80").unwrap();
+        let calls = ptx
+            .matches("ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+            .count();
+        assert!(calls >= 8 && calls % 8 == 0, "{}: {calls} ldmatrix", k.name);
+        assert!(!ptx.contains(".local"), "{} uses local memory", k.name);
+    }
     let old = graphed::nvrtc::compile(&gather_rows::DEF, "compute_70").unwrap();
     assert!(!old.contains("ldmatrix"), "{old}");
     assert!(old.contains("shfl.sync"), "{old}");

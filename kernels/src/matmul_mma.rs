@@ -38,15 +38,15 @@
 //! tiles with the kernel language's `copy_async` (`cp.async` on CUDA) through three stages of
 //! workgroup memory, two steps in flight and one barrier a step, in workgroups of 128
 //! invocations whose four MMA groups compute 64×64 each. A copy moves a *chunk*, 16 bytes of
-//! a row: chunk `c` of a step holds the row's values `8c .. 8c + 8`. Rows `2j` and `2j + 1` of
-//! a tile share line `j` of the stage (32 words, the 32 banks): row `r` takes half
-//! `(r % 2) ^ ((r / 2) % 2)` of it, its chunk `c` at place `c ^ ((r / 2) % 2)` (`chunk_word`).
-//! Instead of the values `16h .. 16h + 16`, half `h` of a step gives invocation `t` of a
-//! group the 8-byte piece `h ^ (t % 2)` of chunk `t` of each of its rows (for `A` and `B`
-//! alike, so the products pair the same values): one 64-bit read of a row for `b`, and the
-//! reads of rows `g .. g + 4` of a group meet each bank once. Its sums therefore take a
-//! step's values in another order than the other variants', so its bits differ from theirs
-//! (on the host too); within the tolerance of `graphed_lang::kernel::mma` everywhere.
+//! a row: chunk `c` of a step holds the row's values `8c .. 8c + 8`. Row `r` of a tile takes
+//! 16 words of the stage from `16r`, its chunk `c` at place `c ^ ((r / 2) % 4)`
+//! (`chunk_word`), so the same chunk of any 8 consecutive rows meets each bank once. The
+//! fragments come out of the stage with the kernel language's `ldmatrix_x4` (PTX's `ldmatrix`
+//! on CUDA), which hands every lane its words of 8 rows' chunks in the registers' order: per
+//! 16-value half of a step, one call for each 16-row block of `A` (an `a` fragment) and one
+//! for each 16-column block of `B` (two `b` fragments). Each call's 8-row matrices are read
+//! without bank conflicts. A step's values go into the products in the same order as in the
+//! other 128×128 variants, so its bits are theirs.
 //!
 //! A product split over `k` ([`MmaTile::SplitK`], the `matmul_mma_split_*` kernels) has
 //! layer `z` of its grid sum the range `[z·kc, (z + 1)·kc)` into copy `z` of `C` in a
@@ -713,13 +713,48 @@ matmul_mma_kernels!(
 );
 
 /// The word of a stage of [`MmaTile::T128Async`]'s workgroup memory where chunk `c` (`0..4`:
-/// words `4c .. 4c + 4`, values `8c .. 8c + 8` of the step) of row `r` of a tile lands: rows
-/// `2j` and `2j + 1` share the 32 banks of line `j`, row `r` in half `(r % 2) ^ ((r / 2) % 2)`
-/// of it with its chunks permuted to `c ^ ((r / 2) % 2)` (see the module docs).
+/// words `4c .. 4c + 4`, values `8c .. 8c + 8` of the step) of row `r` of a tile lands: row
+/// `r`'s 16 words from `16r` (rows `2j` and `2j + 1` share the 32 banks of line `j`), its
+/// chunks permuted to `c ^ ((r / 2) % 4)`, so any 8 consecutive rows' chunk `c` — what one
+/// matrix of `ldmatrix_x4` reads — fall in distinct banks (see the module docs).
 #[device]
 fn chunk_word(r: u32, c: u32) -> u32 {
-    let y = (r / 2) % 2;
-    (r / 2) * 32 + 16 * ((r % 2) ^ y) + 4 * (c ^ y)
+    r * 16 + 4 * (c ^ ((r / 2) % 4))
+}
+
+/// The `mma_m16n8k16` fragments over inputs of type `$t` held by words that `ldmatrix_x4`
+/// gave (`$frag_a`: the `a` fragment of four words; `$frag_b`: a `b` fragment of two; the
+/// element `2i` the low half of word `i`).
+macro_rules! word_frags {
+    ($t:ident, $frag_a:ident, $frag_b:ident) => {
+        /// The `a` fragment held by `ldmatrix_x4`'s four words `w`.
+        #[allow(dead_code)]
+        #[device]
+        fn $frag_a(w: [u32; 4]) -> [$t; 8] {
+            let mut f = [0.0f32 as $t; 8];
+            f[0] = $t::from_bits(w[0]);
+            f[1] = $t::from_bits(w[0] >> 16u32);
+            f[2] = $t::from_bits(w[1]);
+            f[3] = $t::from_bits(w[1] >> 16u32);
+            f[4] = $t::from_bits(w[2]);
+            f[5] = $t::from_bits(w[2] >> 16u32);
+            f[6] = $t::from_bits(w[3]);
+            f[7] = $t::from_bits(w[3] >> 16u32);
+            f
+        }
+
+        /// The `b` fragment held by the words `w0`, `w1`.
+        #[allow(dead_code)]
+        #[device]
+        fn $frag_b(w0: u32, w1: u32) -> [$t; 4] {
+            let mut f = [0.0f32 as $t; 4];
+            f[0] = $t::from_bits(w0);
+            f[1] = $t::from_bits(w0 >> 16u32);
+            f[2] = $t::from_bits(w1);
+            f[3] = $t::from_bits(w1 >> 16u32);
+            f
+        }
+    };
 }
 
 /// Issues invocation `tid`'s chunks of step `s` of [`MmaTile::T128Async`] into stage `s % 3`:
@@ -840,14 +875,16 @@ macro_rules! matmul_mma_async_kernel {
             let dst = chunk_word(cr, cc);
             let sa0 = (row0 + cr) * kw + 4 * cc;
             let sb0 = (col0 + cr) * kw + 4 * cc;
-            // Where this invocation's fragments lie in a stage: half `h` of the step reads
-            // piece `h ^ (t % 2)` of chunk `t` of its rows (`chunk_word` of row `g` of a
-            // 16-row block, plus 16 words a row of the block's start).
-            let y = (g / 2) % 2;
-            let at = (g / 2) * 32 + 16 * ((g % 2) ^ y) + 4 * (t ^ y);
-            let fr = [at + 2 * (t % 2), at + 2 * (1 - t % 2)];
-            let fa = wr * 16;
-            let fb = wc * 16;
+            // The rows this invocation names to `ldmatrix_x4`: lane `8j + r` names row
+            // `r + 8·(j % 2)` of a 16-row block of `A`'s tile, at chunk `2h + j / 2` for
+            // half `h` of the step, and row (column of `B`) `r + 8·(j / 2)` of a 16-column
+            // block of `B`'s, at chunk `2h + j % 2`; `chunk_word` permutes the chunk by
+            // `(r / 2) % 4` (a block starts at a multiple of 16 rows, which keeps it).
+            let lj = lane / 8;
+            let lr = lane % 8;
+            let perm = (lr / 2) % 4;
+            let ra = (wr + lr + 8 * (lj % 2)) * 16;
+            let rb = (wc + lr + 8 * (lj / 2)) * 16;
             // `acc_ij`: rows `wr + 16i ..`, columns `wc + 8j ..` of the tile.
             let mut acc00 = [0.0f32; 4];
             let mut acc01 = [0.0f32; 4];
@@ -899,27 +936,40 @@ macro_rules! matmul_mma_async_kernel {
                 }
                 copy_async_commit();
                 let s0 = (step % 3) * 2048;
-                // The two 16-value halves of the step, written out as two copies (indexing
-                // `fr` makes the front end unroll the loop).
+                // The two 16-value halves of the step: four `ldmatrix_x4` for the `a`
+                // fragments of the group's 64 rows, four for the `b` fragments of its 64
+                // columns (two each), in the registers' order.
                 for half in 0..2u32 {
-                    // For `b` an even word below 8192 (`& 8190`, the same value): lets the
-                    // CUDA compiler read its two words of a column as one 64-bit load. The
-                    // `a` fragments' four words are read one by one, straight into the
-                    // registers `mma.sync` takes (rows `g` and `g + 8` alternate there).
-                    let pb = (s0 + fr[half]) & 8190u32;
-                    let pa = s0 + fr[half];
-                    let fa0 = $frag_a(sa, pa + fa + 0, pa + fa + 128, 1);
-                    let fa1 = $frag_a(sa, pa + fa + 256, pa + fa + 384, 1);
-                    let fa2 = $frag_a(sa, pa + fa + 512, pa + fa + 640, 1);
-                    let fa3 = $frag_a(sa, pa + fa + 768, pa + fa + 896, 1);
-                    let fb0 = $frag_b(sb, pb + fb + 0);
-                    let fb1 = $frag_b(sb, pb + fb + 128);
-                    let fb2 = $frag_b(sb, pb + fb + 256);
-                    let fb3 = $frag_b(sb, pb + fb + 384);
-                    let fb4 = $frag_b(sb, pb + fb + 512);
-                    let fb5 = $frag_b(sb, pb + fb + 640);
-                    let fb6 = $frag_b(sb, pb + fb + 768);
-                    let fb7 = $frag_b(sb, pb + fb + 896);
+                    let pa = s0 + ra + 4 * ((2 * half + lj / 2) ^ perm);
+                    let pb = s0 + rb + 4 * ((2 * half + lj % 2) ^ perm);
+                    let mut wa0 = [0u32; 4];
+                    let mut wa1 = [0u32; 4];
+                    let mut wa2 = [0u32; 4];
+                    let mut wa3 = [0u32; 4];
+                    let mut wb0 = [0u32; 4];
+                    let mut wb1 = [0u32; 4];
+                    let mut wb2 = [0u32; 4];
+                    let mut wb3 = [0u32; 4];
+                    ldmatrix_x4(sa, pa, &mut wa0);
+                    ldmatrix_x4(sa, pa + 256, &mut wa1);
+                    ldmatrix_x4(sa, pa + 512, &mut wa2);
+                    ldmatrix_x4(sa, pa + 768, &mut wa3);
+                    ldmatrix_x4(sb, pb, &mut wb0);
+                    ldmatrix_x4(sb, pb + 256, &mut wb1);
+                    ldmatrix_x4(sb, pb + 512, &mut wb2);
+                    ldmatrix_x4(sb, pb + 768, &mut wb3);
+                    let fa0 = $frag_a(wa0);
+                    let fa1 = $frag_a(wa1);
+                    let fa2 = $frag_a(wa2);
+                    let fa3 = $frag_a(wa3);
+                    let fb0 = $frag_b(wb0[0], wb0[1]);
+                    let fb1 = $frag_b(wb0[2], wb0[3]);
+                    let fb2 = $frag_b(wb1[0], wb1[1]);
+                    let fb3 = $frag_b(wb1[2], wb1[3]);
+                    let fb4 = $frag_b(wb2[0], wb2[1]);
+                    let fb5 = $frag_b(wb2[2], wb2[3]);
+                    let fb6 = $frag_b(wb3[0], wb3[1]);
+                    let fb7 = $frag_b(wb3[2], wb3[3]);
                     mma_m16n8k16(&fa0, &fb0, &mut acc00);
                     mma_m16n8k16(&fa0, &fb1, &mut acc01);
                     mma_m16n8k16(&fa0, &fb2, &mut acc02);
@@ -992,8 +1042,8 @@ macro_rules! matmul_mma_async_kernel {
     };
 }
 
-frag_helpers!(bf16, frag3_a_bf16, frag3_b_bf16, 6144);
-frag_helpers!(f16, frag3_a_f16, frag3_b_f16, 6144);
+word_frags!(bf16, frag3_a_bf16, frag3_b_bf16);
+word_frags!(f16, frag3_a_f16, frag3_b_f16);
 
 matmul_mma_async_kernel!(
     /// `C = A·Bᵀ` (plus `C` when `accumulate`) of `bf16` inputs bound as their words (`A`
@@ -1183,13 +1233,14 @@ pub enum MmaTile {
     /// sm_80+) through three stages, two steps in flight, with one barrier a step
     /// ([`matmul_mma_async_bf16`](mod@matmul_mma_async_bf16)). Its 48 KiB of workgroup memory
     /// fit CUDA; where they do not ([`Launch::fits_workgroup_memory`]: wgpu adapters, which
-    /// add the portable MMA form's 6 KiB), and where [`MmaTile::T128Words`] does not apply,
-    /// it runs that variant's route instead. Its fragments pair the values of a step in
-    /// another order than the other 128×128 variants (see the module docs), so its bits on
-    /// the host are its own. Measured on an H100 (BENCHMARKS.md, third session of
-    /// 2026-12-07): 4096³ forward 639.7 µs against the words kernel's 577.4, so
-    /// [`MmaTile::Auto`] does not take it; 4096×10×4096 158.1 against 267.7 (but
-    /// [`MmaTile::SplitK`] 93.3).
+    /// add the portable MMA form's 3 KiB), and where [`MmaTile::T128Words`] does not apply,
+    /// it runs that variant's route instead. Its fragments come out of the stages by
+    /// `ldmatrix_x4` (PTX's `ldmatrix` on CUDA) and take a step's values in the order of the
+    /// other 128×128 variants, so its bits are theirs. Measured on an H100 before it read
+    /// its fragments that way (BENCHMARKS.md, third session of 2026-12-07): 4096³ forward
+    /// 639.7 µs against the words kernel's 577.4, so [`MmaTile::Auto`] does not take it;
+    /// 4096×10×4096 158.1 against 267.7 (but [`MmaTile::SplitK`] 93.3). Not yet timed
+    /// with `ldmatrix_x4`.
     T128Async,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and

@@ -82,7 +82,8 @@ impl HostMma {
         barrier().await;
         let lane = li % GROUP;
         let base = li - lane;
-        let rows = std::array::from_fn(|j| self.rows[(base + 8 * j as u32 + lane / 4) as usize].get());
+        let rows =
+            std::array::from_fn(|j| self.rows[(base + 8 * j as u32 + lane / 4) as usize].get());
         barrier().await;
         rows
     }

@@ -123,9 +123,15 @@ mod tests {
         assert!(cuda.contains("__CUDA_ARCH__ >= 750"));
         assert!(cuda.contains("__shfl_sync"), "the pre-sm_75 form");
         // The row aligned down and clamped to the array's last row.
-        assert!(cuda.contains("4294967292u") && cuda.contains("124u"), "{cuda}");
+        assert!(
+            cuda.contains("4294967292u") && cuda.contains("124u"),
+            "{cuda}"
+        );
         let wgsl = super::super::emit::wgsl::emit(&k);
-        assert!(wgsl.contains("var<workgroup> gd_mma: array<u32, 384>;"), "{wgsl}");
+        assert!(
+            wgsl.contains("var<workgroup> gd_mma: array<u32, 384>;"),
+            "{wgsl}"
+        );
         assert_eq!(wgsl.matches("workgroupBarrier();").count(), 2, "{wgsl}");
         let host = super::super::emit::host::emit(&k);
         assert!(host.contains("gd::HostMma::new(GD_WG.x)"));
@@ -230,7 +236,11 @@ mod tests {
             )
             .expect_err("rejected");
             assert_eq!(errs.len(), 1, "{stmt}: {errs:#?}");
-            assert!(errs[0].contains(needle), "{stmt}: {:?} lacks {needle:?}", errs[0]);
+            assert!(
+                errs[0].contains(needle),
+                "{stmt}: {:?} lacks {needle:?}",
+                errs[0]
+            );
         }
         for (args, needle) in [
             (quote!(workgroup = 48), "a multiple of 32 invocations"),

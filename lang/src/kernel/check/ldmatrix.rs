@@ -89,7 +89,10 @@ impl Checker<'_> {
             return None;
         }
         if size < ROW {
-            self.error(e, format!("`{NAME}` reads rows of {ROW} words, but `{shown}` holds {size}"));
+            self.error(
+                e,
+                format!("`{NAME}` reads rows of {ROW} words, but `{shown}` holds {size}"),
+            );
             return None;
         }
         if self.shared[s].atomic || self.atomic_names.contains(&self.shared[s].name) {
@@ -105,7 +108,13 @@ impl Checker<'_> {
             return None;
         }
         let syn::Expr::Reference(r) = e else {
-            self.error(e, format!("`w` of `{NAME}` is written: pass it as `&mut {}` ({USAGE})", crate::tokens::shown(e)));
+            self.error(
+                e,
+                format!(
+                    "`w` of `{NAME}` is written: pass it as `&mut {}` ({USAGE})",
+                    crate::tokens::shown(e)
+                ),
+            );
             return None;
         };
         if self.is_poisoned(&r.expr) {
@@ -113,20 +122,35 @@ impl Checker<'_> {
         }
         let shown = crate::tokens::shown(&r.expr);
         if r.mutability.is_none() {
-            self.error(e, format!("`w` of `{NAME}` is written: pass it as `&mut {shown}`"));
+            self.error(
+                e,
+                format!("`w` of `{NAME}` is written: pass it as `&mut {shown}`"),
+            );
             return None;
         }
         let Some(arr) = self.array_of(&r.expr) else {
-            self.error(&r.expr, format!("`w` of `{NAME}` is a per-invocation array `[u32; {MATRICES}]` ({USAGE})"));
+            self.error(
+                &r.expr,
+                format!("`w` of `{NAME}` is a per-invocation array `[u32; {MATRICES}]` ({USAGE})"),
+            );
             return None;
         };
         let (elem, len) = (self.arrays[arr].elem, self.arrays[arr].len);
         if elem != Ty::U32 || len != MATRICES {
-            self.error(&r.expr, format!("`w` of `{NAME}` is `[u32; {MATRICES}]`, but `{shown}` is `[{}; {len}]`", elem.rust()));
+            self.error(
+                &r.expr,
+                format!(
+                    "`w` of `{NAME}` is `[u32; {MATRICES}]`, but `{shown}` is `[{}; {len}]`",
+                    elem.rust()
+                ),
+            );
             return None;
         }
         if !self.array_is_mutable(&r.expr) {
-            self.error(&r.expr, format!("`{shown}` is written by `{NAME}`: declare it `let mut {shown} = ...`"));
+            self.error(
+                &r.expr,
+                format!("`{shown}` is written by `{NAME}`: declare it `let mut {shown} = ...`"),
+            );
             return None;
         }
         Some(arr)

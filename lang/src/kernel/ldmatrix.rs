@@ -63,11 +63,12 @@ pub struct Ldmatrix {
 
 /// The error for a call that not every invocation of the workgroup reaches together.
 pub fn uniformity_message(condition: bool) -> String {
-    if condition {
-        format!("`{NAME}` must be reached by every invocation of the workgroup together (its 32 invocations exchange their rows' addresses, and the portable form synchronises the workgroup like `barrier()`), but this one is inside an `if` or loop whose condition depends on the invocation id (or on memory that invocations write), so some invocations skip it; call it for every invocation and choose the row instead, or compute the condition from uniform values (scalar parameters, `len()`, `workgroup_id()`, constants)")
-    } else {
-        format!("`{NAME}` must be reached by every invocation of the workgroup together, but some invocations may already have left through an earlier `return`, `break` or `continue` taken under a condition that depends on the invocation id; instead of leaving early, put the work in `if cond {{ ... }}` and keep `{NAME}` outside it")
-    }
+    super::mma::group_uniformity_message(
+        NAME,
+        "their rows' addresses",
+        "choose the row instead",
+        condition,
+    )
 }
 
 /// Whether `body` calls `ldmatrix_x4`.

@@ -106,10 +106,26 @@ pub struct Mma {
 /// The error for a call that not every invocation of the workgroup reaches together: inside
 /// a non-uniform `if` or loop (`condition`), or after a non-uniform early exit.
 pub fn uniformity_message(condition: bool) -> String {
+    group_uniformity_message(
+        NAME,
+        "their fragments",
+        "mask the data instead (load zeros outside the matrix)",
+        condition,
+    )
+}
+
+/// [`uniformity_message`] for any builtin of an MMA group (`name`): what its invocations
+/// `exchange`, and what to do instead of skipping it (`instead`).
+pub fn group_uniformity_message(
+    name: &str,
+    exchange: &str,
+    instead: &str,
+    condition: bool,
+) -> String {
     if condition {
-        format!("`{NAME}` must be reached by every invocation of the workgroup together (its 32 invocations exchange their fragments, and the portable form synchronises the workgroup like `barrier()`), but this one is inside an `if` or loop whose condition depends on the invocation id (or on memory that invocations write), so some invocations skip it; call it for every invocation and mask the data instead (load zeros outside the matrix), or compute the condition from uniform values (scalar parameters, `len()`, `workgroup_id()`, constants)")
+        format!("`{name}` must be reached by every invocation of the workgroup together (its 32 invocations exchange {exchange}, and the portable form synchronises the workgroup like `barrier()`), but this one is inside an `if` or loop whose condition depends on the invocation id (or on memory that invocations write), so some invocations skip it; call it for every invocation and {instead}, or compute the condition from uniform values (scalar parameters, `len()`, `workgroup_id()`, constants)")
     } else {
-        format!("`{NAME}` must be reached by every invocation of the workgroup together, but some invocations may already have left through an earlier `return`, `break` or `continue` taken under a condition that depends on the invocation id; instead of leaving early, put the work in `if cond {{ ... }}` and keep `{NAME}` outside it")
+        format!("`{name}` must be reached by every invocation of the workgroup together, but some invocations may already have left through an earlier `return`, `break` or `continue` taken under a condition that depends on the invocation id; instead of leaving early, put the work in `if cond {{ ... }}` and keep `{name}` outside it")
     }
 }
 

@@ -138,18 +138,12 @@ impl Checker<'_> {
             return None;
         }
         let shown = crate::tokens::shown(e);
-        let name = match e {
-            syn::Expr::Path(p) => p.path.get_ident().map(|id| id.to_string()),
-            _ => None,
-        };
-        let local = name.as_ref().is_some_and(|n| self.lookup(n).is_some());
+        let name = self.outer_name(e);
         let shared = name
             .as_ref()
-            .filter(|_| !local)
             .and_then(|n| self.shared_names.get(n).copied());
         let param = name
             .as_ref()
-            .filter(|_| !local)
             .and_then(|n| self.param_index(n))
             .filter(|&i| matches!(self.params[i].kind, ParamKind::Slice { .. }));
         let (i, elem) = match (write, shared, param) {
@@ -187,6 +181,15 @@ impl Checker<'_> {
             return None;
         }
         Some((i, elem))
+    }
+
+    /// The name `e` is, where it names no local (a parameter or a workgroup array).
+    pub(super) fn outer_name(&self, e: &syn::Expr) -> Option<String> {
+        let syn::Expr::Path(p) = e else {
+            return None;
+        };
+        let name = p.path.get_ident()?.to_string();
+        self.lookup(&name).is_none().then_some(name)
     }
 
     /// Lowers `copy_async_commit()` (`wait`: false) or `copy_async_wait(k)`.

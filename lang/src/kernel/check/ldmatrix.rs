@@ -5,26 +5,15 @@ use syn::spanned::Spanned;
 
 use super::*;
 use crate::kernel::ldmatrix::{Ldmatrix, MATRICES, NAME, ROW};
-use crate::kernel::mma::GROUP;
 
 const USAGE: &str = "`ldmatrix_x4(s, p, &mut w)` reads four 8×8 matrices of 16-bit values from the workgroup array `s` of `u32` words (`let s = shared::<u32, 2048>();`, a row of 8 values = 4 words), `p` (`u32`) the word where this invocation's row starts, into `w: [u32; 4]` (`let mut w = [0u32; 4];`)";
 
 impl Checker<'_> {
     /// Lowers the statement `ldmatrix_x4(s, p, &mut w)`.
     pub(super) fn ldmatrix(&mut self, c: &syn::ExprCall, out: &mut Vec<Stmt>) {
-        if self.device.is_some() {
-            self.error(c, format!("`{NAME}` is not available in a `#[device]` function: its 32 invocations must reach it together, which only the kernel's body can show; call it in the kernel"));
+        if !self.group_call(c, NAME) {
             return;
         }
-        let [x, y, z] = self.known.workgroup;
-        let n = x * y * z;
-        if y != 1 || z != 1 {
-            self.error(c, format!("a kernel using `{NAME}` has a one-dimensional workgroup (its groups are runs of {GROUP} invocations by `local_id().x`), but this one is ({x}, {y}, {z}): declare `#[kernel(workgroup = {n})]` and compute the coordinates from `local_id().x`"));
-        } else if n % GROUP != 0 {
-            self.error(c, format!("a kernel using `{NAME}` needs a workgroup of a multiple of {GROUP} invocations (each group is {GROUP} invocations), but this one has {n}: declare e.g. `#[kernel(workgroup = {})]`", n.div_ceil(GROUP).max(1) * GROUP));
-        }
-        // The portable form synchronises the workgroup (`kernel::uniformity` then checks it).
-        self.has_barrier = true;
         if c.args.len() != 3 {
             self.error(c, USAGE);
             return;
@@ -70,15 +59,9 @@ impl Checker<'_> {
             return None;
         }
         let shown = crate::tokens::shown(e);
-        let name = match e {
-            syn::Expr::Path(p) => p.path.get_ident().map(|id| id.to_string()),
-            _ => None,
-        };
-        let local = name.as_ref().is_some_and(|n| self.lookup(n).is_some());
-        let Some(s) = name
-            .as_ref()
-            .filter(|_| !local)
-            .and_then(|n| self.shared_names.get(n).copied())
+        let Some(s) = self
+            .outer_name(e)
+            .and_then(|n| self.shared_names.get(&n).copied())
         else {
             self.error(e, format!("the first argument of `{NAME}` is the workgroup array it reads, but `{shown}` is not one ({USAGE})"));
             return None;

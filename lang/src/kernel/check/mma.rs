@@ -36,19 +36,9 @@ impl Operand {
 impl Checker<'_> {
     /// Lowers the statement `mma_m16n8k16(&a, &b, &mut acc)`.
     pub(super) fn mma(&mut self, c: &syn::ExprCall, out: &mut Vec<Stmt>) {
-        if self.device.is_some() {
-            self.error(c, format!("`{NAME}` is not available in a `#[device]` function: its 32 invocations must reach it together, which only the kernel's body can show; call it in the kernel"));
+        if !self.group_call(c, NAME) {
             return;
         }
-        let [x, y, z] = self.known.workgroup;
-        let n = x * y * z;
-        if y != 1 || z != 1 {
-            self.error(c, format!("a kernel using `{NAME}` has a one-dimensional workgroup (its MMA groups are runs of {GROUP} invocations by `local_id().x`), but this one is ({x}, {y}, {z}): declare `#[kernel(workgroup = {n})]` and compute the coordinates from `local_id().x`"));
-        } else if n % GROUP != 0 {
-            self.error(c, format!("a kernel using `{NAME}` needs a workgroup of a multiple of {GROUP} invocations (each MMA group is {GROUP} invocations), but this one has {n}: declare e.g. `#[kernel(workgroup = {})]`", n.div_ceil(GROUP).max(1) * GROUP));
-        }
-        // The portable form synchronises the workgroup (`kernel::uniformity` then checks it).
-        self.has_barrier = true;
         if c.args.len() != 3 {
             self.error(c, USAGE);
             return;
@@ -77,6 +67,26 @@ impl Checker<'_> {
             elem: ta,
             span: c.span(),
         }));
+    }
+
+    /// Checks where a builtin of an MMA group (`name`: `mma_m16n8k16`, `ldmatrix_x4`) stands:
+    /// in a kernel's body (false, with the error, in a `#[device]` function), whose
+    /// workgroup is one-dimensional, a multiple of 32. Its portable form synchronises the
+    /// workgroup, which `kernel::uniformity` then checks.
+    pub(super) fn group_call(&mut self, c: &syn::ExprCall, name: &str) -> bool {
+        if self.device.is_some() {
+            self.error(c, format!("`{name}` is not available in a `#[device]` function: its 32 invocations must reach it together, which only the kernel's body can show; call it in the kernel"));
+            return false;
+        }
+        let [x, y, z] = self.known.workgroup;
+        let n = x * y * z;
+        if y != 1 || z != 1 {
+            self.error(c, format!("a kernel using `{name}` has a one-dimensional workgroup (its MMA groups are runs of {GROUP} invocations by `local_id().x`), but this one is ({x}, {y}, {z}): declare `#[kernel(workgroup = {n})]` and compute the coordinates from `local_id().x`"));
+        } else if n % GROUP != 0 {
+            self.error(c, format!("a kernel using `{name}` needs a workgroup of a multiple of {GROUP} invocations (each MMA group is {GROUP} invocations), but this one has {n}: declare e.g. `#[kernel(workgroup = {})]`", n.div_ceil(GROUP).max(1) * GROUP));
+        }
+        self.has_barrier = true;
+        true
     }
 
     /// An operand `&x` (`&mut x` for `acc`): the array and its element type.

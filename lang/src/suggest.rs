@@ -99,6 +99,7 @@ pub const BUILTIN_FNS: &[&str] = &[
     "subgroup_shuffle_up",
     "subgroup_shuffle_down",
     "mma_m16n8k16",
+    "ldmatrix_x4",
     "copy_async",
     "copy_async_commit",
     "copy_async_wait",
@@ -125,6 +126,10 @@ mod tests {
             Some("global_id")
         );
         assert_eq!(closest("sqr", BUILTIN_FNS.iter().copied()), Some("sqrt"));
+        assert_eq!(
+            closest("ldmatrix_4", BUILTIN_FNS.iter().copied()),
+            Some("ldmatrix_x4")
+        );
         assert_eq!(
             closest("atomic_ad", BUILTIN_FNS.iter().copied()),
             Some("atomic_add")

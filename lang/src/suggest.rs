@@ -100,6 +100,7 @@ pub const BUILTIN_FNS: &[&str] = &[
     "subgroup_shuffle_down",
     "mma_m16n8k16",
     "ldmatrix_x4",
+    "ldmatrix_x4_trans",
     "copy_async",
     "copy_async_commit",
     "copy_async_wait",

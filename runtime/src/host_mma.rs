@@ -10,6 +10,7 @@
 
 use std::cell::Cell;
 
+use crate::error::KernelFault;
 use crate::host_exec::barrier;
 
 /// Invocations of an MMA group.
@@ -73,18 +74,44 @@ impl HostMma {
         barrier().await;
     }
 
-    /// The exchange of `ldmatrix_x4(s, p, &mut w)` for the invocation at linear local index
-    /// `li` naming row `row` (aligned and clamped already): the rows lanes `8j + l / 4` of its
-    /// group named, `j` in `0..4`, from which it takes word `l % 4` each
+    /// `ldmatrix_x4(s, p, &mut w)` (`trans`: `ldmatrix_x4_trans`) of the invocation at linear
+    /// local index `li` naming row `row` (aligned and clamped already), `read(i)` the word
+    /// `s[i]`: the words it receives of the rows its group's lanes named
     /// (`graphed_lang::kernel::ldmatrix`).
-    pub async fn ldmatrix_rows(&self, li: u32, row: u32) -> [u32; 4] {
+    pub async fn ldmatrix_x4(
+        &self,
+        li: u32,
+        row: u32,
+        trans: bool,
+        read: impl Fn(u32) -> Result<u32, KernelFault>,
+    ) -> Result<[u32; 4], KernelFault> {
         self.rows[li as usize].set(row);
         barrier().await;
         let lane = li % GROUP;
-        let base = li - lane;
-        let rows =
-            std::array::from_fn(|j| self.rows[(base + 8 * j as u32 + lane / 4) as usize].get());
+        let row_of = |lane_of: u32| self.rows[(li - lane + lane_of) as usize].get();
+        let (g, t) = (lane / 4, lane % 4);
+        let mut w = [0u32; 4];
+        let mut got = Ok(());
+        for (j, word) in w.iter_mut().enumerate() {
+            let m = 8 * j as u32;
+            let v = if trans {
+                // Column `g` of rows `2t` and `2t + 1`: value `g` is half `g % 2` of word `g / 2`.
+                let half =
+                    |r: u32| read(row_of(m + r) + g / 2).map(|v| (v >> (16 * (g % 2))) & 0xffff);
+                half(2 * t).and_then(|lo| half(2 * t + 1).map(|hi| lo | (hi << 16)))
+            } else {
+                read(row_of(m + g) + t)
+            };
+            match v {
+                Ok(v) => *word = v,
+                Err(e) => {
+                    got = Err(e);
+                    break;
+                }
+            }
+        }
+        // The second barrier even after a fault, so no invocation waits for this one forever.
         barrier().await;
-        rows
+        got.map(|()| w)
     }
 }

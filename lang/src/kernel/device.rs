@@ -76,6 +76,7 @@ fn is_builtin(name: &str) -> bool {
                 | "shared"
                 | super::mma::NAME
                 | super::ldmatrix::NAME
+                | super::ldmatrix::NAME_TRANS
                 | super::copy_async::NAME
                 | super::copy_async::COMMIT
                 | super::copy_async::WAIT

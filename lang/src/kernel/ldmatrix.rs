@@ -23,9 +23,15 @@
 //! is the `a` fragment's four registers in order (`a[2i]`, `a[2i + 1]` the low and high
 //! halves of `w[i]`); two 8-row tiles of `B` stored with `k` inner give two `b` fragments.
 //!
+//! `ldmatrix_x4_trans(s, p, &mut w)` reads each matrix transposed: lane `l` receives in
+//! `w[j]` the values at column `l / 4` of rows `2·(l % 4)` and `2·(l % 4) + 1` of matrix `j`
+//! (the low and high halves), value `c` of a row being the half `c % 2` of its word `c / 2`.
+//! So a 16×8 block of `B` stored with `k` outer (8 values of a row of `B` per matrix row),
+//! rows `k .. k + 8` and `k + 8 .. k + 16` as two matrices, gives a `b` fragment, in order.
+//!
 //! # Targets
 //!
-//! CUDA on sm_75 and later runs PTX's `ldmatrix.sync.aligned.m8n8.x4.shared.b16` (PTX ISA
+//! CUDA on sm_75 and later runs PTX's `ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16` (PTX ISA
 //! 9.7.14.5.15, "Warp-level matrix load instruction: ldmatrix"), each lane's address that of
 //! its row `p'`; earlier CUDA exchanges the rows' addresses with warp shuffles. WGSL and the
 //! host exchange them through workgroup memory (one word per invocation), between two
@@ -42,6 +48,9 @@ use super::ir::{Expr, Stmt};
 /// The builtin's name.
 pub const NAME: &str = "ldmatrix_x4";
 
+/// The transposing form's name.
+pub const NAME_TRANS: &str = "ldmatrix_x4_trans";
+
 /// Words of one row of a matrix (8 values of 16 bits: 16 bytes).
 pub const ROW: u32 = 4;
 
@@ -57,14 +66,28 @@ pub struct Ldmatrix {
     pub row: Expr,
     /// The per-invocation array `[u32; 4]` written.
     pub w: usize,
+    /// `ldmatrix_x4_trans`: each matrix read transposed.
+    pub trans: bool,
     /// The call's span, for the uniformity check.
     pub span: proc_macro2::Span,
 }
 
-/// The error for a call that not every invocation of the workgroup reaches together.
-pub fn uniformity_message(condition: bool) -> String {
+impl Ldmatrix {
+    /// The builtin's name as the source calls it.
+    pub fn name(&self) -> &'static str {
+        if self.trans {
+            NAME_TRANS
+        } else {
+            NAME
+        }
+    }
+}
+
+/// The error for a call of `name` that not every invocation of the workgroup reaches
+/// together.
+pub fn uniformity_message(name: &str, condition: bool) -> String {
     super::mma::group_uniformity_message(
-        NAME,
+        name,
         "their rows' addresses",
         "choose the row instead",
         condition,
@@ -136,7 +159,44 @@ mod tests {
         assert_eq!(wgsl.matches("workgroupBarrier();").count(), 2, "{wgsl}");
         let host = super::super::emit::host::emit(&k);
         assert!(host.contains("gd::HostMma::new(GD_WG.x)"));
-        assert!(host.contains("gd_mma.ldmatrix_rows(gd_li, "));
+        assert!(host.contains("gd_mma.ldmatrix_x4(gd_li, "));
+    }
+
+    #[test]
+    fn the_transposing_form_lowers_and_names_itself_in_errors() {
+        let k = lower(
+            quote!(workgroup = 32),
+            quote! {
+                pub fn once(p: u32, out: &mut [u32]) {
+                    let t = shared::<u32, 64>();
+                    let mut w = [0u32; 4];
+                    ldmatrix_x4_trans(t, p, &mut w);
+                    out[0] = w[0];
+                }
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:#?}"));
+        let cuda = super::super::emit::cuda::emit(&k);
+        assert!(cuda.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+        let host = super::super::emit::host::emit(&k);
+        assert!(host.contains(", true, |gd_q|"), "{host}");
+        let errs = lower(
+            quote!(workgroup = 32),
+            quote! {
+                pub fn k(out: &mut [u32]) {
+                    let t = shared::<u32, 64>();
+                    let mut w = [0u32; 2];
+                    ldmatrix_x4_trans(t, 0, &mut w);
+                    out[0] = w[0];
+                }
+            },
+        )
+        .expect_err("rejected");
+        assert_eq!(errs.len(), 1, "{errs:#?}");
+        assert!(
+            errs[0].contains("`w` of `ldmatrix_x4_trans` is `[u32; 4]`"),
+            "{errs:?}"
+        );
     }
 
     #[test]

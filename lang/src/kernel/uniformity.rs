@@ -264,7 +264,10 @@ impl Analysis<'_, '_> {
                 if let (Some(why), Some(r)) = (nu, self.report.as_deref_mut()) {
                     r.push(syn::Error::new(
                         l.span,
-                        crate::kernel::ldmatrix::uniformity_message(why == Why::Condition),
+                        crate::kernel::ldmatrix::uniformity_message(
+                            l.name(),
+                            why == Why::Condition,
+                        ),
                     ));
                 }
             }

@@ -63,7 +63,7 @@ impl Checker<'_> {
             "barrier" => self.error(c, "`barrier()` is a statement: write `barrier();`"),
             "device_fence" => self.error(c, "`device_fence()` is a statement: write `device_fence();`"),
             crate::kernel::mma::NAME => self.error(c, "`mma_m16n8k16(&a, &b, &mut acc)` is a statement: it returns nothing and accumulates into `acc`"),
-            crate::kernel::ldmatrix::NAME => self.error(c, "`ldmatrix_x4(s, p, &mut w)` is a statement: it returns nothing and writes its four words into `w`"),
+            crate::kernel::ldmatrix::NAME | crate::kernel::ldmatrix::NAME_TRANS => self.error(c, format!("`{name}(s, p, &mut w)` is a statement: it returns nothing and writes its four words into `w`")),
             crate::kernel::copy_async::NAME | crate::kernel::copy_async::COMMIT | crate::kernel::copy_async::WAIT => self.error(c, format!("`{name}(...)` is a statement: it returns nothing; write `{name}(...);`")),
             "shared" => self.error(c, "workgroup memory is declared at the top of the kernel: `let tile = shared::<f32, 256>();`"),
             n if AtomicOp::from_name(n).is_some() => self.error(c, "an atomic is a statement or a `let` initializer: `let old = atomic_add(y, i, 1u32);`"),

@@ -4,23 +4,27 @@
 use syn::spanned::Spanned;
 
 use super::*;
-use crate::kernel::ldmatrix::{Ldmatrix, MATRICES, NAME, ROW};
+use crate::kernel::ldmatrix::{Ldmatrix, MATRICES, NAME, NAME_TRANS, ROW};
 
-const USAGE: &str = "`ldmatrix_x4(s, p, &mut w)` reads four 8×8 matrices of 16-bit values from the workgroup array `s` of `u32` words (`let s = shared::<u32, 2048>();`, a row of 8 values = 4 words), `p` (`u32`) the word where this invocation's row starts, into `w: [u32; 4]` (`let mut w = [0u32; 4];`)";
+/// How to call `name` (`ldmatrix_x4` or `ldmatrix_x4_trans`).
+fn usage(name: &str) -> String {
+    format!("`{name}(s, p, &mut w)` reads four 8×8 matrices of 16-bit values from the workgroup array `s` of `u32` words (`let s = shared::<u32, 2048>();`, a row of 8 values = 4 words), `p` (`u32`) the word where this invocation's row starts, into `w: [u32; 4]` (`let mut w = [0u32; 4];`)")
+}
 
 impl Checker<'_> {
-    /// Lowers the statement `ldmatrix_x4(s, p, &mut w)`.
-    pub(super) fn ldmatrix(&mut self, c: &syn::ExprCall, out: &mut Vec<Stmt>) {
-        if !self.group_call(c, NAME) {
+    /// Lowers the statement `ldmatrix_x4(s, p, &mut w)` (`trans`: `ldmatrix_x4_trans`).
+    pub(super) fn ldmatrix(&mut self, c: &syn::ExprCall, trans: bool, out: &mut Vec<Stmt>) {
+        let name = if trans { NAME_TRANS } else { NAME };
+        if !self.group_call(c, name) {
             return;
         }
         if c.args.len() != 3 {
-            self.error(c, USAGE);
+            self.error(c, usage(name));
             return;
         }
-        let s = self.ldmatrix_source(&c.args[0]);
+        let s = self.ldmatrix_source(&c.args[0], name);
         let p = self.index_expr(&c.args[1]);
-        let w = self.ldmatrix_target(&c.args[2]);
+        let w = self.ldmatrix_target(&c.args[2], name);
         let (Some(s), Ok(p), Some(w)) = (s, p, w) else {
             return;
         };
@@ -32,6 +36,7 @@ impl Checker<'_> {
                 shared: s,
                 row: u(ExprKind::LitU32((v & !(ROW - 1)).min(size - ROW))),
                 w,
+                trans,
                 span: c.span(),
             }));
             return;
@@ -49,12 +54,13 @@ impl Checker<'_> {
             shared: s,
             row,
             w,
+            trans,
             span: c.span(),
         }));
     }
 
     /// `s` of `ldmatrix_x4`: a workgroup array of `u32` of at least one row, not atomic.
-    fn ldmatrix_source(&mut self, e: &syn::Expr) -> Option<usize> {
+    fn ldmatrix_source(&mut self, e: &syn::Expr, name: &str) -> Option<usize> {
         if self.is_poisoned(e) {
             return None;
         }
@@ -63,30 +69,30 @@ impl Checker<'_> {
             .outer_name(e)
             .and_then(|n| self.shared_names.get(&n).copied())
         else {
-            self.error(e, format!("the first argument of `{NAME}` is the workgroup array it reads, but `{shown}` is not one ({USAGE})"));
+            self.error(e, format!("the first argument of `{name}` is the workgroup array it reads, but `{shown}` is not one ({})", usage(name)));
             return None;
         };
         let (elem, size) = (self.shared[s].elem, self.shared[s].size);
         if elem != Ty::U32 {
-            self.error(e, format!("`{NAME}` reads 16-bit values in pairs from a workgroup array of `u32` words, but `{shown}` holds `{}`", elem.rust()));
+            self.error(e, format!("`{name}` reads 16-bit values in pairs from a workgroup array of `u32` words, but `{shown}` holds `{}`", elem.rust()));
             return None;
         }
         if size < ROW {
             self.error(
                 e,
-                format!("`{NAME}` reads rows of {ROW} words, but `{shown}` holds {size}"),
+                format!("`{name}` reads rows of {ROW} words, but `{shown}` holds {size}"),
             );
             return None;
         }
         if self.shared[s].atomic || self.atomic_names.contains(&self.shared[s].name) {
-            self.error(e, format!("`{shown}` is used with atomics, so every access to it is atomic; `{NAME}` reads it with plain loads: read from another workgroup array"));
+            self.error(e, format!("`{shown}` is used with atomics, so every access to it is atomic; `{name}` reads it with plain loads: read from another workgroup array"));
             return None;
         }
         Some(s)
     }
 
     /// `&mut w` of `ldmatrix_x4`: a mutable per-invocation `[u32; 4]`.
-    fn ldmatrix_target(&mut self, e: &syn::Expr) -> Option<usize> {
+    fn ldmatrix_target(&mut self, e: &syn::Expr, name: &str) -> Option<usize> {
         if self.is_poisoned(e) {
             return None;
         }
@@ -94,8 +100,9 @@ impl Checker<'_> {
             self.error(
                 e,
                 format!(
-                    "`w` of `{NAME}` is written: pass it as `&mut {}` ({USAGE})",
-                    crate::tokens::shown(e)
+                    "`w` of `{name}` is written: pass it as `&mut {}` ({})",
+                    crate::tokens::shown(e),
+                    usage(name)
                 ),
             );
             return None;
@@ -107,14 +114,17 @@ impl Checker<'_> {
         if r.mutability.is_none() {
             self.error(
                 e,
-                format!("`w` of `{NAME}` is written: pass it as `&mut {shown}`"),
+                format!("`w` of `{name}` is written: pass it as `&mut {shown}`"),
             );
             return None;
         }
         let Some(arr) = self.array_of(&r.expr) else {
             self.error(
                 &r.expr,
-                format!("`w` of `{NAME}` is a per-invocation array `[u32; {MATRICES}]` ({USAGE})"),
+                format!(
+                    "`w` of `{name}` is a per-invocation array `[u32; {MATRICES}]` ({})",
+                    usage(name)
+                ),
             );
             return None;
         };
@@ -123,7 +133,7 @@ impl Checker<'_> {
             self.error(
                 &r.expr,
                 format!(
-                    "`w` of `{NAME}` is `[u32; {MATRICES}]`, but `{shown}` is `[{}; {len}]`",
+                    "`w` of `{name}` is `[u32; {MATRICES}]`, but `{shown}` is `[{}; {len}]`",
                     elem.rust()
                 ),
             );
@@ -132,7 +142,7 @@ impl Checker<'_> {
         if !self.array_is_mutable(&r.expr) {
             self.error(
                 &r.expr,
-                format!("`{shown}` is written by `{NAME}`: declare it `let mut {shown} = ...`"),
+                format!("`{shown}` is written by `{name}`: declare it `let mut {shown} = ...`"),
             );
             return None;
         }

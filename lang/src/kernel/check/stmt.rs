@@ -410,7 +410,10 @@ impl Checker<'_> {
             }
             syn::Expr::Call(c) if is_path_call(c, crate::kernel::mma::NAME) => self.mma(c, out),
             syn::Expr::Call(c) if is_path_call(c, crate::kernel::ldmatrix::NAME) => {
-                self.ldmatrix(c, out)
+                self.ldmatrix(c, false, out)
+            }
+            syn::Expr::Call(c) if is_path_call(c, crate::kernel::ldmatrix::NAME_TRANS) => {
+                self.ldmatrix(c, true, out)
             }
             syn::Expr::Call(c) if is_path_call(c, crate::kernel::copy_async::NAME) => {
                 self.copy_async(c, out)

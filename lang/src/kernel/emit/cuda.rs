@@ -528,10 +528,26 @@ impl Cuda<'_> {
         self.line(&format!("const gd_u32 gd_lr = {row};"));
         self.line("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750");
         self.line(&format!("gd_u32 gd_la; asm(\"{{ .reg .u64 gd_a; cvta.to.shared.u64 gd_a, %1; cvt.u32.u64 %0, gd_a; }}\" : \"=r\"(gd_la) : \"l\"({name} + gd_lr));"));
-        self.line(&format!("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"({w}[0]), \"=r\"({w}[1]), \"=r\"({w}[2]), \"=r\"({w}[3]) : \"r\"(gd_la));"));
+        let trans = if l.trans { ".trans" } else { "" };
+        self.line(&format!("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"({w}[0]), \"=r\"({w}[1]), \"=r\"({w}[2]), \"=r\"({w}[3]) : \"r\"(gd_la));"));
         self.line("#else");
+        self.line("const gd_u32 gd_lg = (threadIdx.x & 31u) >> 2;");
+        self.line("const gd_u32 gd_lt = threadIdx.x & 3u;");
         for j in 0..crate::kernel::ldmatrix::MATRICES {
-            self.line(&format!("{w}[{j}] = {name}[__shfl_sync(0xffffffffu, gd_lr, (int)({}u + ((threadIdx.x & 31u) >> 2))) + (threadIdx.x & 3u)];", 8 * j));
+            let m = 8 * j;
+            if l.trans {
+                // Column `g` of rows `2t`, `2t + 1`: value `g` is half `g % 2` of word `g / 2`.
+                let half = |r: &str| {
+                    format!("(({name}[__shfl_sync(0xffffffffu, gd_lr, (int)({m}u + {r})) + (gd_lg >> 1)] >> (16u * (gd_lg & 1u))) & 0xffffu)")
+                };
+                self.line(&format!(
+                    "{w}[{j}] = {} | ({} << 16);",
+                    half("2u * gd_lt"),
+                    half("2u * gd_lt + 1u")
+                ));
+            } else {
+                self.line(&format!("{w}[{j}] = {name}[__shfl_sync(0xffffffffu, gd_lr, (int)({m}u + gd_lg)) + gd_lt];"));
+            }
         }
         self.line("#endif");
         self.indent -= 1;

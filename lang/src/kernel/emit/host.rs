@@ -328,7 +328,10 @@ impl Host<'_> {
             Stmt::Ldmatrix(l) => {
                 let row = self.expr(&l.row);
                 let (name, w) = (&self.shared[l.shared].name, &self.arrays[l.w].name);
-                self.line(&format!("{{ let gd_rows = gd_mma.ldmatrix_rows(gd_li, {row}).await; for gd_j in 0..4usize {{ {w}[gd_j] = {name}.get(gd_rows[gd_j] + (gd_li & 3u32))?; }} }}"));
+                self.line(&format!(
+                    "{w} = gd_mma.ldmatrix_x4(gd_li, {row}, {}, |gd_q| {name}.get(gd_q)).await?;",
+                    l.trans
+                ));
             }
             Stmt::Atomic {
                 result,

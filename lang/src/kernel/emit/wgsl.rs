@@ -692,10 +692,24 @@ impl Wgsl<'_> {
         self.line("let gd_lg = (gd_lid.x & 31u) >> 2u;");
         self.line("let gd_lt = gd_lid.x & 3u;");
         for j in 0..crate::kernel::ldmatrix::MATRICES {
-            self.line(&format!(
-                "{w}[{j}] = {name}[{x}[(gd_lq + {}u + gd_lg) * {sw}u] + gd_lt];",
-                8 * j
-            ));
+            let m = 8 * j;
+            let row = |lane: &str| format!("{x}[(gd_lq + {m}u + {lane}) * {sw}u]");
+            if l.trans {
+                // Column `g` of rows `2t`, `2t + 1`: value `g` is half `g % 2` of word `g / 2`.
+                let half = |lane: &str| {
+                    format!(
+                        "(({name}[{} + (gd_lg >> 1u)] >> (16u * (gd_lg & 1u))) & 0xffffu)",
+                        row(lane)
+                    )
+                };
+                self.line(&format!(
+                    "{w}[{j}] = {} | ({} << 16u);",
+                    half("2u * gd_lt"),
+                    half("2u * gd_lt + 1u")
+                ));
+            } else {
+                self.line(&format!("{w}[{j}] = {name}[{} + gd_lt];", row("gd_lg")));
+            }
         }
         self.indent -= 1;
         self.line("}");

@@ -37,6 +37,10 @@
 //! host exchange them through workgroup memory (one word per invocation), between two
 //! barriers. Every target moves the same bits: the call has no rounding.
 //!
+//! The call reads workgroup memory that other invocations wrote, so, as for any such read, a
+//! `barrier()` separates their writes from it: the portable form's own barriers are not a
+//! promise of the language (CUDA's `ldmatrix` has none).
+//!
 //! # Where it may stand
 //!
 //! As `mma_m16n8k16`: every invocation of the workgroup reaches it together (uniform control

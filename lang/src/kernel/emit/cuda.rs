@@ -516,7 +516,7 @@ impl Cuda<'_> {
     }
 
     /// `ldmatrix_x4` (see [`crate::kernel::ldmatrix`]): on sm_75 and later one
-    /// `ldmatrix.sync.aligned.m8n8.x4.shared.b16` at the row's shared-window address, before
+    /// `ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16` at the row's shared-window address, before
     /// it the rows' word indices exchanged by warp shuffles. The kernel's one-dimensional
     /// workgroup of a multiple of 32 makes each group one warp.
     fn ldmatrix(&mut self, l: &Ldmatrix) {

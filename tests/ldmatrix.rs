@@ -358,6 +358,18 @@ fn on_cuda_each_call_is_one_ldmatrix() {
             .count();
         assert!(calls >= 8 && calls % 8 == 0, "{}: {calls} ldmatrix", k.name);
         assert!(!ptx.contains(".local"), "{} uses local memory", k.name);
+        // The shared addresses of `ldmatrix` and `cp.async` come from the workgroup
+        // arrays' symbols, with no conversion from a generic address in the loop; every
+        // `cp.async` copies a whole chunk (no zero-fill operand to compute).
+        assert_eq!(ptx.matches("cvta.to.shared").count(), 0, "{}", k.name);
+        let copies: Vec<&str> = ptx
+            .lines()
+            .filter(|l| l.contains("cp.async.cg.shared.global"))
+            .collect();
+        assert!(!copies.is_empty(), "{}", k.name);
+        for l in copies {
+            assert!(l.trim_end().ends_with("], 16;"), "{}: {l}", k.name);
+        }
     }
     let old = graphed::nvrtc::compile(&gather_rows::DEF, "compute_70").unwrap();
     assert!(!old.contains("ldmatrix"), "{old}");

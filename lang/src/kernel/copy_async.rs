@@ -40,15 +40,16 @@
 //!
 //! # On each target
 //!
-//! - **CUDA, sm_80 and later:** a chunk of 4 elements in range, or of none, is one
-//!   `cp.async.cg.shared.global` of 16 bytes (none: with `ignore-src` set, which writes
-//!   zeros; PTX ISA 9.7.9.25.3, "Data Movement and Conversion Instructions: cp.async"), then
-//!   `cp.async.commit_group` and `cp.async.wait_group k`. Workgroup arrays are declared
-//!   16-byte aligned. A chunk of 1 to 3 elements in range, or one whose workgroup address
-//!   (`d` not a multiple of 4) or global address (the slice's start plus `s`) is not 16-byte
-//!   aligned, is copied element by element instead, at once. (A source size in bytes, PTX's
-//!   other form, handles partial chunks too, but cost about twice the instructions a copy in
-//!   the MMA kernel's loop: BENCHMARKS.md, third session of 2026-12-07.)
+//! - **CUDA, sm_80 and later:** a chunk of 4 elements in range is one
+//!   `cp.async.cg.shared.global` of 16 bytes (PTX ISA 9.7.9.25.3, "Data Movement and
+//!   Conversion Instructions: cp.async"), then `cp.async.commit_group` and
+//!   `cp.async.wait_group k`. Workgroup arrays are declared 16-byte aligned. A chunk of 0 to 3
+//!   elements in range (an edge's zeros included), or one whose workgroup address (`d` not a
+//!   multiple of 4) or global address (the slice's start plus `s`) is not 16-byte aligned, is
+//!   copied element by element instead, at once. (Zeros by `ignore-src`, and a source size in
+//!   bytes for partial chunks, are PTX's other forms; each made the common whole chunk cost
+//!   more instructions in the MMA kernel's loop: BENCHMARKS.md, third and seventh sessions of
+//!   2026-12-07.)
 //! - **CUDA before sm_80, WGSL and the host:** the elements are copied at once (the
 //!   statement's portable form); commit and wait do nothing.
 //!

@@ -527,7 +527,10 @@ impl Cuda<'_> {
         self.indent += 1;
         self.line(&format!("const gd_u32 gd_lr = {row};"));
         self.line("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750");
-        self.line(&format!("gd_u32 gd_la; asm(\"{{ .reg .u64 gd_a; cvta.to.shared.u64 gd_a, %1; cvt.u32.u64 %0, gd_a; }}\" : \"=r\"(gd_la) : \"l\"({name} + gd_lr));"));
+        // The array's shared-window address by the intrinsic, which the compiler folds to
+        // a constant for a workgroup array (an `asm` conversion it cannot see through costs
+        // a 64-bit address and a move a call, and rereads the window in a long loop).
+        self.line(&format!("const gd_u32 gd_la = (gd_u32)__cvta_generic_to_shared({name}) + gd_lr * 4u;"));
         let trans = if l.trans { ".trans" } else { "" };
         self.line(&format!("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"({w}[0]), \"=r\"({w}[1]), \"=r\"({w}[2]), \"=r\"({w}[3]) : \"r\"(gd_la));"));
         self.line("#else");
@@ -567,19 +570,17 @@ impl Cuda<'_> {
         let (name, last) = (sh.name.clone(), sh.size - crate::kernel::copy_async::CHUNK);
         let (d, s, n) = (&c.d, &c.s, &c.n);
         self.line("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800");
-        // The element the chunk starts at: with nothing to read, the slice's start (never
-        // past it). A whole chunk or none is one `cp.async` (none: `ignore-src`, zeros) where
-        // both addresses are 16-byte aligned: the slice's start (checked once, the same for
-        // every copy) and the chunk's offsets in elements (`d`, `i` multiples of 4).
-        self.line(&format!(
-            "const gd_u32 gd_ci = {off} + ({n} != 0u ? {s} : 0u);"
-        ));
-        self.line(&format!("if ((({d} | gd_ci) & 3u) == 0u && ({n} == 0u || {n} == 4u) && {d} <= {last}u && (((unsigned long long){ptr}) & 15ull) == 0ull) {{"));
+        // A whole chunk is one `cp.async` where both addresses are 16-byte aligned: the
+        // slice's start plus `s` and the chunk's offset `d` in elements, multiples of 4 (the
+        // slice's start is the same for every copy, so the compiler tests it once). A chunk of
+        // fewer elements, zeros included, is the element copies: an edge's few chunks, and
+        // the common one has no zero fill to choose or source address to keep in range.
+        self.line(&format!("const gd_u32 gd_ci = {off} + {s};"));
+        self.line(&format!("if ({n} == 4u && (({d} | gd_ci) & 3u) == 0u && {d} <= {last}u && (((unsigned long long){ptr}) & 15ull) == 0ull) {{"));
         // The array's shared-window address (the same for every copy, so the compiler may
         // compute it once) plus the chunk's offset.
-        self.line(&format!("    gd_u32 gd_cps; asm(\"{{ .reg .u64 gd_a; cvta.to.shared.u64 gd_a, %1; cvt.u32.u64 %0, gd_a; }}\" : \"=r\"(gd_cps) : \"l\"({name}));"));
-        self.line(&format!("    gd_cps += {d} * 4u;"));
-        self.line(&format!("    asm volatile(\"{{ .reg .pred gd_z; setp.eq.u32 gd_z, %2, 0; cp.async.cg.shared.global [%0], [%1], 16, gd_z; }}\" :: \"r\"(gd_cps), \"l\"({ptr} + gd_ci), \"r\"({n}) : \"memory\");"));
+        self.line(&format!("    const gd_u32 gd_cps = (gd_u32)__cvta_generic_to_shared({name}) + {d} * 4u;"));
+        self.line(&format!("    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(gd_cps), \"l\"({ptr} + gd_ci) : \"memory\");"));
         self.line("} else");
         self.line("#endif");
         self.line("{");

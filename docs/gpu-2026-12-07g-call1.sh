@@ -8,16 +8,10 @@
 # `pack bin --bench replay`, `pack file ../shared/bench/torch_compiled_step.py`. It runs: the
 # changed test binaries on host + CUDA + NVIDIA Vulkan (test-mma on host + CUDA), the fused
 # classifier head against bench-prev alternating on CUDA, the MMA products of the three
-# binaries beside the words kernel and cuBLAS, and PyTorch's compiled fp32 steps beside.
+# binaries beside the words kernel and cuBLAS, and PyTorch's compiled fp32 steps beside
+# (the benches and PyTorch first, so a call cut short still has them).
 exec > >(tee "$OUT/all.txt") 2>&1   # the whole output also in a file
 source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"   # cd .gpu, unpack, name the card, NVRTC
-export GRAPHED_REQUIRE=cuda,wgpu,nvrtc GRAPHED_TEST_BACKENDS=host,cuda,wgpu
-for t in ldmatrix copy_async kernels layers training dag; do
-  echo "== test-$t"; timeout 120 bin/test-$t 2>&1 | grep -E "test result|panicked|FAILED" | tail -5
-done
-echo "== test-mma on host + CUDA"
-GRAPHED_REQUIRE=cuda,nvrtc GRAPHED_TEST_BACKENDS=host,cuda timeout 150 bin/test-mma 2>&1 | grep -E "test result|panicked|FAILED" | tail -5
-unset GRAPHED_TEST_BACKENDS
 for b in bench-prev bench-head bench-replay; do
   echo "== $b mma --backend cuda --quick"
   timeout 100 bin/$b mma --backend cuda --quick 2>&1 | grep -v "^cuBLASLt" | grep -E "^(fwd|dW|dX) "
@@ -30,3 +24,10 @@ for round in 1 2; do
 done
 sed -e 's/for mode in ("default", "max-autotune-no-cudagraphs")/for mode in ("default",)/' files/torch_compiled_step.py > files/tc.py
 echo "== torch_compiled_step.py S M (default mode)"; timeout 130 python3 -u files/tc.py S M 2>&1 | grep -vE "Warning|warn" | tail -8
+export GRAPHED_REQUIRE=cuda,wgpu,nvrtc GRAPHED_TEST_BACKENDS=host,cuda,wgpu
+for t in ldmatrix copy_async kernels layers training dag; do
+  echo "== test-$t"; timeout 120 bin/test-$t 2>&1 | grep -E "test result|panicked|FAILED" | tail -5
+done
+echo "== test-mma on host + CUDA"
+GRAPHED_REQUIRE=cuda,nvrtc GRAPHED_TEST_BACKENDS=host,cuda timeout 150 bin/test-mma 2>&1 | grep -E "test result|panicked|FAILED" | tail -5
+unset GRAPHED_TEST_BACKENDS

@@ -9,9 +9,25 @@
 # changed test binaries on host + CUDA + NVIDIA Vulkan (test-mma on host + CUDA), the fused
 # classifier head against bench-prev alternating on CUDA, the MMA products of the three
 # binaries beside the words kernel and cuBLAS, and PyTorch's compiled fp32 steps beside
-# (the benches and PyTorch first, so a call cut short still has them).
+# (the benches and PyTorch first, so a call cut short still has them). `short` as the first
+# argument (for a session with little device time left) runs one MLP round, the MMA products
+# of bench-head and bench-replay, and test-ldmatrix, test-copy_async and test-mma on CUDA only.
+short=${1:-}
 exec > >(tee "$OUT/all.txt") 2>&1   # the whole output also in a file
 source "$(dirname "${BASH_SOURCE[0]}")/gpu-env.sh"   # cd .gpu, unpack, name the card, NVRTC
+if [ "$short" = short ]; then
+  bin/bench-replay mlp --backend cuda --quick 2>&1 | grep -E "^mlp-[SM] +cuda +(replay|replay\+pdl|eager) |static"
+  bin/bench-prev mlp --backend cuda --quick 2>&1 | grep -E "^mlp-[SM] +cuda +(replay|replay\+pdl|eager) |static"
+  for b in bench-head bench-replay; do
+    echo "== $b mma --backend cuda --quick"
+    timeout 100 bin/$b mma --backend cuda --quick 2>&1 | grep -v "^cuBLASLt" | grep -E "^(fwd|dW|dX) "
+  done
+  for t in ldmatrix copy_async mma; do
+    echo "== test-$t on CUDA"
+    GRAPHED_REQUIRE=cuda,nvrtc GRAPHED_TEST_BACKENDS=cuda timeout 100 bin/test-$t 2>&1 | grep -E "test result|panicked|FAILED" | tail -5
+  done
+  exit 0
+fi
 for b in bench-prev bench-head bench-replay; do
   echo "== $b mma --backend cuda --quick"
   timeout 100 bin/$b mma --backend cuda --quick 2>&1 | grep -v "^cuBLASLt" | grep -E "^(fwd|dW|dX) "

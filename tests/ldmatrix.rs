@@ -327,7 +327,8 @@ fn every_kernel_cuda_compiles_with_nvrtc() {
 /// On sm_75 and later (here `compute_80`) each call is one `ldmatrix` of four matrices (with
 /// `.trans` for `ldmatrix_x4_trans`), its
 /// words kept in registers (no local memory), and the exchange of the portable form is gone;
-/// before sm_75 (`compute_70`) the rows go through warp shuffles instead.
+/// before sm_75 (`compute_70`, where the NVRTC still takes it) the rows go through warp
+/// shuffles instead.
 #[test]
 fn on_cuda_each_call_is_one_ldmatrix() {
     if !common::nvrtc_enabled() {
@@ -371,7 +372,17 @@ fn on_cuda_each_call_is_one_ldmatrix() {
             assert!(l.trim_end().ends_with("], 16;"), "{}: {l}", k.name);
         }
     }
-    let old = graphed::nvrtc::compile(&gather_rows::DEF, "compute_70").unwrap();
-    assert!(!old.contains("ldmatrix"), "{old}");
-    assert!(old.contains("shfl.sync"), "{old}");
+    // CUDA 13's NVRTC targets sm_75 and later only (the H100 machine's refused `compute_70`,
+    // seventh session of 2026-12-07); where it still takes sm_70 (CUDA 12), the shuffles
+    // stand in for `ldmatrix`.
+    match graphed::nvrtc::compile(&gather_rows::DEF, "compute_70") {
+        Ok(old) => {
+            assert!(!old.contains("ldmatrix"), "{old}");
+            assert!(old.contains("shfl.sync"), "{old}");
+        }
+        Err(e @ graphed::Error::Compile { .. }) => {
+            assert!(e.to_string().contains("arch"), "{e}");
+        }
+        Err(e) => panic!("{e}"),
+    }
 }

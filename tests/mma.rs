@@ -825,7 +825,7 @@ fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
             MmaTile::T128
         };
         // A forward product (`A` m × k, `B` n × k, `k` even) of many tiles: the words
-        // variant on CUDA.
+        // route on CUDA, streamed (the async variant).
         let forward = MmaGemm {
             m: 200,
             n: 150,
@@ -834,13 +834,13 @@ fn auto_resolves_by_shape_and_backend_and_gives_that_variants_bits() {
             tb: true,
         };
         let words = if dev.kind() == BackendKind::Cuda {
-            MmaTile::T128Words
+            MmaTile::T128Async
         } else {
             MmaTile::T128
         };
         // A gradient product (`A` stored `k × m`) of many tiles: the lean variant on CUDA
         // for a short or odd `k` (the transpose would cost more than it saves, or cannot
-        // be), the words one (transposing `A` first) from `WORDS_TRANSPOSE_MIN_K` on; and
+        // be), the words route (transposing `A` first) from `WORDS_TRANSPOSE_MIN_K` on; and
         // `dX` (`B` stored `k × n`) likewise.
         let odd = MmaGemm { k: 63, ..wide };
         let deep = MmaGemm {

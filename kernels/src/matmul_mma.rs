@@ -1236,11 +1236,11 @@ pub enum MmaTile {
     /// add the portable MMA form's 3 KiB), and where [`MmaTile::T128Words`] does not apply,
     /// it runs that variant's route instead. Its fragments come out of the stages by
     /// `ldmatrix_x4` (PTX's `ldmatrix` on CUDA) and take a step's values in the order of the
-    /// other 128×128 variants, so its bits are theirs. Measured on an H100 before it read
-    /// its fragments that way (BENCHMARKS.md, third session of 2026-12-07): 4096³ forward
-    /// 639.7 µs against the words kernel's 577.4, so [`MmaTile::Auto`] does not take it;
-    /// 4096×10×4096 158.1 against 267.7 (but [`MmaTile::SplitK`] 93.3). Not yet timed
-    /// with `ldmatrix_x4`.
+    /// other 128×128 variants, so its bits are theirs. Measured on an H100 (BENCHMARKS.md,
+    /// seventh session of 2026-12-07, one call): 4096³ forward 534.0 µs against the words
+    /// kernel's 576.7 (`dW` 591.7 against 631.9, `dX` 561.6 against 602.3), so
+    /// [`MmaTile::Auto`] takes it where the words route applies on CUDA; 4096×10×4096 139.8
+    /// against 254.8 (but [`MmaTile::SplitK`] 91.2).
     T128Async,
     /// [`MmaTile::T128`] on products of few tiles split over `k`: layer `z` of one launch
     /// computes the part `[z·kc, (z + 1)·kc)` into a scratch copy of `C`, and
@@ -1258,7 +1258,9 @@ impl MmaTile {
     /// [`MmaTile::T128`] on CUDA (4096³: 1268.5 against 1907.7 µs), and
     /// [`MmaTile::T128Words`] 1.6× faster than [`MmaTile::T128Lean`] where it applies (`A`
     /// stored `m × k`, `B` stored `n × k`, `k` even: 4096³ 639.2 against 1038.0 µs, session of
-    /// 2026-12-03c). A gradient product (an operand stored with `k` outer, transposed first)
+    /// 2026-12-03c), and there [`MmaTile::T128Async`], the same route streamed, 1.07× faster
+    /// again (4096³ 534.0 against 576.7 µs on an H100, seventh session of 2026-12-07). A
+    /// gradient product (an operand stored with `k` outer, transposed first)
     /// takes the words route too where `k` is at least [`WORDS_TRANSPOSE_MIN_K`]: 4096³
     /// `dW = dYᵀ·X` 685.7 against 1101.3 µs, `dX = dY·W` 661.5 against 1054.4 µs on the H200,
     /// but 4096×4096×10 `dX` 77.6 against 72.5 (session of 2026-12-05; the threshold is the
@@ -1270,7 +1272,7 @@ impl MmaTile {
         let words = g.k % 2 == 0 && (!transposes || g.k >= WORDS_TRANSPOSE_MIN_K);
         match self {
             MmaTile::Auto if split_kc(g) < g.k => MmaTile::SplitK,
-            MmaTile::Auto if cuda && words => MmaTile::T128Words,
+            MmaTile::Auto if cuda && words => MmaTile::T128Async,
             MmaTile::Auto if cuda => MmaTile::T128Lean,
             MmaTile::Auto => MmaTile::T128,
             other => other,

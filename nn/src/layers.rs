@@ -8,7 +8,9 @@
 //! `x` (`batch × in`).
 
 use graphed_kernels::elementwise::{self, Act};
-use graphed_kernels::head::{head_workspace_len, linear_cross_entropy, HeadOut, HEAD_CLASSES};
+use graphed_kernels::head::{
+    head_workspace_len, linear_cross_entropy, HeadOut, HEAD_CLASSES, HEAD_FUSE_MAX_INPUT,
+};
 use graphed_kernels::loss::{softmax_cross_entropy_scaled, xent_workspace_len};
 use graphed_kernels::matmul::{matmul, matmul_row_sums, Epilogue, Gemm};
 use graphed_kernels::rng::uniform_range_host;
@@ -341,18 +343,23 @@ impl Mlp {
         Ok(())
     }
 
-    /// Whether [`Mlp::train_pass`] runs the last layer, the loss and the last layer's input
-    /// gradient as one launch ([`linear_cross_entropy`]): at least two layers, at most
-    /// [`HEAD_CLASSES`] classes.
-    pub fn fuses_head(&self) -> bool {
+    /// Whether [`Mlp::train_pass`] over `batch` rows runs the last layer, the loss and the
+    /// last layer's input gradient as one launch ([`linear_cross_entropy`]): at least two
+    /// layers, at most [`HEAD_CLASSES`] classes, and a head input of at most
+    /// [`HEAD_FUSE_MAX_INPUT`] elements (`batch ×` the last layer's inputs; larger ones were
+    /// measured slower fused).
+    pub fn fuses_head(&self, batch: usize) -> bool {
         let last = self.slots.last().expect("an MLP has layers").layer;
-        self.slots.len() >= 2 && last.outputs <= HEAD_CLASSES && last.act == Act::Identity
+        self.slots.len() >= 2
+            && last.outputs <= HEAD_CLASSES
+            && last.act == Act::Identity
+            && batch.saturating_mul(last.inputs) <= HEAD_FUSE_MAX_INPUT
     }
 
     /// Workspace elements [`Mlp::train_pass`] needs for the loss over `batch` rows.
     pub fn loss_workspace_len(&self, batch: usize) -> usize {
         let classes = *self.sizes.last().expect("an MLP has layers");
-        if self.fuses_head() {
+        if self.fuses_head(batch) {
             head_workspace_len(batch)
         } else {
             xent_workspace_len(batch, classes)
@@ -362,7 +369,7 @@ impl Mlp {
     /// Forward, mean softmax cross-entropy against `labels` into `loss` (its gradient times
     /// `grad_scale`, a constant or a per-step scalar) and backward into the flat gradients
     /// (overwritten, or added to when `accumulate`). `ws` holds the loss's partial sums
-    /// ([`Mlp::loss_workspace_len`]). Where [`Mlp::fuses_head`], the last layer's product, the
+    /// ([`Mlp::loss_workspace_len`]). Where [`Mlp::fuses_head`] for the batch, the last layer's product, the
     /// loss and that layer's input gradient are one launch ([`linear_cross_entropy`]) instead
     /// of three one after another, and its weight gradient runs beside the backward pass
     /// below it; else [`Mlp::forward`], [`softmax_cross_entropy_scaled`] and
@@ -380,7 +387,7 @@ impl Mlp {
         accumulate: impl IntoScalarArg<bool>,
     ) -> Result<()> {
         let accumulate = accumulate.into_scalar_arg();
-        if !self.fuses_head() {
+        if !self.fuses_head(acts.batch) {
             self.forward(cx, x, acts)?;
             let mut dlogits = acts.dlogits()?;
             softmax_cross_entropy_scaled(

@@ -241,7 +241,7 @@ fn mlp_gradients_match_finite_differences() {
             let lab = dev.upload(&labels).unwrap();
             let (got_loss, got) = device_gradients(dev, &mut mlp, &x, &lab);
             let fused = sizes.len() > 2 && *sizes.last().unwrap() <= 12;
-            assert_eq!(mlp.fuses_head(), fused, "{sizes:?}");
+            assert_eq!(mlp.fuses_head(batch), fused, "{sizes:?}");
             let one = 1.0 / batch as f32;
             let (pass_loss, pass) = train_pass_gradients(dev, &mut mlp, &x, &lab, one, false);
             if !fused {
@@ -295,6 +295,34 @@ fn mlp_gradients_match_finite_differences() {
     });
 }
 
+/// A head input past `HEAD_FUSE_MAX_INPUT` elements is not fused (measured slower): the
+/// pass is the three launches themselves, bit for bit; one row fewer fuses.
+#[test]
+fn a_large_head_input_runs_the_three_launches() {
+    let mut r = rng("a_large_head_input_runs_the_three_launches");
+    let sizes = [3, 2048, 4];
+    let limit = graphed_kernels::head::HEAD_FUSE_MAX_INPUT;
+    assert_eq!(limit % 2048, 0);
+    let rows = limit / 2048;
+    on_every_backend(|dev| {
+        let mut mlp = Mlp::new(dev, &sizes, r.random()).unwrap();
+        assert!(mlp.fuses_head(rows));
+        assert!(!mlp.fuses_head(rows + 1));
+        let batch = rows + 1;
+        let xs = floats(&mut r, batch * sizes[0], -2.0, 2.0);
+        let labels: Vec<u32> = (0..batch).map(|_| r.random_range(0..4)).collect();
+        let x = dev.upload(&xs).unwrap();
+        let lab = dev.upload(&labels).unwrap();
+        let (want_loss, want) = device_gradients(dev, &mut mlp, &x, &lab);
+        let one = 1.0 / batch as f32;
+        let (loss, got) = train_pass_gradients(dev, &mut mlp, &x, &lab, one, false);
+        assert_eq!(loss.to_bits(), want_loss.to_bits(), "[{}] loss", dev.kind());
+        let bits = |v: &[f32]| v.iter().map(|g| g.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "[{}] gradients", dev.kind());
+        assert!(want.iter().all(|g| g.is_finite()) && want.iter().any(|&g| g != 0.0));
+    });
+}
+
 #[test]
 fn mlp_gradient_accumulation_and_zeroing() {
     let mut r = rng("mlp_gradient_accumulation_and_zeroing");
@@ -344,7 +372,7 @@ fn mlp_gradient_accumulation_and_zeroing() {
             TOL,
         );
         // The same through `train_pass`, its head fused: the second micro-batch adds.
-        assert!(mlp.fuses_head());
+        assert!(mlp.fuses_head(half));
         for k in 0..2 {
             let x = dev
                 .upload(&xs[k * half * sizes[0]..(k + 1) * half * sizes[0]])

@@ -1195,7 +1195,8 @@ fn split_kc(g: MmaGemm) -> usize {
 }
 
 /// The shortest `k` for which [`MmaTile::Auto`] sends a product that needs a transposed
-/// operand (a layer's gradient products) to [`MmaTile::T128Words`] on CUDA. Measured on an
+/// operand (a layer's gradient products) to the words route on CUDA ([`MmaTile::T128Words`],
+/// which [`MmaTile::T128Async`] streams; the threshold was timed on the former). Measured on an
 /// H100 (`bench-replay mma-k`, session of 2026-12-05, call 4; 4096×4096 outputs): at `k` =
 /// 128 the transpose still costs more than the words kernel saves for `dW` (96.5 against
 /// 93.7 µs lean; `dX` 90.9 against 93.2), at 256 the words route wins both (`dW` 108.3

@@ -369,10 +369,10 @@ impl Mlp {
     /// Forward, mean softmax cross-entropy against `labels` into `loss` (its gradient times
     /// `grad_scale`, a constant or a per-step scalar) and backward into the flat gradients
     /// (overwritten, or added to when `accumulate`). `ws` holds the loss's partial sums
-    /// ([`Mlp::loss_workspace_len`]). Where [`Mlp::fuses_head`] for the batch, the last layer's product, the
-    /// loss and that layer's input gradient are one launch ([`linear_cross_entropy`]) instead
-    /// of three one after another, and its weight gradient runs beside the backward pass
-    /// below it; else [`Mlp::forward`], [`softmax_cross_entropy_scaled`] and
+    /// ([`Mlp::loss_workspace_len`]). Where [`Mlp::fuses_head`] for the batch, the last
+    /// layer's product, the loss and that layer's input gradient are one launch
+    /// ([`linear_cross_entropy`]) instead of three one after another, and its weight gradient
+    /// runs beside the backward pass below it; else [`Mlp::forward`], [`softmax_cross_entropy_scaled`] and
     /// [`Mlp::backward`]. Either way `acts` holds the logits and their gradient after it.
     #[allow(clippy::too_many_arguments)]
     pub fn train_pass<C: Launch + ?Sized>(

@@ -530,7 +530,9 @@ impl Cuda<'_> {
         // The array's shared-window address by the intrinsic, which the compiler folds to
         // a constant for a workgroup array (an `asm` conversion it cannot see through costs
         // a 64-bit address and a move a call, and rereads the window in a long loop).
-        self.line(&format!("const gd_u32 gd_la = (gd_u32)__cvta_generic_to_shared({name}) + gd_lr * 4u;"));
+        self.line(&format!(
+            "const gd_u32 gd_la = (gd_u32)__cvta_generic_to_shared({name}) + gd_lr * 4u;"
+        ));
         let trans = if l.trans { ".trans" } else { "" };
         self.line(&format!("asm volatile(\"ldmatrix.sync.aligned.m8n8.x4{trans}.shared.b16 {{%0, %1, %2, %3}}, [%4];\" : \"=r\"({w}[0]), \"=r\"({w}[1]), \"=r\"({w}[2]), \"=r\"({w}[3]) : \"r\"(gd_la));"));
         self.line("#else");
@@ -579,7 +581,9 @@ impl Cuda<'_> {
         self.line(&format!("if ({n} == 4u && (({d} | gd_ci) & 3u) == 0u && {d} <= {last}u && (((unsigned long long){ptr}) & 15ull) == 0ull) {{"));
         // The array's shared-window address (the same for every copy, so the compiler may
         // compute it once) plus the chunk's offset.
-        self.line(&format!("    const gd_u32 gd_cps = (gd_u32)__cvta_generic_to_shared({name}) + {d} * 4u;"));
+        self.line(&format!(
+            "    const gd_u32 gd_cps = (gd_u32)__cvta_generic_to_shared({name}) + {d} * 4u;"
+        ));
         self.line(&format!("    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(gd_cps), \"l\"({ptr} + gd_ci) : \"memory\");"));
         self.line("} else");
         self.line("#endif");

@@ -39,8 +39,9 @@ pub const HEAD_CLASSES: usize = 12;
 /// [`linear_cross_entropy`]. Measured on an H100 (BENCHMARKS.md, seventh session of
 /// 2026-12-07, the fused step against 1ddb0d4's three launches in one call): MLP-S's head (64
 /// rows × 256) 43.59 → 42.25 µs a replayed step with PDL (44.04 → 44.31 without), MLP-M's
-/// (512 × 1024) 428.2 → 467.4 µs, slower: the launch's few workgroups each take 8 rows
-/// through every class, where the three launches spread the larger product over the GPU.
+/// (512 × 1024) 428.2 → 467.4 µs, slower. Not profiled; the likely cause is that the one
+/// launch's 64 workgroups each take 8 rows through every class, where the three launches
+/// spread the larger product over the GPU.
 pub const HEAD_FUSE_MAX_INPUT: usize = 65_536;
 
 /// Rows a workgroup of [`linear_xent`](mod@linear_xent) takes at a time.
